@@ -1,0 +1,42 @@
+"""The trident: settings, control plane, lakehouse, pg sink, router, facade and IO manager."""
+
+from .errors import (
+    ConcurrentWriteError,
+    DatasetNotFoundError,
+    DuplicateKeyError,
+    EmptyInputError,
+    InvalidDatasetKeyError,
+    InvalidWriteError,
+    NullKeyError,
+    ReservedColumnError,
+    SchemaMismatchError,
+    SinkMismatchError,
+    SqlNotAllowedError,
+    StorageUnavailableError,
+    TransactionConflictError,
+    TridentError,
+)
+from .facade import Trident
+from .results import Description, ReconcileReport, WriteResult
+from .settings import TridentSettings
+
+__all__ = [
+    "ConcurrentWriteError",
+    "DatasetNotFoundError",
+    "Description",
+    "DuplicateKeyError",
+    "EmptyInputError",
+    "InvalidDatasetKeyError",
+    "InvalidWriteError",
+    "NullKeyError",
+    "ReconcileReport",
+    "ReservedColumnError",
+    "SchemaMismatchError",
+    "SinkMismatchError",
+    "SqlNotAllowedError",
+    "StorageUnavailableError",
+    "TransactionConflictError",
+    "Trident",
+    "TridentSettings",
+    "WriteResult",
+]

@@ -1,0 +1,300 @@
+"""The Postgres control plane: a connection pool, versioned migrations, and the dataset and ledger
+records every sink shares. All control-plane SQL is in ``migrations/`` (DDL) and ``queries.py`` (DML)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from importlib import resources
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool
+
+from . import queries as q
+from .errors import ConcurrentWriteError, StorageUnavailableError
+
+MIGRATION_LOCK = 0x7472_6964_656E_7401  # 'trident\x01': serialises migrations across processes
+
+
+@dataclass(frozen=True)
+class DatasetRecord:
+    dataset_id: uuid.UUID
+    workspace: str
+    key: str
+    sink: str
+    iceberg_identifier: str | None
+    row_count: int
+    next_row_index: int
+    schema: list[dict[str, Any]] | None
+    schema_version: int
+    snapshot_id: int | None
+    last_txn_id: uuid.UUID | None
+    committed_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+
+    @property
+    def exists(self) -> bool:
+        """A dataset exists once a transaction has committed; an aborted first write leaves none."""
+        return self.last_txn_id is not None
+
+
+@dataclass
+class LedgerEntry:
+    txn_id: uuid.UUID
+    dataset_id: uuid.UUID
+    status: str
+    mode: str
+    writer: str
+    sink: str
+    started_at: datetime
+    requested_sink: str | None = None
+    clamped: bool = False
+    route_reason: str | None = None
+    committed_at: datetime | None = None
+    ended_at: datetime | None = None
+    rows_written: int | None = None
+    row_count: int | None = None
+    skipped: int | None = None
+    preserved: int | None = None
+    snapshot_id: int | None = None
+    schema_version: int | None = None
+    source_refs: list[str] = field(default_factory=list)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+    location: str | None = None
+    pid: int | None = None
+    host: str | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a sink's WRITE step produced; the COMMIT step records exactly this."""
+
+    rows_written: int
+    row_count: int
+    next_row_index: int
+    snapshot_id: int | None
+    schema: list[dict[str, Any]]
+    skipped: int = 0
+    preserved: int = 0
+    deleted: int = 0
+
+
+def _migrations() -> list[tuple[int, str, str]]:
+    files = sorted(p for p in resources.files("trident_resources.migrations").iterdir() if p.name.endswith(".sql"))
+    return [(int(p.name.split("_", 1)[0]), p.name, p.read_text()) for p in files]
+
+
+class ControlPlane:
+    """Owns the pool. Short transactions only: nothing here holds a lock across a data write,
+    except the per-dataset writer lock, which lives on its own dedicated connection."""
+
+    def __init__(self, dsn: str, *, pool_max: int = 8) -> None:
+        self._dsn = dsn
+        try:
+            self.pool = ConnectionPool(
+                dsn, min_size=1, max_size=pool_max, open=True, timeout=30,
+                kwargs={"autocommit": True, "row_factory": dict_row}, name="trident",
+            )
+            self.pool.wait(timeout=30)
+        except Exception as exc:  # psycopg_pool.PoolTimeout, OperationalError
+            raise StorageUnavailableError(f"cannot reach the control-plane Postgres: {type(exc).__name__}") from None
+        self.migrate()
+
+    def close(self) -> None:
+        self.pool.close()
+
+    @contextmanager
+    def tx(self) -> Iterator[psycopg.Connection[Any]]:
+        """One short Postgres transaction."""
+        with self.pool.connection() as conn, conn.transaction():
+            yield conn
+
+    def migrate(self) -> list[str]:
+        """Apply pending migration files in order; a second process waits on the lock, then finds
+        nothing left to do, so concurrent starts are harmless."""
+        applied: list[str] = []
+        with self.tx() as conn:
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+            conn.execute(q.CREATE_MIGRATIONS_TABLE)
+            done = {r["version"] for r in conn.execute(q.APPLIED_MIGRATIONS)}
+            for version, name, sql in _migrations():
+                if version in done:
+                    continue
+                conn.execute(sql)
+                conn.execute(q.RECORD_MIGRATION, (version, name))
+                applied.append(name)
+        return applied
+
+    # -- datasets ---------------------------------------------------------------------------
+    def dataset(self, workspace: str, key: str) -> DatasetRecord | None:
+        with self.pool.connection() as conn:
+            row = conn.execute(q.GET_DATASET, (workspace, key)).fetchone()
+        return DatasetRecord(**row) if row else None
+
+    def dataset_by_id(self, dataset_id: uuid.UUID) -> DatasetRecord | None:
+        with self.pool.connection() as conn:
+            row = conn.execute(q.GET_DATASET_BY_ID, (dataset_id,)).fetchone()
+        return DatasetRecord(**row) if row else None
+
+    def datasets(self, workspace: str) -> list[DatasetRecord]:
+        with self.pool.connection() as conn:
+            return [DatasetRecord(**r) for r in conn.execute(q.LIST_DATASETS, (workspace,))]
+
+    def ensure_dataset(self, workspace: str, key: str, sink: str, identifier: str | None) -> DatasetRecord:
+        with self.tx() as conn:
+            conn.execute(q.INSERT_DATASET, (uuid.uuid4(), workspace, key, sink, identifier))
+            row = conn.execute(q.GET_DATASET, (workspace, key)).fetchone()
+        assert row is not None
+        return DatasetRecord(**row)
+
+    def set_dataset_sink(self, dataset_id: uuid.UUID, sink: str, identifier: str | None) -> None:
+        with self.tx() as conn:
+            conn.execute(q.SET_DATASET_SINK, (sink, identifier, dataset_id))
+
+    def provenance(self, dataset_id: uuid.UUID) -> dict[str, Any]:
+        with self.pool.connection() as conn:
+            row = conn.execute(q.GET_PROVENANCE, (dataset_id,)).fetchone()
+        return row["provenance"] if row else {}
+
+    def set_provenance(self, dataset_id: uuid.UUID, provenance: dict[str, Any]) -> None:
+        with self.tx() as conn:
+            conn.execute(q.UPSERT_PROVENANCE, (dataset_id, json.dumps(provenance, default=str)))
+
+    # -- ledger -----------------------------------------------------------------------------
+    def ledger_entry(self, txn_id: uuid.UUID) -> LedgerEntry | None:
+        with self.pool.connection() as conn:
+            row = conn.execute(q.GET_LEDGER, (txn_id,)).fetchone()
+        return LedgerEntry(**row) if row else None
+
+    def history(self, dataset_id: uuid.UUID, limit: int | None = None) -> list[LedgerEntry]:
+        with self.pool.connection() as conn:
+            return [LedgerEntry(**r) for r in conn.execute(q.HISTORY, (dataset_id, limit))]
+
+    def open_entries(self, dataset_id: uuid.UUID | None = None) -> list[LedgerEntry]:
+        with self.pool.connection() as conn:
+            return [LedgerEntry(**r) for r in conn.execute(q.OPEN_LEDGER, (dataset_id, dataset_id))]
+
+    @contextmanager
+    def writer_lock(self, dataset: DatasetRecord, wait_s: float) -> Iterator[psycopg.Connection[Any]]:
+        """Hold the dataset's writer lock (a session advisory lock) for the life of a write.
+
+        The lock dies with the process's connection, which is how the reconciler tells an open
+        transaction whose writer crashed from one still running.
+        """
+        with self.pool.connection() as conn:
+            deadline = time.monotonic() + wait_s
+            delay = 0.02
+            while not conn.execute(q.TRY_WRITER_LOCK, (str(dataset.dataset_id),)).fetchone()["locked"]:
+                if time.monotonic() >= deadline:
+                    holder = self.open_entries(dataset.dataset_id)
+                    who = (
+                        f"transaction {holder[0].txn_id} (writer {holder[0].writer}, pid {holder[0].pid} on "
+                        f"{holder[0].host}, open since {holder[0].started_at:%Y-%m-%d %H:%M:%S%z})"
+                        if holder else "another writer"
+                    )
+                    raise ConcurrentWriteError(
+                        f"dataset {dataset.key!r} is being written by {who}; waited {wait_s:.0f}s. "
+                        "Retry when it finishes, or raise TRIDENT_WRITER_WAIT_SECONDS"
+                    )
+                time.sleep(delay)
+                delay = min(delay * 2, 0.5)
+            try:
+                yield conn
+            finally:
+                conn.execute(q.WRITER_UNLOCK, (str(dataset.dataset_id),))
+
+    def is_writer_alive(self, dataset_id: uuid.UUID) -> bool:
+        """True when some session holds the dataset's writer lock."""
+        with self.pool.connection() as conn:
+            got = conn.execute(q.TRY_WRITER_LOCK, (str(dataset_id),)).fetchone()["locked"]
+            if got:
+                conn.execute(q.WRITER_UNLOCK, (str(dataset_id),))
+            return not got
+
+    def open_txn(self, entry: LedgerEntry) -> LedgerEntry | None:
+        """INTENT: record the open transaction and take its timestamp τ from Postgres' clock.
+
+        A retry of an aborted transaction id reopens it; ``None`` means the id already committed.
+        """
+        with self.tx() as conn:
+            row = conn.execute(
+                q.INSERT_OPEN_LEDGER,
+                (
+                    entry.txn_id, entry.dataset_id, entry.mode, entry.writer, entry.sink, entry.requested_sink,
+                    entry.clamped, entry.route_reason, json.dumps(entry.source_refs),
+                    json.dumps(entry.metadata, default=str), os.getpid(), socket.gethostname(),
+                ),
+            ).fetchone()
+        return LedgerEntry(**row) if row else None
+
+    def commit_txn(
+        self,
+        entry: LedgerEntry,
+        outcome: Outcome,
+        *,
+        watermarks: list[tuple[uuid.UUID, datetime, uuid.UUID | None]] = (),  # type: ignore[assignment]
+        provenance: dict[str, Any] | None = None,
+    ) -> LedgerEntry:
+        """COMMIT: ledger, dataset stats, schema version, sync log, watermarks and provenance in
+        one Postgres transaction, so the control plane never half-records a write."""
+        with self.tx() as conn:
+            ds = conn.execute(q.GET_DATASET_BY_ID_FOR_UPDATE, (entry.dataset_id,)).fetchone()
+            version = ds["schema_version"]
+            if ds["schema"] != outcome.schema:
+                version += 1
+                conn.execute(q.INSERT_SCHEMA_VERSION, (entry.dataset_id, version, json.dumps(outcome.schema), entry.txn_id))
+            conn.execute(
+                q.UPDATE_DATASET_STATS,
+                (
+                    outcome.row_count, outcome.next_row_index, json.dumps(outcome.schema), version,
+                    outcome.snapshot_id, entry.txn_id, entry.started_at, entry.dataset_id,
+                ),
+            )
+            row = conn.execute(
+                q.COMMIT_LEDGER,
+                (
+                    outcome.rows_written, outcome.row_count, outcome.skipped, outcome.preserved,
+                    outcome.snapshot_id, version, entry.txn_id,
+                ),
+            ).fetchone()
+            if row is None:
+                raise StorageUnavailableError(f"ledger row {entry.txn_id} was not open at COMMIT")
+            conn.execute(
+                q.INSERT_SYNC_LOG,
+                (entry.dataset_id, entry.txn_id, entry.sink, outcome.snapshot_id, True, outcome.rows_written, outcome.row_count),
+            )
+            for source_id, watermark, source_txn in watermarks:
+                conn.execute(q.UPSERT_WATERMARK, (entry.dataset_id, source_id, watermark, source_txn, entry.txn_id))
+            if provenance is not None:
+                conn.execute(q.UPSERT_PROVENANCE, (entry.dataset_id, json.dumps(provenance, default=str)))
+        return LedgerEntry(**row)
+
+    def set_txn_location(self, txn_id: uuid.UUID, location: str) -> None:
+        with self.tx() as conn:
+            conn.execute(q.SET_LEDGER_LOCATION, (location, txn_id))
+
+    def abort_txn(self, txn_id: uuid.UUID, error: str) -> None:
+        with self.tx() as conn:
+            conn.execute(q.ABORT_LEDGER, (error[:4000], txn_id))
+
+    # -- watermarks, flags, pins --------------------------------------------------------------
+    def watermarks(self, output_id: uuid.UUID) -> dict[uuid.UUID, datetime]:
+        with self.pool.connection() as conn:
+            return {r["source_dataset_id"]: r["watermark"] for r in conn.execute(q.GET_WATERMARKS, (output_id,))}
+
+    def execute(self, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+        """Run one named query from ``queries`` (used by the router and the pg sink)."""
+        with self.tx() as conn:
+            cur = conn.execute(sql, params)
+            return list(cur.fetchall()) if cur.description else []

@@ -1,0 +1,81 @@
+"""Named errors. Each says what went wrong and what to do, because a data platform's users
+read error messages in run logs long after the write that failed."""
+
+from __future__ import annotations
+
+
+class TridentError(Exception):
+    """Base class of every error Trident raises on purpose."""
+
+
+class InvalidDatasetKeyError(TridentError, ValueError):
+    def __init__(self, key: object) -> None:
+        super().__init__(
+            f"invalid dataset key {key!r}: use '/'-separated lowercase words of [a-z0-9_], "
+            "e.g. 'sales/orders' (no dots, quotes, spaces or empty segments)"
+        )
+
+
+class InvalidWriteError(TridentError, ValueError):
+    """The call itself is malformed (unknown mode, keys missing where a mode needs them...)."""
+
+
+class ReservedColumnError(TridentError, ValueError):
+    def __init__(self, columns: list[str]) -> None:
+        super().__init__(
+            f"input carries reserved identity column(s) {columns}: the engine stamps "
+            "__row_index, __row_id and __created_at itself; drop them from the input"
+        )
+
+
+class SchemaMismatchError(TridentError, ValueError):
+    """The input's schema cannot be written into the dataset's schema in this mode."""
+
+
+class EmptyInputError(TridentError, ValueError):
+    """The input has no schema at all (an empty iterable of batches)."""
+
+
+class NullKeyError(TridentError, ValueError):
+    def __init__(self, column: str, count: int) -> None:
+        super().__init__(
+            f"key column {column!r} has {count} null value(s) in the input: every row needs a key "
+            "in this mode; fill or drop those rows"
+        )
+
+
+class DuplicateKeyError(TridentError, ValueError):
+    def __init__(self, keys: list[str], examples: list[tuple[object, ...]], where: str = "input") -> None:
+        shown = ", ".join(repr(e if len(e) > 1 else e[0]) for e in examples)
+        super().__init__(
+            f"duplicate key(s) {keys} in the {where}, e.g. {shown}: each key may appear once; "
+            "deduplicate before writing"
+        )
+
+
+class ConcurrentWriteError(TridentError):
+    """Another transaction holds the dataset longer than this writer was willing to wait."""
+
+
+class DatasetNotFoundError(TridentError, LookupError):
+    def __init__(self, key: str, workspace: str) -> None:
+        super().__init__(
+            f"dataset {key!r} does not exist in workspace {workspace!r}; "
+            "write it first, or check TRIDENT_WORKSPACE"
+        )
+
+
+class StorageUnavailableError(TridentError):
+    """Object storage, the catalog or Postgres could not be reached; nothing was changed."""
+
+
+class TransactionConflictError(TridentError):
+    """The Iceberg commit kept conflicting with concurrent commits after every retry."""
+
+
+class SqlNotAllowedError(TridentError, ValueError):
+    """A read-only SQL query tried to write, attach, install or read outside the datasets."""
+
+
+class SinkMismatchError(TridentError):
+    """A write resolved to a sink other than where the dataset's rows live."""

@@ -1,0 +1,41 @@
+"""Named failure points, so tests can break a write at an exact step with a real fault.
+
+A point does nothing unless armed, either in-process (``armed(...)``) or for a child process via
+``TRIDENT_FAILPOINTS="name=raise,other=exit"`` (``exit`` kills the process without cleanup, as a
+crash would). Production code pays one dict lookup per point.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+_armed: dict[str, str] = {}
+
+
+class InjectedFault(RuntimeError):
+    """The failure a ``raise`` failpoint throws."""
+
+
+def _from_env() -> dict[str, str]:
+    spec = os.environ.get("TRIDENT_FAILPOINTS", "")
+    return dict(part.split("=", 1) if "=" in part else (part, "raise") for part in spec.split(",") if part)
+
+
+def failpoint(name: str) -> None:
+    action = _armed.get(name) or (_from_env().get(name) if "TRIDENT_FAILPOINTS" in os.environ else None)
+    if action is None:
+        return
+    if action == "exit":
+        os._exit(137)
+    raise InjectedFault(f"injected fault at {name}")
+
+
+@contextmanager
+def armed(name: str, action: str = "raise") -> Iterator[None]:
+    _armed[name] = action
+    try:
+        yield
+    finally:
+        _armed.pop(name, None)

@@ -1,0 +1,72 @@
+"""Turn whatever a producer hands us into one bounded-memory ``RecordBatchReader``.
+
+Everything downstream (both sinks, the merges) consumes a reader batch by batch, so accepting a
+new input kind means adding a branch here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import pyarrow as pa
+
+from .errors import EmptyInputError, InvalidWriteError
+
+MAX_BATCH_ROWS = 131_072
+
+
+def to_reader(data: Any) -> pa.RecordBatchReader:
+    """Accept an Arrow table/batch/reader, an iterable of batches, or a pandas/polars DataFrame."""
+    if isinstance(data, pa.RecordBatchReader):
+        return data
+    if isinstance(data, pa.Table):
+        return pa.RecordBatchReader.from_batches(data.schema, data.to_batches(max_chunksize=MAX_BATCH_ROWS))
+    if isinstance(data, pa.RecordBatch):
+        return pa.RecordBatchReader.from_batches(data.schema, [data])
+    module = type(data).__module__.split(".")[0]
+    if module == "pandas":
+        return to_reader(pa.Table.from_pandas(data, preserve_index=False))
+    if module == "polars":
+        if hasattr(data, "collect"):  # LazyFrame
+            data = data.collect()
+        return to_reader(data.to_arrow())
+    if hasattr(data, "__arrow_c_stream__"):
+        return pa.RecordBatchReader.from_stream(data)
+    if isinstance(data, Iterable) and not isinstance(data, (str, bytes, dict)):
+        return _reader_from_batches(iter(data))
+    raise InvalidWriteError(
+        f"cannot write a {type(data).__name__}: pass a pyarrow Table, RecordBatchReader, "
+        "an iterable of RecordBatches, or a pandas/polars DataFrame"
+    )
+
+
+def _reader_from_batches(batches: Iterator[Any]) -> pa.RecordBatchReader:
+    first = next(batches, None)
+    if first is None:
+        raise EmptyInputError("the input iterable yielded no batches, so it has no schema; pass an empty pyarrow Table to write zero rows")
+    first = _as_batch(first)
+    schema = first.schema
+
+    def checked() -> Iterator[pa.RecordBatch]:
+        for b in itertools.chain([first], batches):
+            b = _as_batch(b)
+            if not b.schema.equals(schema):
+                raise InvalidWriteError(f"batch schema changed mid-stream:\n{b.schema}\nexpected:\n{schema}")
+            yield b
+
+    return pa.RecordBatchReader.from_batches(schema, checked())
+
+
+def _as_batch(item: Any) -> pa.RecordBatch:
+    if isinstance(item, pa.RecordBatch):
+        return item
+    if isinstance(item, pa.Table):
+        return item.combine_chunks().to_batches()[0] if item.num_rows else pa.RecordBatch.from_pylist([], schema=item.schema)
+    raise InvalidWriteError(f"an iterable input must yield pyarrow RecordBatches, got {type(item).__name__}")
+
+
+def rebatch(reader: pa.RecordBatchReader, fn: Any, schema: pa.Schema) -> pa.RecordBatchReader:
+    """A reader that applies ``fn`` to every batch of ``reader`` lazily."""
+    return pa.RecordBatchReader.from_batches(schema, (fn(b) for b in reader))

@@ -1,0 +1,55 @@
+"""Which Iceberg catalog the trident talks to, expressed as pyiceberg catalog properties.
+
+Both choices go through ``pyiceberg.catalog.load_catalog(**props)``: the embedded default is a SQL
+catalog kept in the control-plane Postgres; production is a REST catalog (Lakekeeper), which may
+vend per-table storage credentials.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit, urlunsplit
+
+from pyiceberg.catalog import Catalog, load_catalog
+
+from ..settings import TridentSettings
+
+CATALOG_NAME = "trident"
+
+
+def sqlalchemy_url(dsn: str) -> str:
+    """SQLAlchemy URL for a libpq URI DSN, on the psycopg 3 driver we already ship."""
+    parts = urlsplit(dsn)
+    if parts.scheme not in ("postgresql", "postgres"):
+        raise ValueError("the control-plane DSN must be a postgresql:// URI")
+    return urlunsplit(("postgresql+psycopg", *parts[1:]))
+
+
+def catalog_properties(settings: TridentSettings, dsn: str) -> dict[str, str]:
+    props: dict[str, str] = {}
+    if settings.catalog_uri:
+        props |= {"type": "rest", "uri": settings.catalog_uri}
+        if settings.catalog_warehouse:
+            props["warehouse"] = settings.catalog_warehouse
+        if settings.catalog_token:
+            props["token"] = settings.catalog_token.get_secret_value()
+        if settings.catalog_credential:
+            props["credential"] = settings.catalog_credential.get_secret_value()
+        if settings.catalog_scope:
+            props["scope"] = settings.catalog_scope
+        if settings.catalog_vended_credentials:
+            props["header.X-Iceberg-Access-Delegation"] = "vended-credentials"
+    else:
+        props |= {
+            "type": "sql",
+            "uri": sqlalchemy_url(dsn),
+            "warehouse": settings.warehouse,
+            "init_catalog_tables": "false",  # the control-plane migration owns those tables
+            "pool_pre_ping": "true",
+        }
+    props |= settings.s3_properties()
+    props |= settings.catalog_properties
+    return props
+
+
+def open_catalog(settings: TridentSettings, dsn: str) -> Catalog:
+    return load_catalog(CATALOG_NAME, **catalog_properties(settings, dsn))

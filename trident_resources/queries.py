@@ -1,0 +1,74 @@
+"""Every control-plane DML statement, named, in one place (the DDL is in ``migrations/``)."""
+
+CREATE_MIGRATIONS_TABLE = """
+CREATE TABLE IF NOT EXISTS trident_migrations (
+    version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())
+"""
+APPLIED_MIGRATIONS = "SELECT version FROM trident_migrations"
+RECORD_MIGRATION = "INSERT INTO trident_migrations (version, name) VALUES (%s, %s)"
+
+_DATASET_COLS = """dataset_id, workspace, key, sink, iceberg_identifier, row_count, next_row_index, schema,
+    schema_version, snapshot_id, last_txn_id, committed_at, created_at, updated_at"""
+GET_DATASET = f"SELECT {_DATASET_COLS} FROM trident_datasets WHERE workspace = %s AND key = %s"
+GET_DATASET_BY_ID = f"SELECT {_DATASET_COLS} FROM trident_datasets WHERE dataset_id = %s"
+GET_DATASET_BY_ID_FOR_UPDATE = f"SELECT {_DATASET_COLS} FROM trident_datasets WHERE dataset_id = %s FOR UPDATE"
+LIST_DATASETS = f"""SELECT {_DATASET_COLS} FROM trident_datasets
+    WHERE workspace = %s AND last_txn_id IS NOT NULL ORDER BY key"""
+INSERT_DATASET = """INSERT INTO trident_datasets (dataset_id, workspace, key, sink, iceberg_identifier)
+    VALUES (%s, %s, %s, %s, %s) ON CONFLICT (workspace, key) DO NOTHING"""
+SET_DATASET_SINK = "UPDATE trident_datasets SET sink = %s, iceberg_identifier = %s, updated_at = now() WHERE dataset_id = %s"
+UPDATE_DATASET_STATS = """UPDATE trident_datasets SET row_count = %s, next_row_index = %s, schema = %s::jsonb,
+    schema_version = %s, snapshot_id = %s, last_txn_id = %s, committed_at = %s, updated_at = now()
+    WHERE dataset_id = %s"""
+RESET_DATASET = """UPDATE trident_datasets SET row_count = 0, next_row_index = 0, schema = NULL, snapshot_id = NULL,
+    updated_at = now() WHERE dataset_id = %s"""
+
+_LEDGER_COLS = """txn_id, dataset_id, status, mode, writer, sink, requested_sink, clamped, route_reason, started_at,
+    committed_at, ended_at, rows_written, row_count, skipped, preserved, snapshot_id, schema_version, source_refs,
+    metadata, error, location, pid, host"""
+GET_LEDGER = f"SELECT {_LEDGER_COLS} FROM trident_ledger WHERE txn_id = %s"
+HISTORY = f"SELECT {_LEDGER_COLS} FROM trident_ledger WHERE dataset_id = %s ORDER BY started_at DESC, txn_id LIMIT %s"
+OPEN_LEDGER = f"""SELECT {_LEDGER_COLS} FROM trident_ledger
+    WHERE status = 'open' AND (%s::uuid IS NULL OR dataset_id = %s::uuid) ORDER BY started_at"""
+# τ is Postgres' clock, truncated to what every part of the trident stores (microseconds).
+INSERT_OPEN_LEDGER = f"""
+INSERT INTO trident_ledger (txn_id, dataset_id, status, mode, writer, sink, requested_sink, clamped, route_reason,
+    started_at, source_refs, metadata, pid, host)
+VALUES (%s, %s, 'open', %s, %s, %s, %s, %s, %s, date_trunc('microseconds', clock_timestamp()), %s::jsonb, %s::jsonb, %s, %s)
+ON CONFLICT (txn_id) DO UPDATE SET status = 'open', started_at = EXCLUDED.started_at, ended_at = NULL,
+    error = NULL, mode = EXCLUDED.mode, writer = EXCLUDED.writer, sink = EXCLUDED.sink, pid = EXCLUDED.pid,
+    host = EXCLUDED.host
+    WHERE trident_ledger.status = 'aborted'
+RETURNING {_LEDGER_COLS}"""
+COMMIT_LEDGER = f"""UPDATE trident_ledger SET status = 'committed', committed_at = started_at, ended_at = clock_timestamp(),
+    rows_written = %s, row_count = %s, skipped = %s, preserved = %s, snapshot_id = %s, schema_version = %s
+    WHERE txn_id = %s AND status = 'open' RETURNING {_LEDGER_COLS}"""
+SET_LEDGER_LOCATION = "UPDATE trident_ledger SET location = %s WHERE txn_id = %s"
+ABORT_LEDGER = "UPDATE trident_ledger SET status = 'aborted', ended_at = clock_timestamp(), error = %s WHERE txn_id = %s AND status = 'open'"
+
+TRY_WRITER_LOCK = "SELECT pg_try_advisory_lock(hashtextextended(%s, 7)) AS locked"
+WRITER_UNLOCK = "SELECT pg_advisory_unlock(hashtextextended(%s, 7))"
+
+INSERT_SCHEMA_VERSION = "INSERT INTO trident_schema_versions (dataset_id, version, schema, txn_id) VALUES (%s, %s, %s::jsonb, %s)"
+SCHEMA_VERSIONS = "SELECT version, schema, txn_id, created_at FROM trident_schema_versions WHERE dataset_id = %s ORDER BY version"
+INSERT_SYNC_LOG = """INSERT INTO trident_sync_log (dataset_id, txn_id, sink, snapshot_id, has_identity, rows_written, row_count)
+    VALUES (%s, %s, %s, %s, %s, %s, %s)"""
+
+GET_PROVENANCE = "SELECT provenance FROM trident_provenance WHERE dataset_id = %s"
+UPSERT_PROVENANCE = """INSERT INTO trident_provenance (dataset_id, provenance) VALUES (%s, %s::jsonb)
+    ON CONFLICT (dataset_id) DO UPDATE SET provenance = EXCLUDED.provenance, updated_at = now()"""
+
+GET_WATERMARKS = "SELECT source_dataset_id, watermark FROM trident_watermarks WHERE output_dataset_id = %s"
+UPSERT_WATERMARK = """INSERT INTO trident_watermarks (output_dataset_id, source_dataset_id, watermark, source_txn_id, txn_id)
+    VALUES (%s, %s, %s, %s, %s) ON CONFLICT (output_dataset_id, source_dataset_id)
+    DO UPDATE SET watermark = EXCLUDED.watermark, source_txn_id = EXCLUDED.source_txn_id, txn_id = EXCLUDED.txn_id,
+    updated_at = now()"""
+
+LIST_FLAGS = "SELECT writer, sink FROM trident_writer_flags WHERE workspace = %s"
+UPSERT_FLAG = """INSERT INTO trident_writer_flags (workspace, writer, sink) VALUES (%s, %s, %s)
+    ON CONFLICT (workspace, writer) DO UPDATE SET sink = EXCLUDED.sink, updated_at = now()"""
+DELETE_FLAG = "DELETE FROM trident_writer_flags WHERE workspace = %s AND writer = %s"
+LIST_PINS = "SELECT key, sink FROM trident_dataset_pins WHERE workspace = %s"
+UPSERT_PIN = """INSERT INTO trident_dataset_pins (workspace, key, sink) VALUES (%s, %s, %s)
+    ON CONFLICT (workspace, key) DO UPDATE SET sink = EXCLUDED.sink, updated_at = now()"""
+DELETE_PIN = "DELETE FROM trident_dataset_pins WHERE workspace = %s AND key = %s"

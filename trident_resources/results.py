@@ -1,0 +1,57 @@
+"""What the facade returns: plain dataclasses, safe to print and to put in Dagster metadata."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    key: str
+    txn_id: uuid.UUID
+    mode: str
+    writer: str
+    sink: str
+    rows_written: int
+    row_count: int
+    skipped: int
+    preserved: int
+    deleted: int
+    snapshot_id: int | None
+    committed_at: datetime
+    schema_version: int
+    route: str
+    noop: bool = False  # a retry of a transaction id that had already committed
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Description:
+    key: str
+    workspace: str
+    dataset_id: uuid.UUID
+    sink: str
+    row_count: int
+    schema: list[dict[str, Any]]
+    schema_version: int
+    snapshot_id: int | None
+    last_txn_id: uuid.UUID | None
+    committed_at: datetime | None
+    updated_at: datetime
+    iceberg_identifier: str | None
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ReconcileReport:
+    rolled_forward: list[uuid.UUID]
+    aborted: list[uuid.UUID]
+    still_running: list[uuid.UUID]

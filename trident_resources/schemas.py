@@ -1,0 +1,117 @@
+"""Schema rules shared by both sinks: canonical Arrow types, compatibility, evolution.
+
+Types are canonicalised through pyiceberg's own Arrow<->Iceberg mapping so that a dataset's schema
+means the same thing in the lakehouse and in the Postgres rows sink.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+from pyiceberg.io.pyarrow import _ConvertToIcebergWithoutIDs, schema_to_pyarrow, visit_pyarrow
+from pyiceberg.schema import Schema, assign_fresh_schema_ids
+
+from .errors import SchemaMismatchError
+from .identity import IDENTITY_COLUMNS, IDENTITY_FIELDS
+
+# Safe widenings Iceberg allows on an existing column (input type -> column type).
+_PROMOTIONS = {(pa.int32(), pa.int64()), (pa.float32(), pa.float64())}
+
+
+def _pre_normalise(t: pa.DataType) -> pa.DataType:
+    if pa.types.is_dictionary(t):
+        return _pre_normalise(t.value_type)
+    if pa.types.is_timestamp(t) and t.unit == "ns":
+        return pa.timestamp("us", tz=t.tz)
+    if pa.types.is_timestamp(t) and t.unit in ("s", "ms"):
+        return pa.timestamp("us", tz=t.tz)
+    if pa.types.is_date64(t):
+        return pa.date32()
+    if pa.types.is_string_view(t):
+        return pa.large_string()
+    if pa.types.is_binary_view(t):
+        return pa.large_binary()
+    if pa.types.is_uint8(t) or pa.types.is_uint16(t) or pa.types.is_int8(t) or pa.types.is_int16(t):
+        return pa.int32()
+    if pa.types.is_uint32(t):
+        return pa.int64()
+    if pa.types.is_null(t):
+        return pa.large_string()
+    return t
+
+
+def to_iceberg(schema: pa.Schema) -> Schema:
+    """Iceberg schema (fresh ids, every column optional) for an Arrow schema."""
+    pre = pa.schema([pa.field(f.name, _pre_normalise(f.type), nullable=True) for f in schema])
+    try:
+        converted = visit_pyarrow(pre, _ConvertToIcebergWithoutIDs())
+    except (TypeError, ValueError) as exc:
+        raise SchemaMismatchError(f"unsupported column type: {exc}") from exc
+    return assign_fresh_schema_ids(converted)
+
+
+def canonical(schema: pa.Schema) -> pa.Schema:
+    """The Arrow schema the input will be stored as (no field ids, all nullable)."""
+    return schema_to_pyarrow(to_iceberg(schema), include_field_ids=False)
+
+
+def user_fields(schema: pa.Schema) -> pa.Schema:
+    return pa.schema([f for f in schema if f.name not in IDENTITY_COLUMNS])
+
+
+def with_identity(user_schema: pa.Schema) -> pa.Schema:
+    return pa.schema([*IDENTITY_FIELDS, *user_fields(user_schema)])
+
+
+def _compatible(incoming: pa.DataType, existing: pa.DataType) -> bool:
+    return incoming == existing or (incoming, existing) in _PROMOTIONS
+
+
+def plan_schema(existing: pa.Schema | None, incoming: pa.Schema, *, replace: bool) -> pa.Schema:
+    """The dataset's user schema after this write.
+
+    A replace makes the dataset exactly the input, so its schema wins. Every other mode keeps
+    existing columns (an incompatible type is an error) and adds new ones (schema evolution).
+    """
+    incoming = canonical(incoming)
+    if existing is None or replace:
+        return incoming
+    existing = user_fields(existing)
+    bad = [
+        f"{f.name}: dataset has {existing.field(f.name).type}, input has {f.type}"
+        for f in incoming
+        if f.name in existing.names and not _compatible(f.type, existing.field(f.name).type)
+    ]
+    if bad:
+        raise SchemaMismatchError(
+            "input columns are incompatible with the dataset: " + "; ".join(bad)
+            + ". Cast them in the input, or use mode='replace' to redefine the dataset"
+        )
+    added = [f for f in incoming if f.name not in existing.names]
+    return pa.schema([*existing, *added])
+
+
+def conform(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
+    """Project a batch onto ``target``: reorder, cast, and fill absent columns with nulls."""
+    arrays = []
+    for field in target:
+        idx = batch.schema.get_field_index(field.name)
+        if idx < 0:
+            arrays.append(pa.nulls(batch.num_rows, field.type))
+            continue
+        col = batch.column(idx)
+        if pa.types.is_dictionary(col.type):
+            col = col.dictionary_decode()
+        if not col.type.equals(field.type):
+            try:
+                col = col.cast(field.type)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                raise SchemaMismatchError(f"column {field.name!r}: cannot store {col.type} as {field.type}: {exc}") from exc
+        arrays.append(col)
+    return pa.RecordBatch.from_arrays(arrays, schema=target)
+
+
+def describe_schema(schema: pa.Schema) -> list[dict[str, Any]]:
+    """JSON form kept in the control plane and shown in Dagster's column schema."""
+    return [{"name": f.name, "type": str(f.type), "nullable": f.nullable} for f in schema]

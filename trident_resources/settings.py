@@ -1,0 +1,92 @@
+"""One settings object for the whole trident, read from ``TRIDENT_*`` variables.
+
+With nothing set, every part is embedded (Postgres under ``.trident/pg``, the Iceberg SQL catalog in
+that Postgres, the warehouse under ``.trident/warehouse``) so ``pip install`` is the only setup step.
+Secrets are ``SecretStr`` so they never leak through reprs, logs or error messages.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+_NAME = r"^[a-z0-9_]+$"
+
+
+class TridentSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="TRIDENT_", extra="ignore", frozen=True)
+
+    home: Path = Field(Path(".trident"), description="Local state: embedded Postgres, warehouse, spill files.")
+    workspace: str = Field("default", pattern=_NAME, description="Datasets are isolated per workspace.")
+    namespace_root: str = Field(
+        "trident", pattern=_NAME, description="Top Iceberg namespace; some catalogs only allow a fixed set."
+    )
+
+    # Postgres control plane
+    pg_dsn: SecretStr | None = Field(None, description="libpq DSN; unset starts the embedded Postgres.")
+    pg_pool_max: int = Field(8, ge=2)
+
+    # Iceberg catalog
+    catalog_uri: str | None = Field(None, description="Iceberg REST catalog URI (Lakekeeper); unset = SQL catalog in the control plane.")
+    catalog_warehouse: str | None = Field(None, description="REST catalog warehouse name or location.")
+    catalog_token: SecretStr | None = None
+    catalog_credential: SecretStr | None = Field(None, description="OAuth2 client_id:client_secret.")
+    catalog_scope: str | None = None
+    catalog_vended_credentials: bool = Field(True, description="Ask the REST catalog to vend storage credentials per table.")
+    catalog_nested_namespaces: bool | None = Field(
+        None, description="Use one namespace level per key folder; default: yes for REST, no for the SQL catalog."
+    )
+    catalog_properties: dict[str, str] = Field(default_factory=dict, description="Extra pyiceberg catalog properties (JSON).")
+
+    # S3-API object storage (Cloudflare R2: an endpoint plus region 'auto')
+    s3_endpoint: str | None = None
+    s3_bucket: str | None = None
+    s3_prefix: str = "trident"
+    s3_access_key_id: SecretStr | None = None
+    s3_secret_access_key: SecretStr | None = None
+    s3_region: str | None = None
+    s3_path_style: bool = Field(True, description="Path-style addressing; what MinIO and moto need, fine for R2.")
+
+    # Behaviour
+    writer_wait_seconds: float = Field(30.0, ge=0, description="How long a writer waits for another writer of the same dataset.")
+    commit_retries: int = Field(5, ge=0, description="Retries of an Iceberg commit that conflicts with a concurrent one.")
+    target_file_bytes: int = Field(512 * 1024 * 1024, ge=1024, description="Uncompressed Arrow bytes per data file.")
+    row_group_bytes: int = Field(64 * 1024 * 1024, ge=1024, description="Uncompressed Arrow bytes buffered per Parquet row group.")
+    duckdb_memory_limit: str = Field("1GB", description="DuckDB memory cap for merges and SQL; it spills past it.")
+    duckdb_threads: int = Field(2, ge=1)
+    flag_refresh_seconds: float = Field(5.0, ge=0, description="Router flag cache lifetime (flags apply within 2x this).")
+
+    @field_validator("home")
+    @classmethod
+    def _absolute_home(cls, v: Path) -> Path:
+        return v.expanduser().resolve()
+
+    @property
+    def warehouse(self) -> str:
+        """Where table bytes live: the S3 bucket/prefix when configured, else a local folder."""
+        if self.s3_bucket:
+            prefix = self.s3_prefix.strip("/")
+            return f"s3://{self.s3_bucket}/{prefix}" if prefix else f"s3://{self.s3_bucket}"
+        return (self.home / "warehouse").as_uri()
+
+    def s3_properties(self) -> dict[str, str]:
+        """pyiceberg FileIO properties for S3-API storage (empty when storage is local)."""
+        props: dict[str, str] = {}
+        if self.s3_endpoint:
+            props["s3.endpoint"] = self.s3_endpoint
+        if self.s3_access_key_id:
+            props["s3.access-key-id"] = self.s3_access_key_id.get_secret_value()
+        if self.s3_secret_access_key:
+            props["s3.secret-access-key"] = self.s3_secret_access_key.get_secret_value()
+        if self.s3_region:
+            props["s3.region"] = self.s3_region
+        if self.s3_endpoint and self.s3_path_style:
+            props["s3.force-virtual-addressing"] = "false"
+        return props
+
+    def redacted(self) -> dict[str, Any]:
+        """What is safe to print: every field, secrets masked."""
+        return {k: ("***" if isinstance(v, SecretStr) else v) for k, v in self.__dict__.items()}
