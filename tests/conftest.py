@@ -10,10 +10,15 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from trident_resources import Trident, TridentSettings
+
+if TYPE_CHECKING:
+    from tests.support.rest_catalog import RestCatalogServer
+    from tests.support.s3_server import S3Server
 from trident_resources.embedded_pg import ensure_embedded_postgres, stop_embedded_postgres
 
 
@@ -59,5 +64,58 @@ def settings(trident_home: Path, pg_dsn: str) -> TridentSettings:
 @pytest.fixture
 def trident(settings: TridentSettings) -> Iterator[Trident]:
     t = Trident(settings)
+    yield t
+    t.close()
+
+
+# -- storage backends: the same suite runs on each --------------------------------------------
+BACKENDS = ("local", "s3", "rest")
+
+
+@pytest.fixture(scope="session")
+def s3() -> Iterator["S3Server"]:
+    from tests.support.s3_server import s3_server
+
+    with s3_server() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def rest_catalog(tmp_path_factory: pytest.TempPathFactory, s3: "S3Server") -> Iterator["RestCatalogServer"]:
+    from tests.support.rest_catalog import rest_catalog_server
+
+    with rest_catalog_server(tmp_path_factory.mktemp("lakana"), s3=s3) as server:
+        yield server
+
+
+def backend_settings(request: pytest.FixtureRequest, kind: str, home: Path, dsn: str, **overrides: object) -> TridentSettings:
+    """Settings for one backend: local folder + SQL catalog, S3 (moto) + SQL catalog, or a REST
+    catalog (lakana, which only accepts tables under bronze/silver/gold) on S3."""
+    if kind == "local":
+        return make_settings(home, dsn, **overrides)
+    server = request.getfixturevalue("s3")
+    s3_values: dict[str, object] = {
+        "s3_endpoint": server.endpoint,
+        "s3_bucket": server.bucket,
+        "s3_access_key_id": server.access_key_id,
+        "s3_secret_access_key": server.secret_access_key,
+        "s3_region": server.region,
+        "s3_prefix": f"wh-{uuid.uuid4().hex[:8]}",
+    }
+    if kind == "s3":
+        return make_settings(home, dsn, **s3_values, **overrides)
+    rest = request.getfixturevalue("rest_catalog")
+    return make_settings(
+        home, dsn, **s3_values,
+        catalog_uri=rest.uri, catalog_warehouse=rest.warehouse, catalog_token=rest.token,
+        catalog_properties={"prefix": rest.warehouse}, catalog_vended_credentials=False,
+        namespace_root="bronze", **overrides,
+    )
+
+
+@pytest.fixture(params=BACKENDS)
+def any_trident(request: pytest.FixtureRequest, trident_home: Path, pg_dsn: str) -> Iterator[Trident]:
+    """A Trident on each storage backend in turn."""
+    t = Trident(backend_settings(request, request.param, trident_home, pg_dsn))
     yield t
     t.close()

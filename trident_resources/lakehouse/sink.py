@@ -11,7 +11,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.dataset as pads
 from pyiceberg.catalog import Catalog
-from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
+from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, RESTError
 from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.expressions.parser import parse as parse_filter
 from pyiceberg.expressions.visitors import bind
@@ -60,6 +60,7 @@ class IcebergSink(Sink):
     def __init__(self, catalog: Catalog, settings: TridentSettings) -> None:
         self.catalog = catalog
         self.settings = settings
+        self._staged_create = True
         self._nested = settings.catalog_nested_namespaces if settings.catalog_nested_namespaces is not None else bool(settings.catalog_uri)
 
     # -- tables -----------------------------------------------------------------------------
@@ -107,7 +108,7 @@ class IcebergSink(Sink):
         if table is None:
             ident = self.identifier(req.dataset)
             self._ensure_namespaces(ident)
-            txn = self.catalog.create_table_transaction(ident, schema=to_iceberg(target), properties=TABLE_PROPERTIES)
+            txn = self._create_transaction(ident, target)
         else:
             txn = table.transaction()
             current = schema_to_pyarrow(table.schema(), include_field_ids=False)
@@ -127,6 +128,20 @@ class IcebergSink(Sink):
                     upd.union_by_name(to_iceberg(target))
         req.note_location(txn.table_metadata.location)
         return txn
+
+    def _create_transaction(self, ident: tuple[str, ...], target: pa.Schema) -> Transaction:
+        """Create the table in the same commit as its first data when the catalog supports staged
+        creation; otherwise create it empty first (an empty table is no dataset: the control plane
+        only knows committed ones, and ``discard`` drops a table that never got a snapshot)."""
+        schema = to_iceberg(target)
+        if self._staged_create:
+            try:
+                return self.catalog.create_table_transaction(ident, schema=schema, properties=TABLE_PROPERTIES)
+            except (NotImplementedError, RESTError) as exc:
+                if "not implemented" not in str(exc).lower() and not isinstance(exc, NotImplementedError):
+                    raise
+                self._staged_create = False
+        return self.catalog.create_table(ident, schema=schema, properties=TABLE_PROPERTIES).transaction()
 
     def _writer(self, req: WriteRequest, txn: Transaction) -> DataFileWriter:
         meta = txn.table_metadata
@@ -393,6 +408,8 @@ class IcebergSink(Sink):
         table = self.table(ds)
         if table is not None and self._txn_snapshot(table, txn_id) is not None:
             return  # committed: its files are the dataset
+        if table is not None and table.current_snapshot() is None:
+            self.catalog.drop_table(self.identifier(ds))  # created empty by an aborted first write
         io = table.io if table is not None else self.catalog._load_file_io(location=location)
         where = location or (table.location() if table is not None else None)
         if where:

@@ -1,0 +1,25 @@
+"""Small assertions shared by the core tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+
+from trident_resources import Trident
+
+
+def rows_by(t: Trident, key: str, col: str) -> dict[Any, dict[str, Any]]:
+    """The dataset's rows keyed by one column, for identity comparisons."""
+    return {r[col]: r for r in t.read(key).to_pylist()}
+
+
+def user_rows(t: Trident, key: str, order_by: str) -> list[dict[str, Any]]:
+    """Rows without the identity columns, sorted: what the producer sees of its data."""
+    table = t.read(key)
+    table = table.select([c for c in table.column_names if not c.startswith("__")])
+    return sorted(table.to_pylist(), key=lambda r: r[order_by])
+
+
+def table(**cols: list[Any]) -> pa.Table:
+    return pa.table(cols)
