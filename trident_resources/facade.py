@@ -321,6 +321,22 @@ class Trident:
             self._sink(ds.sink).drop(ds)
             self.control.execute("DELETE FROM trident_datasets WHERE dataset_id = %s", (ds.dataset_id,))
 
+    # -- Dagster layer (issue 3): routing questions asked before any row is written ---------------
+    def resolve_sink(self, key: str, writer: str = "pipeline.output") -> str:
+        """The sink a write of ``key`` by ``writer`` would land in, without writing anything.
+
+        Raises SinkMismatchError exactly when ``write`` would refuse (the dataset lives elsewhere),
+        so a node with several outputs can refuse before producing any of them.
+        """
+        existing = self.control.dataset(self.workspace, validate_key(key))
+        route = self.router.resolve(writer, key, existing)
+        if existing is not None and existing.exists and existing.sink != route.sink:
+            raise SinkMismatchError(
+                f"dataset {key!r} lives in sink {existing.sink!r} but writer {writer!r} resolves to "
+                f"{route.describe()}; move it with `trident canary {key}` or pin it"
+            )
+        return route.sink
+
 
 def _keys(keys: Iterable[str] | str | None) -> tuple[str, ...]:
     if keys is None:

@@ -1,0 +1,91 @@
+"""DuckDB compute over Arrow sources read through the facade.
+
+A node opens one ``Session``: its sources are registered as DuckDB views named as the node's SQL
+names them, with the engine's identity columns hidden (a producer may not send them back) and,
+for a delta run, only the rows committed after the output's watermark. The session checks that no
+source changed while it was being opened, so the rows read and the watermarks recorded describe
+the same source versions. Results leave as a ``RecordBatchReader`` that the facade drains batch by
+batch: the whole output is never held in Python memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+import duckdb
+import pyarrow as pa
+
+from trident_resources import Trident, TridentError
+from trident_resources.identity import CREATED_AT, IDENTITY_COLUMNS, ROW_INDEX
+from trident_resources.sql import sandbox
+
+from .strategies import Plan, Strategy, _open_write, plan_output, wait_for_quiet_sources
+
+SOURCE_ROW_INDEX = "__source_row_index__"
+DEFAULT_BATCH_ROWS = 65_536
+
+
+@dataclass
+class Session:
+    con: duckdb.DuckDBPyConnection
+    plan: Plan
+    sources: dict[str, str]  # SQL name -> dataset key
+
+    def stream(self, sql: str, batch_rows: int = DEFAULT_BATCH_ROWS) -> pa.RecordBatchReader:
+        """Run ``sql`` and stream its result; a bad query fails here, before anything is written."""
+        try:
+            rel = self.con.sql(sql)
+        except duckdb.Error as exc:
+            raise TridentError(f"the node's SQL failed: {type(exc).__name__}: {exc}\nSQL:\n{sql}") from exc
+        if rel is None:
+            raise TridentError(f"the node's SQL must be one SELECT query; got:\n{sql}")
+        leaked = [c for c in rel.columns if c in IDENTITY_COLUMNS]
+        if leaked:
+            raise TridentError(f"the node's result has engine identity column(s) {leaked}; rename them (e.g. AS src_row_index)")
+        return rel.to_arrow_reader(batch_rows)
+
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        """A second cursor on the same sources (a split streams two results)."""
+        return self.con.cursor()
+
+    def close(self) -> None:
+        self.con.close()
+
+
+def open_session(
+    t: Trident,
+    output: str,
+    sources: Mapping[str, str],
+    strategy: Strategy,
+    *,
+    source_row_index: bool = False,
+    attempts: int = 5,
+) -> Session:
+    """Plan the run and register its sources; retried while a source commits underneath us."""
+    keys = list(dict.fromkeys(sources.values()))
+    for _ in range(attempts):
+        wait_for_quiet_sources(t, keys, t.settings.writer_wait_seconds)
+        plan = plan_output(t, output, keys, strategy)
+        con = sandbox(t.settings.duckdb_memory_limit, t.settings.duckdb_threads)
+        try:
+            for i, (name, key) in enumerate(sources.items()):
+                raw = f"__trident_src_{i}"
+                con.register(raw, t.arrow_source(key))
+                con.execute(_view_sql(name, raw, plan.since.get(key), source_row_index))
+        except BaseException:
+            con.close()
+            raise
+        stable = all(t.describe(k).last_txn_id == plan.sources[k].last_txn_id and not _open_write(t, k) for k in keys)
+        if stable:
+            return Session(con, plan, dict(sources))
+        con.close()
+    raise TridentError(f"the sources of {output!r} ({keys}) kept changing while the node started; retry it")
+
+
+def _view_sql(name: str, raw: str, since: datetime | None, source_row_index: bool) -> str:
+    hidden = ", ".join(f'"{c}"' for c in IDENTITY_COLUMNS)
+    lineage = f', "{ROW_INDEX}" AS "{SOURCE_ROW_INDEX}"' if source_row_index else ""
+    where = f" WHERE \"{CREATED_AT}\" > '{since.isoformat()}'::TIMESTAMPTZ" if since is not None else ""
+    return f'CREATE VIEW "{name}" AS SELECT * EXCLUDE ({hidden}){lineage} FROM "{raw}"{where}'

@@ -1,0 +1,117 @@
+"""Expectations: declared next to a node, run as Dagster asset checks through the read facade
+(``Trident.sql``), so they work whatever sink the dataset lives in.
+
+``blocking=True`` (the default) makes a failure an ERROR that stops downstream assets in the same
+run; ``blocking=False`` reports a WARN and lets the run go on. ``trident check`` runs the same
+checks from the command line for CI.
+"""
+
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import dagster as dg
+
+from trident_resources import Trident, TridentError
+from trident_resources.dagster_io import TridentResource
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """One rule. ``sql`` counts the violations of dataset ``{dataset}`` (zero means it passed),
+    except for row counts, which ``evaluate`` compares to bounds."""
+
+    name: str
+    description: str
+    sql: str
+    blocking: bool = True
+    bounds: tuple[int | None, int | None] | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def evaluate(self, t: Trident, key: str) -> tuple[bool, int, dict[str, Any]]:
+        """(passed, observed number, metadata) against the dataset's current rows."""
+        try:
+            value = int(t.sql(self.sql.format(dataset=f'"{key}"')).column(0)[0].as_py() or 0)
+        except TridentError as exc:
+            return False, -1, {"error": f"{type(exc).__name__}: {exc}"}
+        if self.bounds is not None:
+            lo, hi = self.bounds
+            passed = (lo is None or value >= lo) and (hi is None or value <= hi)
+            return passed, value, {"row_count": value, "min": lo, "max": hi}
+        return value == 0, value, {"violations": value}
+
+
+def _cols(columns: str | Sequence[str]) -> list[str]:
+    return [columns] if isinstance(columns, str) else list(columns)
+
+
+def _q(c: str) -> str:
+    return '"' + c.replace('"', '""') + '"'
+
+
+def not_null(columns: str | Sequence[str], *, blocking: bool = True) -> Expectation:
+    cols = _cols(columns)
+    cond = " OR ".join(f"{_q(c)} IS NULL" for c in cols)
+    return Expectation(f"not_null_{'_'.join(cols)}", f"{', '.join(cols)} never null", f"SELECT count(*) FROM {{dataset}} WHERE {cond}", blocking)
+
+
+def unique(columns: str | Sequence[str], *, blocking: bool = True) -> Expectation:
+    cols = _cols(columns)
+    group = ", ".join(_q(c) for c in cols)
+    sql = f"SELECT count(*) FROM (SELECT {group} FROM {{dataset}} GROUP BY {group} HAVING count(*) > 1)"
+    return Expectation(f"unique_{'_'.join(cols)}", f"({', '.join(cols)}) unique", sql, blocking)
+
+
+def accepted_values(column: str, values: Sequence[Any], *, blocking: bool = True) -> Expectation:
+    listed = ", ".join(_literal(v) for v in values)
+    sql = f"SELECT count(*) FROM {{dataset}} WHERE {_q(column)} IS NOT NULL AND {_q(column)} NOT IN ({listed})"
+    return Expectation(f"accepted_values_{column}", f"{column} in {list(values)}", sql, blocking, details={"values": list(values)})
+
+
+def row_count_between(min_rows: int | None = None, max_rows: int | None = None, *, blocking: bool = True) -> Expectation:
+    if min_rows is None and max_rows is None:
+        raise ValueError("row_count_between needs min_rows, max_rows or both")
+    return Expectation("row_count_between", f"row count in [{min_rows}, {max_rows}]", "SELECT count(*) FROM {dataset}", blocking, bounds=(min_rows, max_rows))
+
+
+def custom_sql(name: str, sql: str, *, description: str = "", blocking: bool = True) -> Expectation:
+    """``sql`` returns the violating rows of ``{dataset}``; the check passes when there are none."""
+    if "{dataset}" not in sql:
+        raise ValueError("custom_sql needs {dataset} in the query where the dataset goes")
+    return Expectation(name, description or f"no rows from: {sql}", f"SELECT count(*) FROM ({sql})", blocking)
+
+
+def _literal(v: Any) -> str:
+    if isinstance(v, bool):
+        return "TRUE" if v else "FALSE"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    return "'" + str(v).replace("'", "''") + "'"
+
+
+def build_checks(key: str, expectations: Sequence[Expectation], resource_key: str = "trident") -> list[dg.AssetChecksDefinition]:
+    """One asset check per expectation on the asset ``key``."""
+    names = [e.name for e in expectations]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ValueError(f"expectations on {key!r} share the name(s) {dupes}; give custom_sql checks distinct names")
+    return [_check(key, e, resource_key) for e in expectations]
+
+
+def _check(key: str, e: Expectation, resource_key: str) -> dg.AssetChecksDefinition:
+    @dg.asset_check(
+        asset=dg.AssetKey(key.split("/")), name=e.name, description=e.description, blocking=e.blocking,
+        required_resource_keys={resource_key}, metadata={"trident/sql": e.sql.format(dataset=f'"{key}"')},
+    )
+    def _run(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+        resource: TridentResource = getattr(context.resources, resource_key)
+        passed, value, meta = e.evaluate(resource.get_client(), key)
+        return dg.AssetCheckResult(
+            passed=passed,
+            severity=dg.AssetCheckSeverity.ERROR if e.blocking else dg.AssetCheckSeverity.WARN,
+            metadata={**meta, "observed": value, "blocking": e.blocking},
+            description=None if passed else f"{e.description}: failed (observed {value})",
+        )
+
+    return _run

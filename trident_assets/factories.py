@@ -1,0 +1,263 @@
+"""Node factories: declare a dataset computed from others, get a Dagster asset (or multi-asset)
+plus its asset checks. Every node reads its sources through the facade, computes in DuckDB over
+Arrow, streams its result into ``Trident.write`` (via ``TridentIOManager``), merges its sources'
+provenance into its output's and records watermarks in the same COMMIT.
+
+* ``transform_asset``: SQL over one source, named ``source`` in the SQL;
+* ``join_asset``: SQL over several sources, each under the name you give it; refuses to start when
+  the sources' recorded row counts say the result could exceed ``max_rows`` (see ``join_guard``);
+* ``split_asset``: one predicate, two outputs (matched / unmatched; a NULL predicate is unmatched),
+  a subsettable multi-asset whose outputs must resolve to the same sink;
+* ``model_asset``: a Python function over Arrow batches; output rows carry ``__source_row_index__``.
+"""
+
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import dagster as dg
+import pyarrow as pa
+
+from trident_resources import Trident, TridentError
+from trident_resources.dagster_io import TridentOutput, TridentResource
+from trident_resources.keys import validate_key
+
+from .compute import DEFAULT_BATCH_ROWS, SOURCE_ROW_INDEX, Session, open_session
+from .expectations import Expectation, build_checks
+from .join_guard import SourceStats, check_join, max_join_rows
+from .model import model_reader
+from .provenance import merge_provenance
+from .strategies import Strategy, replace
+
+DEFAULT_KINDS = ("iceberg", "duckdb")
+BatchFn = Callable[[pa.RecordBatch], "pa.RecordBatch | pa.Table"]
+
+
+@dataclass
+class Node:
+    """What a factory returns: the asset(s) and the checks declared with them."""
+
+    assets_def: dg.AssetsDefinition
+    checks: list[dg.AssetChecksDefinition] = field(default_factory=list)
+
+    @property
+    def keys(self) -> list[str]:
+        return ["/".join(k.path) for k in self.assets_def.keys]
+
+    def definitions(self) -> dg.Definitions:
+        return dg.Definitions(assets=[self.assets_def], asset_checks=self.checks)
+
+
+def _akey(key: str) -> dg.AssetKey:
+    return dg.AssetKey(validate_key(key).split("/"))
+
+
+def _client(context: dg.AssetExecutionContext, resource_key: str) -> Trident:
+    resource: TridentResource = getattr(context.resources, resource_key)
+    return resource.get_client()
+
+
+def _output(session: Session, key: str, data: Any, own_provenance: Mapping[str, Any] | None, t: Trident, extra: Mapping[str, Any] | None = None, on_done: Callable[[], None] | None = None) -> TridentOutput:
+    plan = session.plan
+    sources = list(dict.fromkeys(session.sources.values()))
+    lineage = [
+        {"key": s, "txn_id": str(d.last_txn_id), "snapshot_id": d.snapshot_id, "committed_at": d.committed_at.isoformat() if d.committed_at else None}
+        for s, d in plan.sources.items()
+    ]
+    prov = merge_provenance({s: t.describe(s).provenance for s in sources}, own_provenance, lineage)
+    return TridentOutput(
+        data, mode=plan.mode, keys=plan.keys or None, provenance=prov, watermarks=plan.watermarks,
+        source_refs=sources, metadata={**plan.metadata(), **(extra or {})}, on_done=on_done,
+    )
+
+
+def _asset_kwargs(group: str | None, kinds: Sequence[str], description: str | None, strategy: Strategy, resource_key: str, metadata: Mapping[str, Any] | None) -> dict[str, Any]:
+    return {
+        "group_name": group, "kinds": set(kinds), "description": description,
+        "required_resource_keys": {resource_key},
+        "metadata": {"trident/strategy": strategy.describe(), **(metadata or {})},
+    }
+
+
+def transform_asset(
+    key: str,
+    source: str,
+    sql: str,
+    *,
+    strategy: Strategy | None = None,
+    expectations: Sequence[Expectation] = (),
+    provenance: Mapping[str, Any] | None = None,
+    group: str | None = None,
+    description: str | None = None,
+    kinds: Sequence[str] = DEFAULT_KINDS,
+    resource_key: str = "trident",
+    batch_rows: int = DEFAULT_BATCH_ROWS,
+    metadata: Mapping[str, Any] | None = None,
+) -> Node:
+    """``key`` := ``sql`` over dataset ``source`` (named ``source`` in the SQL)."""
+    strategy = strategy or replace()
+
+    @dg.asset(key=_akey(key), deps=[_akey(source)], **_asset_kwargs(group, kinds, description or sql, strategy, resource_key, metadata))
+    def _transform(context: dg.AssetExecutionContext) -> TridentOutput:
+        t = _client(context, resource_key)
+        session = open_session(t, key, {"source": source}, strategy)
+        try:
+            context.log.info(f"{key}: {session.plan.reason}")
+            return _output(session, key, session.stream(sql, batch_rows), provenance, t, on_done=session.close)
+        except BaseException:
+            session.close()
+            raise
+
+    return Node(_transform, build_checks(key, expectations, resource_key))
+
+
+def join_asset(
+    key: str,
+    sources: Mapping[str, str],
+    sql: str,
+    *,
+    strategy: Strategy | None = None,
+    max_rows: int | None = None,
+    expectations: Sequence[Expectation] = (),
+    provenance: Mapping[str, Any] | None = None,
+    group: str | None = None,
+    description: str | None = None,
+    kinds: Sequence[str] = DEFAULT_KINDS,
+    resource_key: str = "trident",
+    batch_rows: int = DEFAULT_BATCH_ROWS,
+    metadata: Mapping[str, Any] | None = None,
+) -> Node:
+    """``key`` := ``sql`` over ``sources`` (SQL name -> dataset key)."""
+    strategy = strategy or replace()
+    if len(sources) < 2:
+        raise ValueError(f"join_asset {key!r} needs two or more sources; use transform_asset for one")
+    deps = [_akey(k) for k in dict.fromkeys(sources.values())]
+
+    @dg.asset(key=_akey(key), deps=deps, **_asset_kwargs(group, kinds, description or sql, strategy, resource_key, metadata))
+    def _join(context: dg.AssetExecutionContext) -> TridentOutput:
+        t = _client(context, resource_key)
+        session = open_session(t, key, sources, strategy)
+        try:
+            stats = {
+                name: SourceStats(k, session.plan.sources[k].row_count, frozenset(c["name"] for c in session.plan.sources[k].schema))
+                for name, k in sources.items()
+            }
+            bound = max_join_rows(max_rows)
+            estimate = check_join(session.con, sql, stats, bound, key)
+            context.log.info(f"{key}: {session.plan.reason}; join estimate {estimate:,} rows (bound {bound:,})")
+            extra = {"trident/join_estimate": estimate, "trident/join_bound": bound}
+            return _output(session, key, session.stream(sql, batch_rows), provenance, t, extra, on_done=session.close)
+        except BaseException:
+            session.close()
+            raise
+
+    return Node(_join, build_checks(key, expectations, resource_key))
+
+
+def split_asset(
+    matched: str,
+    unmatched: str,
+    source: str,
+    predicate: str,
+    *,
+    columns: str = "*",
+    strategy: Strategy | None = None,
+    expectations: Mapping[str, Sequence[Expectation]] | None = None,
+    provenance: Mapping[str, Any] | None = None,
+    group: str | None = None,
+    description: str | None = None,
+    kinds: Sequence[str] = DEFAULT_KINDS,
+    resource_key: str = "trident",
+    batch_rows: int = DEFAULT_BATCH_ROWS,
+    name: str | None = None,
+) -> Node:
+    """Rows of ``source`` where ``predicate`` is TRUE go to ``matched``; all others (FALSE or NULL)
+    to ``unmatched``, so the two outputs partition the source exactly."""
+    strategy = strategy or replace()
+    outs = {"matched": matched, "unmatched": unmatched}
+    wheres = {"matched": f"({predicate}) IS TRUE", "unmatched": f"({predicate}) IS NOT TRUE"}
+    asset_outs = {
+        _akey(k).to_python_identifier(): dg.AssetOut(
+            key=_akey(k), group_name=group, kinds=set(kinds), io_manager_key="io_manager",
+            description=description or f"rows of {source} where {'' if o == 'matched' else 'NOT '}({predicate})",
+            metadata={"trident/strategy": strategy.describe(), "trident/split": o, "trident/predicate": predicate},
+        )
+        for o, k in outs.items()
+    }
+
+    @dg.multi_asset(
+        name=name or f"split_{matched.replace('/', '__')}", outs=asset_outs, deps=[_akey(source)], can_subset=True,
+        required_resource_keys={resource_key},
+    )
+    def _split(context: dg.AssetExecutionContext):  # type: ignore[no-untyped-def]
+        t = _client(context, resource_key)
+        sinks = {k: t.resolve_sink(k) for k in outs.values()}
+        if len(set(sinks.values())) > 1:
+            raise TridentError(
+                f"split {matched!r}/{unmatched!r} refused: its outputs resolve to different sinks {sinks}; "
+                "a split writes both halves to one sink (pin both datasets to the same sink)"
+            )
+        selected = {"/".join(k.path) for k in context.selected_asset_keys}
+        for o, k in outs.items():
+            if k not in selected:
+                continue
+            session = open_session(t, k, {"source": source}, strategy)
+            try:
+                context.log.info(f"{k}: {session.plan.reason}")
+                data = session.stream(f"SELECT {columns} FROM source WHERE {wheres[o]}", batch_rows)
+                out = _output(session, k, data, provenance, t, {"trident/split": o}, on_done=session.close)
+            except BaseException:
+                session.close()
+                raise
+            yield dg.Output(out, output_name=_akey(k).to_python_identifier())
+
+    checks: list[dg.AssetChecksDefinition] = []
+    for k, exps in (expectations or {}).items():
+        if k not in outs.values():
+            raise ValueError(f"split expectations name {k!r}, which is not one of its outputs {list(outs.values())}")
+        checks += build_checks(k, exps, resource_key)
+    return Node(_split, checks)
+
+
+def model_asset(
+    key: str,
+    source: str,
+    fn: BatchFn,
+    *,
+    sql: str = "SELECT * FROM source",
+    strategy: Strategy | None = None,
+    expectations: Sequence[Expectation] = (),
+    provenance: Mapping[str, Any] | None = None,
+    group: str | None = None,
+    description: str | None = None,
+    kinds: Sequence[str] = ("iceberg", "duckdb", "python"),
+    resource_key: str = "trident",
+    batch_rows: int = DEFAULT_BATCH_ROWS,
+    metadata: Mapping[str, Any] | None = None,
+) -> Node:
+    """``key`` := ``fn`` applied to each Arrow batch of ``sql`` over ``source``.
+
+    The batches ``fn`` sees carry ``__source_row_index__`` (the source row's ``__row_index``). When
+    ``fn`` returns as many rows as it got and drops that column, it is put back row for row; when it
+    returns a different number of rows it must keep the column itself (a model that explodes or
+    filters rows says which source row each output row came from).
+    """
+    strategy = strategy or replace()
+
+    @dg.asset(key=_akey(key), deps=[_akey(source)], **_asset_kwargs(group, kinds, description or (fn.__doc__ or fn.__name__), strategy, resource_key, metadata))
+    def _model(context: dg.AssetExecutionContext) -> TridentOutput:
+        t = _client(context, resource_key)
+        session = open_session(t, key, {"source": source}, strategy, source_row_index=True)
+        try:
+            context.log.info(f"{key}: {session.plan.reason}")
+            data = model_reader(session.stream(sql, batch_rows), fn, key)
+            return _output(session, key, data, provenance, t, {"trident/model": getattr(fn, "__name__", "model")}, on_done=session.close)
+        except BaseException:
+            session.close()
+            raise
+
+    return Node(_model, build_checks(key, expectations, resource_key))
+
+
+__all__ = ["Node", "SOURCE_ROW_INDEX", "join_asset", "model_asset", "split_asset", "transform_asset"]

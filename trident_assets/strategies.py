@@ -1,0 +1,163 @@
+"""Output strategies: how a node's result becomes its dataset's next version.
+
+=================  =====================  =================================================================
+strategy           facade write           meaning
+=================  =====================  =================================================================
+replace()          replace                the output becomes exactly the result (default)
+append_always()    append                 every run adds its result
+append_new(keys)   append_new + keys      add only rows whose key is not there yet
+upsert(keys)       upsert + keys          update matched keys (identity kept), insert the rest
+snapshot_replace   replace + keys         the output becomes the result; rows whose key existed keep
+(keys)                                    their ``__row_id``/``__row_index``
+delta(keys=None,   append (upsert with    incremental: read only the source rows committed after this
+driver=None)       keys) or a full        output's watermark for that source. Any non-append commit of a
+                   rebuild (replace)      source inside the window (replace, upsert, delete) forces a full
+                                          rebuild, as does a first run. The watermark is the source
+                                          commit's ``committed_at`` and advances only in the output's
+                                          COMMIT step (it is passed to ``Trident.write``).
+=================  =====================  =================================================================
+
+Delta is exact for row-wise SQL (filters, projections, per-row expressions, lookups into sources that
+did not change). It cannot be exact for aggregates over the delta source (a new row would need to be
+added to an old group): use a full strategy for those. For a join, ``driver`` names the source whose
+new rows are read; any commit to another source since the watermark forces a full rebuild.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from trident_resources import Trident, TridentError
+from trident_resources.results import Description
+
+APPEND_ONLY_MODES = ("append", "append_new")
+
+
+@dataclass(frozen=True)
+class Strategy:
+    kind: str  # replace | append_always | append_new | upsert | snapshot_replace | delta
+    keys: tuple[str, ...] = ()
+    driver: str | None = None  # delta on several sources: the dataset key whose new rows are read
+
+    def describe(self) -> str:
+        keys = f"(keys={list(self.keys)})" if self.keys else ""
+        return f"{self.kind}{keys}"
+
+
+def replace() -> Strategy:
+    return Strategy("replace")
+
+
+def append_always() -> Strategy:
+    return Strategy("append_always")
+
+
+def append_new(keys: Sequence[str]) -> Strategy:
+    return Strategy("append_new", _need_keys("append_new", keys))
+
+
+def upsert(keys: Sequence[str]) -> Strategy:
+    return Strategy("upsert", _need_keys("upsert", keys))
+
+
+def snapshot_replace(keys: Sequence[str]) -> Strategy:
+    return Strategy("snapshot_replace", _need_keys("snapshot_replace", keys))
+
+
+def delta(keys: Sequence[str] | None = None, driver: str | None = None) -> Strategy:
+    """Incremental; ``keys`` makes each increment an upsert instead of an append."""
+    return Strategy("delta", tuple([keys] if isinstance(keys, str) else (keys or ())), driver)
+
+
+def _need_keys(kind: str, keys: Sequence[str]) -> tuple[str, ...]:
+    out = (keys,) if isinstance(keys, str) else tuple(keys or ())
+    if not out:
+        raise ValueError(f"strategy {kind!r} needs keys=[...] naming the key column(s)")
+    return out
+
+
+_FULL_MODES = {
+    "replace": ("replace", False), "append_always": ("append", False), "append_new": ("append_new", True),
+    "upsert": ("upsert", True), "snapshot_replace": ("replace", True),
+}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one run of a node writes: the facade mode, which source rows to read, and the
+    watermarks its COMMIT records."""
+
+    mode: str
+    keys: tuple[str, ...]
+    since: dict[str, datetime | None]  # source key -> read rows with __created_at > this (None: all)
+    watermarks: dict[str, tuple[datetime, uuid.UUID | None]]
+    incremental: bool
+    reason: str
+    sources: dict[str, Description] = field(default_factory=dict)
+
+    def metadata(self) -> dict[str, str]:
+        return {"trident/strategy_mode": self.mode, "trident/incremental": str(self.incremental).lower(), "trident/plan": self.reason}
+
+
+def plan_output(t: Trident, output: str, sources: Sequence[str], strategy: Strategy) -> Plan:
+    """Decide how this run writes ``output`` from the current state of its ``sources``."""
+    described = {s: t.describe(s) for s in sources}
+    marks = {s: (d.committed_at, d.last_txn_id) for s, d in described.items() if d.committed_at is not None}
+    full = {s: None for s in sources}
+    if strategy.kind != "delta":
+        mode, keyed = _FULL_MODES[strategy.kind]
+        return Plan(mode, strategy.keys if keyed else (), full, marks, False, strategy.describe(), described)
+    rebuild = Plan("replace", (), full, marks, False, "", described)
+    driver = strategy.driver or (sources[0] if len(sources) == 1 else None)
+    if driver is None or driver not in sources:
+        raise TridentError(
+            f"delta node {output!r} reads {list(sources)}: name the source whose new rows are read with "
+            "delta(driver='<dataset key>')"
+        )
+    if not t.exists(output):
+        return _why(rebuild, "full rebuild: first run")
+    seen = t.watermarks(output)
+    since: dict[str, datetime | None] = {}
+    for s, d in described.items():
+        mark = seen.get(s)
+        if mark is None:
+            return _why(rebuild, f"full rebuild: no watermark for {s}")
+        later = [e for e in t.history(s) if e.status == "committed" and e.committed_at is not None and e.committed_at > mark]
+        if s != driver and later:
+            return _why(rebuild, f"full rebuild: {s} (not the delta driver) committed {len(later)} change(s) since {mark.isoformat()}")
+        changed = [e for e in later if e.mode not in APPEND_ONLY_MODES]
+        if changed:
+            e = changed[-1]
+            return _why(rebuild, f"full rebuild: {s} had a {e.mode} (txn {e.txn_id}) after the watermark {mark.isoformat()}")
+        since[s] = mark if s == driver else None
+    mode = "upsert" if strategy.keys else "append"
+    reason = f"delta: rows of {driver} committed after {since[driver].isoformat()}"  # type: ignore[union-attr]
+    return Plan(mode, strategy.keys, since, marks, True, reason, described)
+
+
+def _why(plan: Plan, reason: str) -> Plan:
+    return Plan(plan.mode, plan.keys, plan.since, plan.watermarks, plan.incremental, reason, plan.sources)
+
+
+def wait_for_quiet_sources(t: Trident, sources: Sequence[str], wait_s: float) -> None:
+    """Wait while a source has a write in flight, so a node never reads rows whose commit the
+    control plane has not recorded yet (they would be read again by the next delta run)."""
+    deadline = time.monotonic() + wait_s
+    for s in sources:
+        while _open_write(t, s):
+            if time.monotonic() >= deadline:
+                raise TridentError(f"source {s!r} has a write in flight for over {wait_s:.0f}s; retry the node when it finishes")
+            time.sleep(0.2)
+
+
+def _open_write(t: Trident, key: str) -> bool:
+    newest = t.history(key, limit=1)
+    return bool(newest) and newest[0].status == "open"
+
+
+def source_state(plan: Plan) -> Mapping[str, uuid.UUID | None]:
+    return {s: d.last_txn_id for s, d in plan.sources.items()}

@@ -1,0 +1,1 @@
+"""Schedules, sensors and the Definitions that ``workspace.yaml`` loads."""

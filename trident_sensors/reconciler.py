@@ -1,0 +1,31 @@
+"""The ledger reconciler as a sensor: every few minutes, repair transactions left ``open`` by a
+crashed writer (roll forward when the snapshot committed, else abort and remove its files).
+
+Live writers hold their dataset's writer lock, so the reconciler never touches them. The work is a
+few short control-plane queries, so it runs in the sensor tick itself and reports what it did.
+"""
+
+
+import dagster as dg
+
+from trident_resources import Trident
+from trident_resources.dagster_io import TridentResource
+
+RECONCILE_INTERVAL_SECONDS = 300
+
+
+@dg.sensor(
+    name="trident_reconciler", minimum_interval_seconds=RECONCILE_INTERVAL_SECONDS,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Repair ledger transactions left open by crashed writers (Trident.reconcile).",
+)
+def trident_reconciler(context: dg.SensorEvaluationContext, trident: TridentResource) -> dg.SkipReason:
+    with Trident(trident.settings()) as t:
+        report = t.reconcile()
+    summary = (
+        f"rolled forward {len(report.rolled_forward)}, aborted {len(report.aborted)}, "
+        f"left {len(report.still_running)} running"
+    )
+    if report.rolled_forward or report.aborted:
+        context.log.warning(f"reconciler: {summary}: {report}")
+    return dg.SkipReason(f"reconciler: {summary}")
