@@ -20,6 +20,10 @@ class InvalidWriteError(TridentError, ValueError):
     """The call itself is malformed (unknown mode, keys missing where a mode needs them...)."""
 
 
+class InvalidFilterError(TridentError, ValueError):
+    """A row_filter that does not parse or names unknown columns (pyiceberg filter syntax)."""
+
+
 class ReservedColumnError(TridentError, ValueError):
     def __init__(self, columns: list[str]) -> None:
         super().__init__(
@@ -79,3 +83,19 @@ class SqlNotAllowedError(TridentError, ValueError):
 
 class SinkMismatchError(TridentError):
     """A write resolved to a sink other than where the dataset's rows live."""
+
+
+class UnsupportedBySinkError(TridentError):
+    """The dataset's sink cannot do this (e.g. time travel on the pg sink); the message says which can."""
+
+
+class MigrationError(TridentError):
+    """A canary/migration could not run (wrong source sink, empty dataset...); nothing was changed."""
+
+
+class StreamClosedError(TridentError):
+    """``append`` on an ingest stream that has already committed, aborted or failed."""
+
+
+class KeyNotFoundError(TridentError, LookupError):
+    """A row edit named a key the dataset does not have."""

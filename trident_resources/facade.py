@@ -8,7 +8,7 @@ import shutil
 import uuid
 from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import pyarrow as pa
 
@@ -25,6 +25,10 @@ from .results import Description, ReconcileReport, WriteResult
 from .router import RouteDecision, Router
 from .settings import TridentSettings
 from .sink import WRITE_MODES, AsOf, Sink, WriteRequest
+
+if TYPE_CHECKING:  # issue 4: returned by ingest_stream / migrate
+    from .canary import MigrationReport
+    from .streaming import IngestStream
 
 log = logging.getLogger("trident")
 
@@ -336,6 +340,93 @@ class Trident:
                 f"{route.describe()}; move it with `trident canary {key}` or pin it"
             )
         return route.sink
+
+    # -- Sinks and writers (issue 4): stream ingest, row edits, manifests, migration ----------------
+    def ingest_stream(
+        self,
+        key: str,
+        *,
+        mode: str = "append",
+        keys: Iterable[str] | str | None = None,
+        writer: str = "ingest.stream",
+        schema: pa.Schema | None = None,
+        max_queued: int = 4,
+        **write_kwargs: Any,
+    ) -> IngestStream:
+        """A write session: ``with t.ingest_stream(key) as s: s.append(batch)`` for as long as the
+        producer runs, committed as ONE transaction (one snapshot) when the block ends; an exception
+        or ``s.abort()`` leaves nothing. ``mode``/``keys`` are those of ``write`` (default append);
+        ``write_kwargs`` pass through (``source_refs``, ``metadata``, ``provenance``...).
+        A sink mismatch is refused here, before the producer sends anything."""
+        from .streaming import IngestStream
+
+        validate_key(key)
+        key_cols = _keys(keys)
+        _check_mode(mode, key_cols, None, object())
+        if mode == "delete":
+            raise InvalidWriteError("an ingest stream adds rows; use delete_rows() or write(mode='delete')")
+        existing = self.control.dataset(self.workspace, key)
+        route = self.router.resolve(writer, key, existing)
+        if existing is not None and existing.exists and existing.sink != route.sink:
+            raise SinkMismatchError(
+                f"dataset {key!r} lives in sink {existing.sink!r} but writer {writer!r} resolves to "
+                f"{route.describe()}; move it with `trident canary {key}`, or pin it"
+            )
+        return IngestStream(
+            self, key, mode=mode, keys=key_cols, writer=writer, schema=schema, max_queued=max_queued,
+            write_kwargs=write_kwargs,
+        )
+
+    def update_rows(
+        self, key: str, data: Any, keys: Iterable[str] | str, *, writer: str = "row.edit", **write_kwargs: Any
+    ) -> WriteResult:
+        """Point update by key (writer ``row.edit``): the rows of ``data`` replace the rows with the
+        same key, keeping their ``__row_id`` and ``__row_index``; other rows are untouched.
+
+        ``data`` may carry only some columns: the others keep their current values. Every key must
+        already exist (KeyNotFoundError otherwise; use ``write(mode='upsert')`` to insert too).
+        """
+        from .row_edit import complete_rows
+
+        key_cols = _keys(keys)
+        full = complete_rows(self, key, to_reader(data).read_all(), key_cols)
+        return self.write(key, full, mode="upsert", keys=key_cols, writer=writer, **write_kwargs)
+
+    def delete_rows(
+        self,
+        key: str,
+        data: Any = None,
+        *,
+        keys: Iterable[str] | str | None = None,
+        where: str | None = None,
+        writer: str = "row.edit",
+        **write_kwargs: Any,
+    ) -> WriteResult:
+        """Point delete (writer ``row.edit``): the rows whose key is in ``data`` (with ``keys``), or
+        the rows matching ``where`` (a row filter like ``"order_id = 7"``); others keep identity."""
+        if where is not None:
+            return self.write(key, None, mode="delete", row_filter=where, writer=writer, **write_kwargs)
+        return self.write(key, data, mode="delete", keys=keys, writer=writer, **write_kwargs)
+
+    def write_manifest(self, key: str, entries: Any, *, mode: str = "upsert", **write_kwargs: Any) -> WriteResult:
+        """Record file pointers (object_key, size, checksum, content_type [+ extra columns]) in a
+        ``dataset.manifest`` dataset, which lives in the control plane (sink ``pg``) by design.
+        ``mode`` upsert (default, keyed by object_key), append_new, replace or delete."""
+        from .manifest import MANIFEST_KEY, MANIFEST_WRITER, manifest_table
+
+        table = manifest_table(entries)
+        keys = None if mode == "replace" else [MANIFEST_KEY]
+        if mode == "delete":
+            table = table.select([MANIFEST_KEY])
+        return self.write(key, table, mode=mode, keys=keys, writer=MANIFEST_WRITER, **write_kwargs)
+
+    def migrate(self, key: str, to_sink: str = "iceberg_native", *, progress: Any = None) -> MigrationReport:
+        """Canary: copy ``key`` to ``to_sink`` preserving identity, compare order-independent
+        checksums of both copies, and flip the dataset only on parity (else revert, unchanged).
+        ``progress(phase, rows_done, rows_total)`` is called as rows stream. See ``canary.py``."""
+        from .canary import migrate
+
+        return migrate(self, validate_key(key), to_sink, progress)
 
 
 def _keys(keys: Iterable[str] | str | None) -> tuple[str, ...]:

@@ -39,3 +39,9 @@ def armed(name: str, action: str = "raise") -> Iterator[None]:
         yield
     finally:
         _armed.pop(name, None)
+
+
+def armed_action(name: str) -> str | None:
+    """The action armed at ``name`` without performing it, for faults that are not an exception
+    (e.g. the canary's ``canary.drop_row``, which corrupts its copy to prove a mismatch reverts)."""
+    return _armed.get(name) or (_from_env().get(name) if "TRIDENT_FAILPOINTS" in os.environ else None)

@@ -38,7 +38,10 @@ class MergePlan:
 
 
 class KeyedMerge:
-    """One merge, one scratch DuckDB database under the transaction's spill folder."""
+    """One merge, one scratch DuckDB database under the transaction's spill folder.
+
+    Scalar results are read with ``fetchall()``: DuckDB 2 keeps a ``fetchone()`` result pending
+    and then refuses the next relation (``con.sql``) on the connection."""
 
     def __init__(self, spill_dir: Path, *, memory_limit: str, threads: int) -> None:
         spill_dir.mkdir(parents=True, exist_ok=True)
@@ -74,7 +77,7 @@ class KeyedMerge:
         staged_input = reader  # noqa: F841 - read by DuckDB's replacement scan
         self.con.execute(f"CREATE TABLE staged AS SELECT {cols} FROM staged_input")
         for k in keys:
-            nulls = self.con.execute(f"SELECT count(*) FROM staged WHERE {quote(k)} IS NULL").fetchone()[0]
+            nulls = self.con.execute(f"SELECT count(*) FROM staged WHERE {quote(k)} IS NULL").fetchall()[0][0]
             if nulls:
                 raise NullKeyError(k, nulls)
         key_list = ", ".join(quote(k) for k in keys)
@@ -83,7 +86,7 @@ class KeyedMerge:
         ).fetchall()
         if dups:
             raise DuplicateKeyError(list(keys), dups)
-        return self.con.execute("SELECT count(*) FROM staged").fetchone()[0]
+        return self.con.execute("SELECT count(*) FROM staged").fetchall()[0][0]
 
     def load_existing(self, reader: pa.RecordBatchReader) -> None:
         """The dataset's current keys and identity (plus ``__file`` when the sink tracks files).
@@ -142,9 +145,9 @@ class KeyedMerge:
         else:  # delete
             added = f"SELECT NULL::BIGINT AS {ROW_INDEX} WHERE false"
         self.con.execute(f"CREATE VIEW added AS {added}")
-        staged = self.con.execute("SELECT count(*) FROM staged").fetchone()[0]
-        matched = self.con.execute(f"SELECT count(*) FROM staged s SEMI JOIN survivors e ON {j}").fetchone()[0]
-        n_removed = self.con.execute("SELECT count(*) FROM removed").fetchone()[0]
+        staged = self.con.execute("SELECT count(*) FROM staged").fetchall()[0][0]
+        matched = self.con.execute(f"SELECT count(*) FROM staged s SEMI JOIN survivors e ON {j}").fetchall()[0][0]
+        n_removed = self.con.execute("SELECT count(*) FROM removed").fetchall()[0][0]
         return MergePlan(matched=matched, fresh=staged - matched, removed=n_removed, staged=staged)
 
     def plan_removal(self, removed: pa.RecordBatchReader) -> int:
@@ -152,7 +155,7 @@ class KeyedMerge:
         removed_input = removed  # noqa: F841
         self.con.execute("CREATE TABLE removed AS SELECT * FROM removed_input")
         self.con.execute(f"CREATE VIEW added AS SELECT NULL::BIGINT AS {ROW_INDEX} WHERE false")
-        return self.con.execute("SELECT count(*) FROM removed").fetchone()[0]
+        return self.con.execute("SELECT count(*) FROM removed").fetchall()[0][0]
 
     # -- results ----------------------------------------------------------------------------
     def affected_files(self) -> list[int]:

@@ -72,3 +72,34 @@ LIST_PINS = "SELECT key, sink FROM trident_dataset_pins WHERE workspace = %s"
 UPSERT_PIN = """INSERT INTO trident_dataset_pins (workspace, key, sink) VALUES (%s, %s, %s)
     ON CONFLICT (workspace, key) DO UPDATE SET sink = EXCLUDED.sink, updated_at = now()"""
 DELETE_PIN = "DELETE FROM trident_dataset_pins WHERE workspace = %s AND key = %s"
+
+# -- the pg sink (rows as jsonb; DDL in migrations/0002_pg_rows.sql) ------------------------------
+PG_LATEST_COMMIT = """SELECT seq, gen, arrow_schema, outcome, txn_id FROM trident_pg_commits
+    WHERE dataset_id = %s ORDER BY seq DESC LIMIT 1"""
+PG_COMMIT_OF_TXN = "SELECT seq, gen, arrow_schema, outcome, txn_id FROM trident_pg_commits WHERE txn_id = %s"
+PG_NEXT_SEQ = "SELECT nextval(pg_get_serial_sequence('trident_pg_commits', 'seq')) AS seq"
+PG_INSERT_COMMIT = """INSERT INTO trident_pg_commits (seq, dataset_id, txn_id, gen, arrow_schema, outcome)
+    VALUES (%s, %s, %s, %s, %s, %s::jsonb)"""
+PG_DELETE_COMMIT = "DELETE FROM trident_pg_commits WHERE txn_id = %s"
+# Settled history is purged at the start of the next write (its writer lock proves every earlier
+# transaction has committed or been undone): old generations and the undo log.
+PG_PURGE_OLD_GENS = "DELETE FROM trident_rows WHERE dataset_id = %s AND gen <> %s"
+PG_PURGE_UNDO = "DELETE FROM trident_rows_undo WHERE dataset_id = %s"
+PG_COPY_ROWS = "COPY trident_rows (dataset_id, gen, row_id, row_index, created_at, txn_id, data) FROM STDIN"
+PG_CREATE_GONE = "CREATE TEMP TABLE trident_gone (row_id uuid PRIMARY KEY) ON COMMIT DROP"
+PG_COPY_GONE = "COPY trident_gone (row_id) FROM STDIN"
+PG_MOVE_GONE_TO_UNDO = """WITH gone AS (
+    DELETE FROM trident_rows r USING trident_gone g
+    WHERE r.dataset_id = %s AND r.gen = %s AND r.row_id = g.row_id
+    RETURNING r.dataset_id, r.gen, r.row_id, r.row_index, r.created_at, r.txn_id, r.data)
+INSERT INTO trident_rows_undo (undo_txn_id, dataset_id, gen, row_id, row_index, created_at, txn_id, data)
+SELECT %s, dataset_id, gen, row_id, row_index, created_at, txn_id, data FROM gone"""
+PG_UNDO_DELETE_WRITTEN = "DELETE FROM trident_rows WHERE dataset_id = %s AND txn_id = %s"
+PG_UNDO_RESTORE = """INSERT INTO trident_rows (dataset_id, gen, row_id, row_index, created_at, txn_id, data)
+    SELECT dataset_id, gen, row_id, row_index, created_at, txn_id, data FROM trident_rows_undo WHERE undo_txn_id = %s"""
+PG_UNDO_FORGET = "DELETE FROM trident_rows_undo WHERE undo_txn_id = %s"
+PG_SCAN_ROWS = """SELECT row_index, row_id::text, (extract(epoch FROM created_at) * 1000000)::bigint, data::text
+    FROM trident_rows WHERE dataset_id = %s AND gen = %s ORDER BY row_index"""
+PG_DROP_ROWS = "DELETE FROM trident_rows WHERE dataset_id = %s"
+PG_DROP_UNDO = "DELETE FROM trident_rows_undo WHERE dataset_id = %s"
+PG_DROP_COMMITS = "DELETE FROM trident_pg_commits WHERE dataset_id = %s"

@@ -29,6 +29,9 @@ class WriteRequest:
     reader: pa.RecordBatchReader | None  # None for a delete by row_filter
     spill_dir: Path
     note_location: Callable[[str], None]  # records where files go, for cleanup after a crash
+    # Migration copies (canary): the reader already carries the identity columns, which the sink
+    # keeps as they are instead of stamping new ones. Only the facade's migrate() sets this.
+    preserve_identity: bool = False
 
 
 AsOf = int | str | uuid.UUID | datetime | None

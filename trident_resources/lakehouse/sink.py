@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as pads
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, RESTError
@@ -160,21 +161,27 @@ class IcebergSink(Sink):
         replace = req.mode == "replace"
         assert req.reader is not None
         existing = None if table is None else schema_to_pyarrow(table.schema(), include_field_ids=False)
-        user_schema = plan_schema(existing, req.reader.schema, replace=replace)
+        user_schema = plan_schema(existing, user_fields(req.reader.schema), replace=replace)
         txn = self._begin(req, table, with_identity(user_schema), replace=replace)
         writer = self._writer(req, txn)
         first = 0 if (replace or table is None) else req.dataset.next_row_index
         seq = 0
+        top = -1  # highest carried __row_index of an identity-preserving copy
         try:
             for batch in req.reader:
                 if batch.num_rows == 0:
                     continue
-                stamped = stamp(conform(batch, user_fields(user_schema)), req.txn_id, seq, first + seq, req.tau)
+                if req.preserve_identity:  # a migration copy: the rows keep the identity they have
+                    stamped = conform(batch, with_identity(user_schema))
+                    top = max(top, pc.max(stamped.column(ROW_INDEX)).as_py() or 0)
+                else:
+                    stamped = stamp(conform(batch, user_fields(user_schema)), req.txn_id, seq, first + seq, req.tau)
                 writer.write(conform(stamped, writer.arrow_schema))
                 seq += batch.num_rows
             files = writer.close()
             failpoint("write.before_commit")
-            props = self._summary(req, rows_written=seq, next_row_index=first + seq)
+            next_index = max(req.dataset.next_row_index, top + 1) if req.preserve_identity else first + seq
+            props = self._summary(req, rows_written=seq, next_row_index=next_index)
             target = with_identity(user_schema)
             snapshot = self._commit(
                 req, table, txn, files, delete="all" if replace else "none", props=props,

@@ -1,0 +1,132 @@
+"""Arrow <-> jsonb for the pg sink, done in DuckDB so no row passes through Python objects.
+
+jsonb has no types of its own beyond JSON's, so every value is written in a form that casts back
+exactly to the column's Arrow type recorded with the commit: decimals as JSON numbers (jsonb keeps
+numeric text exactly), floats in shortest round-trip form with NaN/Infinity as strings (JSON has
+no such numbers), binary as base64, temporal types as ISO strings. Reading casts through
+``json_transform_strict`` with the recorded schema, so a value that does not fit fails loudly.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from .errors import SchemaMismatchError
+from .identity import CREATED_AT, ROW_ID, ROW_INDEX, TIMESTAMP_TYPE
+from .merge import quote
+from .schemas import conform, user_fields
+
+
+def _sql_literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _is_float(t: pa.DataType) -> bool:
+    return pa.types.is_floating(t)
+
+
+def _is_binary(t: pa.DataType) -> bool:
+    return pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t)
+
+
+class JsonCodec:
+    """Encodes stamped batches to COPY text lines and decodes fetched rows, for one user schema."""
+
+    def __init__(self, user_schema: pa.Schema) -> None:
+        self.user_schema = user_fields(user_schema)
+        self.con = duckdb.connect(config={"threads": 1})
+        self.con.execute("SET TimeZone = 'UTC'")
+        self._duck_types = self._duckdb_types(self.user_schema)
+
+    def close(self) -> None:
+        self.con.close()
+
+    def _duckdb_types(self, schema: pa.Schema) -> dict[str, str]:
+        if not len(schema):
+            return {}
+        empty = pa.Table.from_batches([], schema=schema)  # noqa: F841 - DuckDB replacement scan
+        return {row[0]: row[1] for row in self.con.execute("DESCRIBE SELECT * FROM empty").fetchall()}
+
+    # -- encode -----------------------------------------------------------------------------
+    def _value_json(self, field: pa.Field) -> str:
+        c = quote(field.name)
+        if _is_float(field.type):
+            return f"CASE WHEN {c} IS NULL THEN NULL WHEN isfinite({c}) THEN {c}::VARCHAR::JSON ELSE to_json({c}::VARCHAR) END"
+        if _is_binary(field.type):
+            return f"to_json(base64({c}::BLOB))"
+        return c
+
+    def row_json_sql(self) -> str:
+        if not len(self.user_schema):
+            return "'{}'"
+        members = ", ".join(f"{quote(f.name)} := {self._value_json(f)}" for f in self.user_schema)
+        return f"to_json(struct_pack({members}))"
+
+    def copy_payload(self, stamped: pa.RecordBatch, dataset_id: uuid.UUID, gen: int, txn_id: uuid.UUID) -> memoryview:
+        """COPY-text lines (dataset_id, gen, row_id, row_index, created_at, txn_id, data) for a
+        batch that already carries the identity columns; returned zero-copy from Arrow's buffer."""
+        if stamped.num_rows == 0:
+            return memoryview(b"")
+        batch = stamped  # noqa: F841
+        head = _sql_literal(f"{dataset_id}\t{gen}\t")
+        txn = _sql_literal(f"\t{txn_id}\t")
+        sql = (
+            f"SELECT {head} || {ROW_ID} || chr(9) || {ROW_INDEX}::VARCHAR || chr(9) || {CREATED_AT}::VARCHAR || {txn} "
+            f"|| replace(({self.row_json_sql()})::VARCHAR, '\\', '\\\\') || chr(10) AS line FROM batch"
+        )
+        try:
+            col = self.con.sql(sql).to_arrow_table().column(0).combine_chunks()
+        except duckdb.Error as exc:
+            raise SchemaMismatchError(f"cannot encode rows as JSON for the pg sink: {exc}") from exc
+        if col.null_count:
+            raise SchemaMismatchError("a row could not be encoded (an identity column was null)")
+        if pa.types.is_string_view(col.type):
+            col = col.cast(pa.large_string())
+        width = np.int64 if pa.types.is_large_string(col.type) else np.int32
+        offsets = np.frombuffer(col.buffers()[1], dtype=width)[col.offset : col.offset + len(col) + 1]
+        return memoryview(col.buffers()[2])[int(offsets[0]) : int(offsets[-1])]  # type: ignore[index]
+
+    # -- decode -----------------------------------------------------------------------------
+    def decode(
+        self,
+        rows: list[tuple[int, str, int, str]],
+        target: pa.Schema,
+    ) -> pa.RecordBatch:
+        """Rows fetched as (row_index, row_id, created_at micros, data text) -> a batch in ``target``
+        (a projection of identity + user columns, in the caller's order)."""
+        index, ids, created, data = zip(*rows) if rows else ((), (), (), ())
+        chunk = pa.table(  # noqa: F841
+            {
+                ROW_INDEX: pa.array(index, pa.int64()),
+                ROW_ID: pa.array(ids, pa.large_string()),
+                CREATED_AT: pa.array(created, pa.int64()).view(TIMESTAMP_TYPE),
+                "__data": pa.array(data, pa.large_string()),
+            }
+        )
+        wanted_user = [f for f in target if f.name in self.user_schema.names]
+        structure = {f.name: ("VARCHAR" if _is_binary(f.type) else self._duck_types[f.name]) for f in wanted_user}
+        parts = []
+        for f in target:
+            if f.name in (ROW_INDEX, ROW_ID, CREATED_AT):
+                parts.append(quote(f.name))
+            elif _is_binary(f.type):
+                parts.append(f"from_base64(s.{quote(f.name)}) AS {quote(f.name)}")
+            else:
+                parts.append(f"s.{quote(f.name)} AS {quote(f.name)}")
+        inner = f"json_transform_strict(__data, {_sql_literal(json.dumps(structure))}) AS s" if structure else "NULL AS s"
+        sql = f"SELECT {', '.join(parts) or '1 AS __none'} FROM (SELECT *, {inner} FROM chunk)"
+        try:
+            table = self.con.sql(sql).to_arrow_table()
+        except duckdb.Error as exc:
+            raise SchemaMismatchError(
+                f"a stored row does not decode with the dataset's recorded schema: {exc}"
+            ) from exc
+        if not len(target):
+            return pa.RecordBatch.from_arrays([], schema=target)  # type: ignore[call-arg]
+        batch = table.combine_chunks().to_batches()[0] if table.num_rows else pa.RecordBatch.from_pylist([], schema=table.schema)
+        return conform(batch, target)
