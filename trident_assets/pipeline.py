@@ -71,7 +71,7 @@ def raw_table_asset(table: str, resource_key: str = "trident") -> Node:
         source = str(folder / f"{table}.parquet")
         reader = pads.dataset(source, format="parquet").scanner(batch_size=65_536).to_reader()
         return TridentOutput(
-            reader, mode="replace", writer="ingest.api", provenance={**RAW_PROVENANCE, "source_file": f"{table}.parquet"},
+            reader, mode="replace", writer="ingest.api", provenance={**RAW_PROVENANCE, "source_files": [f"{table}.parquet"]},
             source_refs=[f"tpchgen-cli:sf{scale_factor()}/{table}"], metadata={"trident/source_file": source},
         )
 

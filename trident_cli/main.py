@@ -29,9 +29,9 @@ def cli(verbose: bool) -> None:
 
 
 def _register() -> None:
-    from . import demo
+    from . import admin, check, demo
 
-    for module in (demo,):
+    for module in (demo, check, admin):
         for command in module.COMMANDS:
             cli.add_command(command)
 
