@@ -1,0 +1,276 @@
+"""Dataset administration without Dagster: readers (datasets, describe, history, sql, export), the
+writer registry (writers, flag, pin), canary migration and the reconciler.
+
+Every command opens the trident from ``TRIDENT_*`` settings (the embedded default when none is set)
+and goes through the facade, so what it shows is exactly what a pipeline would read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import click
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.markup import escape
+from rich.table import Table
+
+from trident_resources import Trident
+from trident_resources.router import SINKS, WRITERS
+
+from .render import console, print_table
+
+
+@contextmanager
+def _trident() -> Iterator[Trident]:
+    with Trident.from_env() as t:
+        yield t
+
+
+def _progress() -> Progress:
+    return Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("rows"),
+        TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=False,
+    )
+
+
+def _kv(title: str, rows: list[tuple[str, Any]]) -> None:
+    out = Table(title=title, show_header=False)
+    out.add_column("field", style="bold")
+    out.add_column("value", overflow="fold")
+    for k, v in rows:
+        out.add_row(k, "" if v is None else escape(str(v)))
+    console.print(out)
+
+
+# -- readers --------------------------------------------------------------------------------------
+@click.command("datasets")
+def datasets() -> None:
+    """List this workspace's datasets: sink, rows, schema version, last commit."""
+    with _trident() as t:
+        out = Table(title=f"datasets in workspace {t.workspace!r}")
+        for col in ("key", "sink", "rows", "schema v", "committed at", "last txn"):
+            out.add_column(col, justify="right" if col in ("rows", "schema v") else "left")
+        for d in t.datasets():
+            out.add_row(d.key, d.sink, f"{d.row_count:,}", str(d.schema_version),
+                        f"{d.committed_at:%Y-%m-%d %H:%M:%S}" if d.committed_at else "", str(d.last_txn_id))
+        console.print(out)
+
+
+@click.command("describe")
+@click.argument("key")
+def describe(key: str) -> None:
+    """Show a dataset: sink, rows, schema, snapshot, provenance."""
+    with _trident() as t:
+        d = t.describe(key)
+        _kv(d.key, [
+            ("workspace", d.workspace), ("dataset id", d.dataset_id), ("sink", d.sink), ("rows", f"{d.row_count:,}"),
+            ("schema version", d.schema_version), ("snapshot", d.snapshot_id), ("last txn", d.last_txn_id),
+            ("committed at", d.committed_at), ("updated at", d.updated_at), ("iceberg identifier", d.iceberg_identifier),
+            ("pin", t.router.pins().get(key)),
+            ("provenance", json.dumps(d.provenance, default=str) if d.provenance else None),
+        ])
+        schema = Table(title="schema")
+        for col in ("column", "type", "nullable"):
+            schema.add_column(col)
+        for f in d.schema:
+            schema.add_row(escape(f["name"]), escape(f["type"]), str(f["nullable"]))
+        console.print(schema)
+
+
+@click.command("history")
+@click.argument("key")
+@click.option("--limit", type=int, default=20, show_default=True, help="Newest transactions to show.")
+def history(key: str, limit: int) -> None:
+    """The ledger of a dataset, newest first (committed, aborted and open transactions)."""
+    with _trident() as t:
+        out = Table(title=f"history of {key}")
+        for col in ("started", "status", "mode", "writer", "sink", "route", "written", "rows", "txn", "error"):
+            out.add_column(col, overflow="fold")
+        for e in t.history(key, limit):
+            route = (e.route_reason or "") + (f" (clamped from {e.requested_sink})" if e.clamped else "")
+            status = {"committed": "[green]committed", "aborted": "[red]aborted", "open": "[yellow]open"}[e.status]
+            out.add_row(f"{e.started_at:%Y-%m-%d %H:%M:%S}", status, e.mode, e.writer, e.sink, route,
+                        "" if e.rows_written is None else f"{e.rows_written:,}",
+                        "" if e.row_count is None else f"{e.row_count:,}", str(e.txn_id), escape((e.error or "")[:120]))
+        console.print(out)
+
+
+@click.command("sql")
+@click.argument("query")
+@click.option("--max-rows", type=int, default=50, show_default=True, help="Rows to print (the count is always shown).")
+def sql(query: str, max_rows: int) -> None:
+    """Run read-only SQL (DuckDB) over datasets named by key, e.g. 'select count(*) from "sales/orders"'.
+
+    Writes, DDL, COPY, ATTACH, INSTALL/LOAD and reading files or URLs are refused."""
+    with _trident() as t:
+        print_table(t.sql(query), max_rows=max_rows)
+
+
+@click.command("export")
+@click.argument("key")
+@click.option("--format", "fmt", type=click.Choice(["csv", "parquet"]), required=True)
+@click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path), required=True, help="File to write.")
+@click.option("--columns", default=None, help="Comma-separated columns (default: all, identity included).")
+@click.option("--where", default=None, help="Row filter, e.g. \"amount > 100\".")
+@click.option("--force", is_flag=True, help="Overwrite an existing file.")
+def export(key: str, fmt: str, out: Path, columns: str | None, where: str | None, force: bool) -> None:
+    """Stream a dataset to a CSV or Parquet file in bounded memory, with a progress bar.
+
+    The file appears only when complete (written beside it, then renamed)."""
+    if out.exists() and not force:
+        raise click.UsageError(f"{out} exists; pass --force to overwrite")
+    cols = [c.strip() for c in columns.split(",")] if columns else None
+    with _trident() as t:
+        total = t.describe(key).row_count
+        reader = t.stream(key, columns=cols, row_filter=where)
+        tmp = out.with_name(f".{out.name}.partial-{os.getpid()}")
+        done = 0
+        try:
+            with _progress() as bar:
+                task = bar.add_task(f"export {key}", total=total if where is None else None)
+                writer: Any = (pq.ParquetWriter(str(tmp), reader.schema, compression="zstd") if fmt == "parquet"
+                               else pacsv.CSVWriter(str(tmp), reader.schema))
+                with writer:
+                    for batch in reader:
+                        writer.write_batch(batch)
+                        done += batch.num_rows
+                        bar.update(task, advance=batch.num_rows)
+            os.replace(tmp, out)
+        finally:
+            tmp.unlink(missing_ok=True)
+        console.print(f"wrote {done:,} rows of {key} to {out} ({fmt})")
+
+
+# -- writers, flags, pins -------------------------------------------------------------------------
+@click.command("writers")
+def writers() -> None:
+    """The writer registry: tier, default and max mode, and where each writer routes now."""
+    with _trident() as t:
+        flags = t.router.flags()
+        out = Table(title="writers")
+        for col in ("writer", "tier", "default_mode", "max_mode", "flag", "routes new datasets to"):
+            out.add_column(col)
+        for w in WRITERS.values():
+            route = t.router.resolve(w.name, "__registry_probe__", None)
+            out.add_row(w.name, str(w.tier), w.default_mode, w.max_mode, flags.get(w.name, ""), route.describe())
+        console.print(out)
+
+
+@click.group("flag")
+def flag() -> None:
+    """Per-writer sink flags (seen by every process within 10 s; clamped to the writer's max_mode)."""
+
+
+@flag.command("set")
+@click.argument("writer", type=click.Choice(sorted(WRITERS)))
+@click.argument("sink", type=click.Choice(SINKS))
+def flag_set(writer: str, sink: str) -> None:
+    """Route WRITER to SINK."""
+    with _trident() as t:
+        d = t.router.set_flag(writer, sink)
+        msg = f"flag {writer} -> {sink}"
+        if d.clamped:
+            msg += f" [yellow](clamped: {writer} can go no further than {d.sink}; the flag has no effect)"
+        console.print(msg)
+
+
+@flag.command("clear")
+@click.argument("writer", type=click.Choice(sorted(WRITERS)))
+def flag_clear(writer: str) -> None:
+    """Remove WRITER's flag (back to its default)."""
+    with _trident() as t:
+        t.router.clear_flag(writer)
+        console.print(f"flag of {writer} cleared")
+
+
+@click.group("pin")
+def pin() -> None:
+    """Per-dataset sink pins (win over flags; still clamped to the writer's max_mode)."""
+
+
+@pin.command("set")
+@click.argument("key")
+@click.argument("sink", type=click.Choice(SINKS))
+def pin_set(key: str, sink: str) -> None:
+    """Pin dataset KEY to SINK."""
+    with _trident() as t:
+        t.router.set_pin(key, sink)
+        if t.exists(key) and t.describe(key).sink != sink:
+            console.print(f"[yellow]{key} lives in {t.describe(key).sink}: writes will be refused until it is moved "
+                          f"(`trident canary {key} --to {sink}`)")
+        console.print(f"pin {key} -> {sink}")
+
+
+@pin.command("clear")
+@click.argument("key")
+def pin_clear(key: str) -> None:
+    """Remove KEY's pin."""
+    with _trident() as t:
+        t.router.clear_pin(key)
+        console.print(f"pin of {key} cleared")
+
+
+@click.command("pins")
+def pins() -> None:
+    """List flags and pins in force."""
+    with _trident() as t:
+        out = Table(title="flags and pins")
+        for col in ("kind", "name", "sink"):
+            out.add_column(col)
+        for w, s in sorted(t.router.flags().items()):
+            out.add_row("flag", w, s)
+        for k, s in sorted(t.router.pins().items()):
+            out.add_row("pin", k, s)
+        console.print(out)
+
+
+# -- canary and reconcile -------------------------------------------------------------------------
+@click.command("canary")
+@click.argument("key")
+@click.option("--to", "to_sink", type=click.Choice(SINKS), default="iceberg_native", show_default=True)
+def canary(key: str, to_sink: str) -> None:
+    """Move dataset KEY to another sink: copy with identity, compare checksums, flip only on parity.
+
+    Exit status 0 when flipped, 1 when the copies differed and the move was reverted."""
+    with _trident() as t:
+        total = t.describe(key).row_count
+        with _progress() as bar:
+            tasks = {"copy": bar.add_task(f"copy {key}", total=total), "verify": bar.add_task("verify copy", total=total)}
+
+            def progress(phase: str, done: int, _total: int) -> None:
+                bar.update(tasks[phase], completed=done)
+
+            report = t.migrate(key, to_sink, progress=progress)
+        _kv(f"canary {key}: {report.from_sink} -> {report.to_sink}", [
+            ("txn", report.txn_id), ("ledger rows", f"{report.ledger_rows:,}"),
+            ("source rows", f"{report.source_rows:,}"), ("copy rows", f"{report.target_rows:,}"),
+            ("source checksum", report.source_checksum), ("copy checksum", report.target_checksum),
+            ("schema equal", report.schema_equal), ("copy", f"{report.copy_seconds:.1f}s"),
+            ("verify", f"{report.verify_seconds:.1f}s"),
+            ("result", "[green]FLIPPED" if report.flipped else "[red]REVERTED"), ("detail", report.message),
+        ])
+        if not report.flipped:
+            sys.exit(1)
+
+
+@click.command("reconcile")
+def reconcile() -> None:
+    """Repair transactions left open by crashed writers (live writers are left alone)."""
+    with _trident() as t:
+        r = t.reconcile()
+        _kv("reconcile", [("rolled forward", len(r.rolled_forward)), ("aborted", len(r.aborted)),
+                          ("still running", len(r.still_running))])
+        for label, ids in (("rolled forward", r.rolled_forward), ("aborted", r.aborted)):
+            for txn in ids:
+                console.print(f"  {label}: {txn}")
+
+
+COMMANDS = [datasets, describe, history, sql, export, writers, flag, pin, pins, canary, reconcile]
