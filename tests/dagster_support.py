@@ -1,0 +1,48 @@
+"""Helpers for the Dagster-layer tests: resources on a test's own workspace, and a materialize
+that returns the result without raising so tests can assert on failures."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import dagster as dg
+
+from trident_assets import Node
+from trident_resources import TridentSettings
+from trident_resources.dagster_io import TridentIOManager, TridentResource
+
+
+def resources_for(settings: TridentSettings) -> dict[str, Any]:
+    r = TridentResource.from_settings(settings)
+    return {"trident": r, "io_manager": TridentIOManager(trident=r)}
+
+
+def materialize_nodes(settings: TridentSettings, nodes: Sequence[Node], *, selection: Any = None) -> dg.ExecuteInProcessResult:
+    assets: list[Any] = []
+    for n in nodes:
+        assets.append(n.assets_def)
+        assets.extend(n.checks)
+    return dg.materialize(assets, resources=resources_for(settings), selection=selection, raise_on_error=False)
+
+
+def materialized(result: dg.ExecuteInProcessResult) -> dict[str, dict[str, Any]]:
+    """asset key -> its materialization metadata (plain values)."""
+    out = {}
+    for event in result.get_asset_materialization_events():
+        m = event.materialization
+        out[m.asset_key.to_user_string()] = {k: getattr(v, "value", v) for k, v in m.metadata.items()}
+    return out
+
+
+def step_errors(result: dg.ExecuteInProcessResult) -> list[str]:
+    """Each failed step's error, with the user exception Dagster wraps it in."""
+    out = []
+    for e in result.all_events:
+        if e.is_step_failure and e.event_specific_data and e.event_specific_data.error:
+            err, text = e.event_specific_data.error, []
+            while err is not None:
+                text.append(err.message)
+                err = err.cause
+            out.append("\n".join(text))
+    return out
