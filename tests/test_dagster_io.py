@@ -1,0 +1,116 @@
+"""TridentIOManager: streamed outputs, typed inputs, column projection, options from metadata."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import dagster as dg
+import pandas as pd
+import polars as pl
+import pyarrow as pa
+
+from trident_assets import merge_provenance
+from trident_resources import Trident, TridentSettings
+
+from .dagster_support import materialized, resources_for, step_errors
+
+
+def test_a_lazy_reader_streams_through_and_inputs_load_by_annotation(settings: TridentSettings, trident: Trident) -> None:
+    pulled: list[int] = []
+
+    @dg.asset(key=["io", "big"])
+    def big() -> pa.RecordBatchReader:
+        schema = pa.schema([("id", pa.int64()), ("name", pa.string()), ("score", pa.float64())])
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            for i in range(20):
+                pulled.append(i)
+                ids = list(range(i * 1000, (i + 1) * 1000))
+                yield pa.RecordBatch.from_pydict({"id": ids, "name": [f"n{x}" for x in ids], "score": [x / 2 for x in ids]}, schema=schema)
+
+        return pa.RecordBatchReader.from_batches(schema, batches())
+
+    seen: dict[str, object] = {}
+
+    @dg.asset(key=["io", "narrow"], ins={"big": dg.AssetIn(key=["io", "big"], metadata={"columns": ["id"]})})
+    def narrow(big: pa.Table) -> pa.Table:
+        seen["narrow"] = big.column_names
+        return big.slice(0, 10)
+
+    @dg.asset(key=["io", "as_pandas"], ins={"big": dg.AssetIn(key=["io", "big"], metadata={"row_filter": "id < 5"})})
+    def as_pandas(big: pd.DataFrame) -> pd.DataFrame:
+        seen["pandas"] = (type(big), list(big.columns), len(big))
+        return big
+
+    @dg.asset(key=["io", "as_polars"], ins={"big": dg.AssetIn(key=["io", "big"])})
+    def as_polars(big: pl.DataFrame) -> pl.DataFrame:
+        seen["polars"] = type(big)
+        return big.filter(pl.col("id") < 3)
+
+    @dg.asset(key=["io", "as_reader"], ins={"big": dg.AssetIn(key=["io", "big"], metadata={"identity": True})})
+    def as_reader(big: pa.RecordBatchReader) -> None:
+        seen["reader"] = (type(big), big.schema.names[:3])
+        big.close()
+
+    result = dg.materialize([big, narrow, as_pandas, as_polars, as_reader], resources=resources_for(settings), raise_on_error=False)
+    assert result.success, step_errors(result)
+    assert pulled == list(range(20))
+    meta = materialized(result)
+    assert meta["io/big"]["dagster/row_count"] == 20_000
+    assert [c.name for c in meta["io/big"]["dagster/column_schema"].columns] == ["__row_index", "__row_id", "__created_at", "id", "name", "score"]
+    assert meta["io/big"]["trident/writer"] == "pipeline.output"
+    assert seen["narrow"] == ["id"]  # only the projected column was read
+    assert seen["pandas"] == (pd.DataFrame, ["id", "name", "score"], 5)
+    assert seen["polars"] is pl.DataFrame
+    assert seen["reader"] == (pa.RecordBatchReader, ["__row_index", "__row_id", "__created_at"])
+    assert trident.describe("io/as_polars").row_count == 3
+    assert not trident.exists("io/as_reader")  # an asset that returns None writes nothing
+
+
+def test_write_options_come_from_output_metadata(settings: TridentSettings, trident: Trident) -> None:
+    trident.write("io/people", pa.table({"id": [1, 2], "name": ["a", "b"]}))
+    before = {r["id"]: r["__row_id"] for r in trident.read("io/people").to_pylist()}
+
+    @dg.asset(key=["io", "people"], metadata={"trident/mode": "upsert", "trident/keys": ["id"], "trident/provenance": {"contract": "c-1"}})
+    def people() -> pa.Table:
+        return pa.table({"id": [2, 3], "name": ["B", "c"]})
+
+    result = dg.materialize([people], resources=resources_for(settings))
+    meta = materialized(result)["io/people"]
+    assert meta["trident/mode"] == "upsert" and meta["trident/preserved"] == 1 and meta["dagster/row_count"] == 3
+    after = {r["id"]: r["__row_id"] for r in trident.read("io/people").to_pylist()}
+    assert after[2] == before[2] and after[1] == before[1]
+    assert trident.describe("io/people").provenance == {"contract": "c-1"}
+
+
+def test_returning_identity_columns_is_a_clear_error(settings: TridentSettings, trident: Trident) -> None:
+    @dg.asset(key=["io", "bad"])
+    def bad() -> pa.Table:
+        return pa.table({"__row_id": ["x"], "v": [1]})
+
+    result = dg.materialize([bad], resources=resources_for(settings), raise_on_error=False)
+    assert any("__row_id" in e for e in step_errors(result))
+    assert not trident.exists("io/bad")
+
+
+def test_provenance_merge_unions_lists_and_records_conflicts() -> None:
+    merged = merge_provenance(
+        {
+            "a/x": {"counterparty": "acme", "contract": "k1", "tags": ["pii", "eu"], "upstream": ["raw/x"]},
+            "a/y": {"counterparty": "acme", "contract": "k2", "tags": ["eu", "finance"], "owner": {"team": "t1"}},
+        },
+        own={"tags": ["derived"], "counterparty": "acme-group"},
+        lineage=[{"key": "a/x"}],
+    )
+    assert merged["tags"] == ["pii", "eu", "finance", "derived"]
+    assert merged["contract"] == ["k1", "k2"]
+    assert merged["counterparty"] == "acme-group"
+    assert merged["owner"] == {"team": "t1"}
+    assert merged["upstream"] == ["a/x", "a/y", "raw/x"]
+    fields = [c["field"] for c in merged["conflicts"]]
+    assert fields == ["contract", "counterparty"]
+    assert merged["conflicts"][0]["values"] == {"a/x": "k1", "a/y": "k2"}
+    assert merged["conflicts"][1]["resolved_by"] == "node"
+    # carried forward: a further derivation keeps the earlier conflict
+    again = merge_provenance({"b/z": merged})
+    assert again["conflicts"][:2] == merged["conflicts"] and again["upstream"] == ["a/x", "a/y", "b/z", "raw/x"]
