@@ -414,10 +414,8 @@ class Trident:
         ``mode`` upsert (default, keyed by object_key), append_new, replace or delete."""
         from .manifest import MANIFEST_KEY, MANIFEST_WRITER, manifest_table
 
-        table = manifest_table(entries)
+        table = manifest_table(entries, keys_only=mode == "delete")
         keys = None if mode == "replace" else [MANIFEST_KEY]
-        if mode == "delete":
-            table = table.select([MANIFEST_KEY])
         return self.write(key, table, mode=mode, keys=keys, writer=MANIFEST_WRITER, **write_kwargs)
 
     def migrate(self, key: str, to_sink: str = "iceberg_native", *, progress: Any = None) -> MigrationReport:

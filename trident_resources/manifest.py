@@ -28,18 +28,22 @@ MANIFEST_FIELDS = (
 )
 
 
-def manifest_table(entries: Any) -> pa.Table:
-    """Validate and normalise manifest rows: the four pointer columns (extra columns are kept)."""
+def manifest_table(entries: Any, *, keys_only: bool = False) -> pa.Table:
+    """Validate and normalise manifest rows: the four pointer columns (extra columns are kept);
+    ``keys_only`` (a delete) needs and keeps just ``object_key``."""
     if isinstance(entries, list) and (not entries or isinstance(entries[0], dict)):
         entries = pa.Table.from_pylist(entries) if entries else pa.table({f.name: pa.array([], f.type) for f in MANIFEST_FIELDS})
     table = to_reader(entries).read_all()
-    missing = [f.name for f in MANIFEST_FIELDS if f.name not in table.column_names]
+    fields = MANIFEST_FIELDS[:1] if keys_only else MANIFEST_FIELDS
+    missing = [f.name for f in fields if f.name not in table.column_names]
     if missing:
         raise SchemaMismatchError(
             f"a manifest needs columns {[f.name for f in MANIFEST_FIELDS]}; missing {missing}. "
             "Build rows with manifest_entries(paths) or pass dicts with those keys"
         )
-    for f in MANIFEST_FIELDS:
+    if keys_only:
+        table = table.select([MANIFEST_KEY])
+    for f in fields:
         col = table.column(f.name)
         try:
             table = table.set_column(table.schema.get_field_index(f.name), f, col.cast(f.type))
@@ -47,8 +51,8 @@ def manifest_table(entries: Any) -> pa.Table:
             raise SchemaMismatchError(f"manifest column {f.name!r} must be {f.type}: {exc}") from exc
     if table.num_rows and table.column("object_key").null_count:
         raise SchemaMismatchError("every manifest row needs an object_key")
-    rest = [n for n in table.column_names if n not in {f.name for f in MANIFEST_FIELDS}]
-    return table.select([f.name for f in MANIFEST_FIELDS] + rest)
+    rest = [n for n in table.column_names if n not in {f.name for f in fields}]
+    return table.select([f.name for f in fields] + rest)
 
 
 def manifest_entries(paths: Iterable[str | Path], *, root: str | Path | None = None, algorithm: str = "sha256") -> pa.Table:

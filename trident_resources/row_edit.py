@@ -56,7 +56,7 @@ def complete_rows(t: Trident, key: str, edits: pa.Table, keys: tuple[str, ...]) 
         cols = ", ".join(
             f"e.{quote(c)} AS {quote(c)}" if c in edits.column_names else f"c.{quote(c)} AS {quote(c)}" for c in user
         )
-        out = con.execute(f"SELECT {cols} FROM edits e JOIN current_rows c ON {on}").to_arrow_table()
+        out = con.sql(f"SELECT {cols} FROM edits e JOIN current_rows c ON {on}").to_arrow_table()
         return out.cast(pa.schema([schema.field(c) for c in user]))
     finally:
         con.close()

@@ -70,5 +70,10 @@ def run_sql(t: Trident, query: str) -> pa.Table:
             return con.sql(query).to_arrow_table()
         except duckdb.PermissionException as exc:
             raise SqlNotAllowedError(f"the query tried to reach outside the datasets: {exc}") from exc
+        except duckdb.CatalogException as exc:  # e.g. FROM '/etc/hosts': not a dataset, and files are off limits
+            raise SqlNotAllowedError(
+                f"the query names something that is not a dataset of workspace {t.workspace!r} "
+                f"(datasets: {sorted(known)}); quote keys with '/' as \"a/b\". {exc}"
+            ) from exc
     finally:
         con.close()
