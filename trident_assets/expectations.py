@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import dagster as dg
+import duckdb
 
 from trident_resources import Trident, TridentError
 from trident_resources.dagster_io import TridentResource
@@ -31,9 +32,11 @@ class Expectation:
 
     def evaluate(self, t: Trident, key: str) -> tuple[bool, int, dict[str, Any]]:
         """(passed, observed number, metadata) against the dataset's current rows."""
+        if not t.exists(key):
+            return False, -1, {"error": f"dataset {key!r} does not exist yet: materialize it first"}
         try:
             value = int(t.sql(self.sql.format(dataset=f'"{key}"')).column(0)[0].as_py() or 0)
-        except TridentError as exc:
+        except (TridentError, duckdb.Error) as exc:
             return False, -1, {"error": f"{type(exc).__name__}: {exc}"}
         if self.bounds is not None:
             lo, hi = self.bounds

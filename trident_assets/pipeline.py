@@ -69,7 +69,9 @@ def raw_table_asset(table: str, resource_key: str = "trident") -> Node:
         resource: TridentResource = getattr(context.resources, resource_key)
         folder = ensure_tpch(resource.get_client().settings.home)
         source = str(folder / f"{table}.parquet")
-        reader = pads.dataset(source, format="parquet").scanner(batch_size=65_536).to_reader()
+        # low readahead: tpchgen row groups are large, and the default readahead buffers hundreds of MiB
+        scan = pads.dataset(source, format="parquet").scanner(batch_size=65_536, batch_readahead=2, fragment_readahead=1)
+        reader = scan.to_reader()
         return TridentOutput(
             reader, mode="replace", writer="ingest.api", provenance={**RAW_PROVENANCE, "source_files": [f"{table}.parquet"]},
             source_refs=[f"tpchgen-cli:sf{scale_factor()}/{table}"], metadata={"trident/source_file": source},

@@ -64,7 +64,11 @@ def demo(scale: str | None) -> None:
     if not result.success:
         for event in result.all_events:
             if event.is_step_failure and event.event_specific_data and event.event_specific_data.error:
-                console.print(f"[red]{event.step_key} failed:[/] {event.event_specific_data.error.message.strip()}")
+                err, lines = event.event_specific_data.error, []
+                while err is not None:  # Dagster wraps the user's exception: show the whole chain
+                    lines.append(err.message.strip())
+                    err = err.cause
+                console.print(f"[red]{event.step_key} failed:[/] " + "\n  caused by: ".join(lines))
         sys.exit(1)
     console.print("\nserve it in the UI: dagster dev -w workspace.yaml")
 

@@ -1,0 +1,135 @@
+"""Benchmark (not in CI): the example pipeline at TPC-H SF1 through Trident vs the same SQL run by
+DuckDB directly on the same Parquet files.
+
+Each measurement runs in its own subprocess so that its peak RSS (``ru_maxrss``) is its own. Data
+generation is done first and excluded. The DuckDB-direct side does the same graph of work: it
+copies the three raw tables (Trident's ingest), runs each node's SQL (the model through the same
+Python function over batches) and writes every result to Parquet. Target: Trident at most 2.5x
+DuckDB-direct wall time, peak RSS under 1 GiB.
+
+    python bench/pipeline_bench.py [--scale 1] [--home /tmp/trident-bench]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def _peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def run_trident(home: str, scale: str) -> dict:
+    os.environ.update({"TRIDENT_HOME": home, "TRIDENT_TPCH_SCALE": scale, "TRIDENT_WORKSPACE": f"bench_{int(time.time())}"})
+    from trident_cli.check import QUIET
+    from trident_sensors.definitions import defs
+
+    job = defs.resolve_job_def("tpch_pipeline")
+    start = time.perf_counter()
+    result = job.execute_in_process(run_config=QUIET, raise_on_error=False)
+    wall = time.perf_counter() - start
+    rows = {
+        e.materialization.asset_key.to_user_string(): e.materialization.metadata["dagster/row_count"].value
+        for e in result.get_asset_materialization_events()
+    }
+    return {"ok": result.success, "wall_s": wall, "peak_rss_mib": _peak_rss_mib(), "rows": rows}
+
+
+def run_duckdb(home: str, scale: str) -> dict:
+    import duckdb
+    import pyarrow.parquet as pq
+
+    from trident_assets.pipeline import LINEITEM_REVENUE_SQL, Q3_SQL, late_risk
+    from trident_resources import TridentSettings
+
+    settings = TridentSettings(home=home)
+    data = Path(home) / "tpch" / f"sf{scale}"
+    out = Path(tempfile.mkdtemp(prefix="duckdb-direct-", dir=home))
+    con = duckdb.connect(config={"memory_limit": settings.duckdb_memory_limit, "threads": settings.duckdb_threads})
+    rows: dict[str, int] = {}
+    start = time.perf_counter()
+
+    def copy(name: str, sql: str) -> None:
+        target = out / (name.replace("/", "__") + ".parquet")
+        con.execute(f"COPY ({sql}) TO '{target}' (FORMAT parquet, COMPRESSION zstd)")
+        rows[name] = pq.ParquetFile(target).metadata.num_rows
+
+    for table in ("customer", "orders", "lineitem"):
+        copy(f"tpch/{table}", f"SELECT * FROM '{data}/{table}.parquet'")
+        con.execute(f"CREATE VIEW {table} AS SELECT * FROM '{data}/{table}.parquet'")
+    con.execute("CREATE VIEW building AS SELECT c_custkey, c_name, c_nationkey, c_acctbal, c_mktsegment FROM customer WHERE c_mktsegment = 'BUILDING'")
+    copy("sales/building_customers", "SELECT * FROM building")
+    copy("sales/q3_revenue", Q3_SQL.replace("FROM customer", "FROM building customer"))
+    copy("sales/urgent_orders", "SELECT * FROM orders WHERE (o_orderpriority IN ('1-URGENT', '2-HIGH')) IS TRUE")
+    copy("sales/routine_orders", "SELECT * FROM orders WHERE (o_orderpriority IN ('1-URGENT', '2-HIGH')) IS NOT TRUE")
+    copy("sales/lineitem_revenue", LINEITEM_REVENUE_SQL.replace("FROM source", "FROM lineitem"))
+    reader = con.sql("SELECT l_orderkey, l_linenumber, l_shipdate, l_receiptdate, l_discount FROM lineitem").to_arrow_reader(65_536)
+    writer = None
+    n = 0
+    for batch in reader:
+        scored = late_risk(batch)
+        writer = writer or pq.ParquetWriter(out / "ml__lineitem_scores.parquet", scored.schema, compression="zstd")
+        writer.write_batch(scored)
+        n += scored.num_rows
+    if writer:
+        writer.close()
+    rows["ml/lineitem_scores"] = n
+    wall = time.perf_counter() - start
+    shutil.rmtree(out, ignore_errors=True)
+    return {"ok": True, "wall_s": wall, "peak_rss_mib": _peak_rss_mib(), "rows": rows}
+
+
+def measure(kind: str, home: str, scale: str) -> dict:
+    done = subprocess.run(
+        [sys.executable, __file__, "--measure", kind, "--home", home, "--scale", scale],
+        capture_output=True, text=True, cwd=ROOT,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"{kind} measurement failed:\n{done.stderr[-4000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--scale", default="1")
+    p.add_argument("--home", default="/tmp/trident-bench")
+    p.add_argument("--measure", choices=["trident", "duckdb"], help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.measure:
+        fn = run_trident if args.measure == "trident" else run_duckdb
+        print(json.dumps(fn(args.home, args.scale)))
+        return
+
+    from trident_assets.tpch import ensure_tpch
+
+    t0 = time.perf_counter()
+    ensure_tpch(Path(args.home), args.scale)
+    print(f"TPC-H sf{args.scale} ready in {args.home} ({time.perf_counter() - t0:.1f}s, excluded)")
+    duck = measure("duckdb", args.home, args.scale)
+    trident = measure("trident", args.home, args.scale)
+    if not trident["ok"]:
+        raise SystemExit("the Trident run failed; run `trident demo` to see why")
+    mismatched = {k: (trident["rows"].get(k), v) for k, v in duck["rows"].items() if trident["rows"].get(k) != v}
+    print(f"\n{'':24}{'wall s':>10}{'peak RSS MiB':>15}")
+    print(f"{'DuckDB direct':24}{duck['wall_s']:>10.2f}{duck['peak_rss_mib']:>15.0f}")
+    print(f"{'Trident (Dagster run)':24}{trident['wall_s']:>10.2f}{trident['peak_rss_mib']:>15.0f}")
+    ratio = trident["wall_s"] / duck["wall_s"]
+    print(f"\nratio wall Trident / DuckDB-direct: {ratio:.2f}x (target <= 2.5x): {'OK' if ratio <= 2.5 else 'OVER'}")
+    print(f"Trident peak RSS {trident['peak_rss_mib']:.0f} MiB (target < 1024): {'OK' if trident['peak_rss_mib'] < 1024 else 'OVER'}")
+    print(f"row counts {'identical' if not mismatched else f'DIFFER: {mismatched}'} across {len(duck['rows'])} datasets")
+
+
+if __name__ == "__main__":
+    main()
