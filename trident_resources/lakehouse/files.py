@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -21,8 +22,28 @@ from pyiceberg.typedef import Record
 from ..failpoints import failpoint
 
 
+class _Lane:
+    """One open Parquet file and the write in flight to it (writes to one file are sequential)."""
+
+    def __init__(self, path: str, writer: ParquetFormatWriter) -> None:
+        self.path = path
+        self.writer = writer
+        self.bytes = 0
+        self.pending: Future[None] | None = None
+
+    def wait(self) -> None:
+        if self.pending is not None:
+            pending, self.pending = self.pending, None
+            pending.result()
+
+
 class DataFileWriter:
-    """Writes batches (already in the table's Arrow schema) into rolling Parquet files."""
+    """Writes batches (already in the table's Arrow schema) into rolling Parquet files.
+
+    Parquet encoding is the expensive part of a write and pyarrow releases the GIL while doing it,
+    so ``parallelism`` files are written at once, one row group each in flight. Memory stays
+    bounded: at most ``parallelism`` row groups being encoded plus the one being buffered.
+    """
 
     def __init__(
         self,
@@ -35,6 +56,7 @@ class DataFileWriter:
         spec_id: int,
         target_file_bytes: int,
         row_group_bytes: int,
+        parallelism: int = 2,
     ) -> None:
         self._io = io
         self._dir = f"{location.rstrip('/')}/data"
@@ -47,9 +69,9 @@ class DataFileWriter:
         self._row_group_bytes = row_group_bytes
         self._buffer: list[pa.RecordBatch] = []
         self._buffered_bytes = 0
-        self._writer: ParquetFormatWriter | None = None
-        self._current_path: str | None = None
-        self._current_bytes = 0
+        self._lanes: list[_Lane | None] = [None] * max(1, parallelism)
+        self._turn = 0
+        self._pool = ThreadPoolExecutor(max_workers=len(self._lanes), thread_name_prefix="trident-parquet")
         self._seq = 0
         self.paths: list[str] = []
         self.data_files: list[DataFile] = []
@@ -68,36 +90,42 @@ class DataFileWriter:
         for batch in batches:
             self.write(batch)
 
+    def _open_lane(self) -> _Lane:
+        path = f"{self._dir}/{self._txn_id}-{self._seq:05d}.parquet"
+        self._seq += 1
+        self.paths.append(path)
+        return _Lane(path, ParquetFormatWriter(self._io.new_output(path), self._schema, self._properties))
+
     def _flush(self) -> None:
         if not self._buffer:
             return
-        if self._writer is None:
-            self._current_path = f"{self._dir}/{self._txn_id}-{self._seq:05d}.parquet"
-            self._seq += 1
-            self.paths.append(self._current_path)
-            self._writer = ParquetFormatWriter(self._io.new_output(self._current_path), self._schema, self._properties)
         table = pa.Table.from_batches(self._buffer, schema=self.arrow_schema)
         self._buffer, self._buffered_bytes = [], 0
-        self._writer.write(table)
-        self._current_bytes += table.nbytes
+        i = self._turn
+        self._turn = (self._turn + 1) % len(self._lanes)
+        lane = self._lanes[i]
+        if lane is not None:
+            lane.wait()  # bounds what is in flight, and keeps each file's row groups in order
+            if lane.bytes >= self._target_file_bytes:
+                self._close_lane(lane)
+                lane = None
+        if lane is None:
+            lane = self._lanes[i] = self._open_lane()
+        lane.bytes += table.nbytes
+        lane.pending = self._pool.submit(lane.writer.write, table)
         del table
         failpoint("write.file_flushed")
-        if self._current_bytes >= self._target_file_bytes:
-            self._close_file()
 
-    def _close_file(self) -> None:
-        if self._writer is None:
-            return
-        stats = self._writer.close()
-        path = self._current_path
-        assert path is not None
+    def _close_lane(self, lane: _Lane) -> None:
+        lane.wait()
+        stats = lane.writer.close()
         self.data_files.append(
             DataFile.from_args(
                 content=DataFileContent.DATA,
-                file_path=path,
+                file_path=lane.path,
                 file_format=FileFormat.PARQUET,
                 partition=Record(),
-                file_size_in_bytes=len(self._io.new_input(path)),
+                file_size_in_bytes=len(self._io.new_input(lane.path)),
                 sort_order_id=None,
                 spec_id=self._spec_id,
                 equality_ids=None,
@@ -105,21 +133,28 @@ class DataFileWriter:
                 **stats.to_serialized_dict(),
             )
         )
-        self._writer, self._current_path, self._current_bytes = None, None, 0
 
     def close(self) -> list[DataFile]:
         self._flush()
-        self._close_file()
+        for i, lane in enumerate(self._lanes):
+            if lane is not None:
+                self._close_lane(lane)
+                self._lanes[i] = None
+        self._pool.shutdown()
         return self.data_files
 
     def discard(self) -> None:
         """Delete every file this writer created (a failed or aborted transaction)."""
-        if self._writer is not None:
+        for lane in self._lanes:
+            if lane is None:
+                continue
             try:
-                self._writer.close()
+                lane.wait()
+                lane.writer.close()
             except Exception:  # the file is being deleted anyway
                 pass
-            self._writer = None
+        self._lanes = [None] * len(self._lanes)
+        self._pool.shutdown(wait=True)
         delete_paths(self._io, self.paths)
 
 

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pads
@@ -24,6 +25,7 @@ from pyiceberg.table.snapshots import Snapshot, ancestors_of
 from ..control_plane import DatasetRecord, Outcome
 from ..errors import (
     DatasetNotFoundError,
+    InvalidFilterError,
     InvalidWriteError,
     SchemaMismatchError,
     StorageUnavailableError,
@@ -49,6 +51,19 @@ def _num(summary: Any, key: str) -> int:
     except KeyError:
         return 0
     return int(value) if value is not None else 0
+
+
+def _scan(dataset: pads.Dataset, columns: list[str] | None, expr: Any) -> pa.RecordBatchReader:
+    """A bounded-memory scan: pyarrow's default read-ahead (16 batches x 4 files) holds far more
+    than a row group in flight, which is what made keyed writes grow with the data."""
+    return dataset.scanner(
+        columns=columns, filter=expr, batch_size=65_536, batch_readahead=1, fragment_readahead=1,
+        fragment_scan_options=pads.ParquetFragmentScanOptions(pre_buffer=False),
+    ).to_reader()
+
+
+def _constant(value: int, n: int) -> pa.Array:
+    return pa.array(np.full(n, value, dtype=np.int32))
 
 
 def _strip(schema: pa.Schema) -> pa.Schema:
@@ -155,6 +170,7 @@ class IcebergSink(Sink):
             spec_id=meta.default_spec_id,
             target_file_bytes=self.settings.target_file_bytes,
             row_group_bytes=self.settings.row_group_bytes,
+            parallelism=self.settings.write_parallelism,
         )
 
     def _write_stream(self, req: WriteRequest, table: Table | None) -> Outcome:
@@ -271,8 +287,8 @@ class IcebergSink(Sink):
 
         def batches() -> Iterator[pa.RecordBatch]:
             for i, f in enumerate(files):
-                for b in self._file_dataset(table, [f.file_path], existing).to_batches(columns=cols):
-                    yield pa.RecordBatch.from_arrays([*b.columns, pa.array([i] * b.num_rows, pa.int32())], schema=out_schema)
+                for b in _scan(self._file_dataset(table, [f.file_path], existing), cols, None):
+                    yield pa.RecordBatch.from_arrays([*b.columns, _constant(i, b.num_rows)], schema=out_schema)
 
         return pa.RecordBatchReader.from_batches(out_schema, batches())
 
@@ -283,8 +299,8 @@ class IcebergSink(Sink):
 
         def batches() -> Iterator[pa.RecordBatch]:
             for i, f in enumerate(files):
-                for b in self._file_dataset(table, [f.file_path], schema).to_batches(columns=[ROW_ID], filter=expr):
-                    yield pa.RecordBatch.from_arrays([b.column(0), pa.array([i] * b.num_rows, pa.int32())], schema=out_schema)
+                for b in _scan(self._file_dataset(table, [f.file_path], schema), [ROW_ID], expr):
+                    yield pa.RecordBatch.from_arrays([b.column(0), _constant(i, b.num_rows)], schema=out_schema)
 
         return pa.RecordBatchReader.from_batches(out_schema, batches())
 
@@ -293,11 +309,13 @@ class IcebergSink(Sink):
         try:
             return expression_to_pyarrow(bind(table.schema(), parse_filter(row_filter), case_sensitive=True))
         except Exception as exc:
-            raise InvalidWriteError(f"invalid row_filter {row_filter!r}: {exc}") from exc
+            raise InvalidFilterError(
+                f"invalid row_filter {row_filter!r}: {exc}. Use pyiceberg filter syntax, e.g. \"k > 5 and v = 'x'\""
+            ) from exc
 
     def _rows_of(self, table: Table, files: list[DataFile]) -> pa.RecordBatchReader:
         ds = self._file_dataset(table, [f.file_path for f in files])
-        return ds.scanner(batch_size=65_536).to_reader()
+        return _scan(ds, None, None)
 
     def _summary(self, req: WriteRequest, **counts: int) -> dict[str, str]:
         return {
@@ -442,24 +460,26 @@ class IcebergSink(Sink):
     def scan(
         self, ds: DatasetRecord, *, columns: list[str] | None, row_filter: str | None, as_of: AsOf
     ) -> pa.RecordBatchReader:
+        """Stream rows with pyarrow's dataset scanner over the snapshot's data files.
+
+        pyiceberg plans the files (pruning by column stats); pyarrow reads them with bounded
+        read-ahead. pyiceberg's own batch reader materialises every file task at once through its
+        thread pool, which is not bounded. There are never delete files (keyed writes are
+        copy-on-write), so the data files alone are the rows.
+        """
         table = self._existing_table(ds)
         schema = schema_to_pyarrow(table.schema(), include_field_ids=False)
         if columns:
             unknown = [c for c in columns if c not in schema.names]
             if unknown:
                 raise SchemaMismatchError(f"unknown column(s) {unknown}; the dataset has {schema.names}")
-        try:
-            expr = parse_filter(row_filter) if row_filter else AlwaysTrue()
-        except Exception as exc:
-            raise InvalidWriteError(f"invalid row_filter {row_filter!r}: {exc}") from exc
-        scan = table.scan(
-            row_filter=expr,
-            selected_fields=tuple(columns) if columns else ("*",),
-            snapshot_id=self._snapshot_id(table, as_of),
-        )
-        reader = scan.to_arrow_batch_reader()
-        wanted = pa.schema([schema.field(c) for c in (columns or schema.names)])
-        return pa.RecordBatchReader.from_batches(wanted, (conform(b, wanted) for b in reader))
+        snapshot_id = self._snapshot_id(table, as_of)
+        expr = self._filter(table, row_filter) if row_filter else None
+        files = [
+            t.file.file_path
+            for t in table.scan(row_filter=parse_filter(row_filter) if row_filter else AlwaysTrue(), snapshot_id=snapshot_id).plan_files()
+        ] if (table.current_snapshot() is not None) else []
+        return _scan(self._file_dataset(table, files, schema), columns or schema.names, expr)
 
     def arrow_source(self, ds: DatasetRecord) -> Any:
         table = self._existing_table(ds)
