@@ -70,7 +70,10 @@ def raw_table_asset(table: str, resource_key: str = "trident") -> Node:
         folder = ensure_tpch(resource.get_client().settings.home)
         source = str(folder / f"{table}.parquet")
         # low readahead: tpchgen row groups are large, and the default readahead buffers hundreds of MiB
-        scan = pads.dataset(source, format="parquet").scanner(batch_size=65_536, batch_readahead=2, fragment_readahead=1)
+        scan = pads.dataset(source, format="parquet").scanner(
+            batch_size=65_536, batch_readahead=1, fragment_readahead=1,
+            fragment_scan_options=pads.ParquetFragmentScanOptions(pre_buffer=False),  # pre-buffering holds whole files
+        )
         reader = scan.to_reader()
         return TridentOutput(
             reader, mode="replace", writer="ingest.api", provenance={**RAW_PROVENANCE, "source_files": [f"{table}.parquet"]},

@@ -7,7 +7,7 @@ import logging
 import shutil
 import uuid
 from collections.abc import Iterable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import pyarrow as pa
@@ -24,7 +24,7 @@ from .lakehouse.sink import IcebergSink
 from .results import Description, ReconcileReport, WriteResult
 from .router import RouteDecision, Router
 from .settings import TridentSettings
-from .sink import WRITE_MODES, AsOf, Sink, WriteRequest
+from .sink import WRITE_MODES, AsOf, Maintenance, Sink, WriteRequest
 
 if TYPE_CHECKING:  # issue 4: returned by ingest_stream / migrate
     from .canary import MigrationReport
@@ -317,6 +317,15 @@ class Trident:
         from .sql import run_sql
 
         return run_sql(self, query)
+
+    def maintain(self, key: str, *, older_than: timedelta = timedelta(days=7), retain_last: int = 5) -> Maintenance:
+        """Table maintenance: expire versions older than ``older_than`` (keeping the newest
+        ``retain_last``) and delete the files only they used. Time travel to them ends here."""
+        ds = self._record(key)
+        with self.control.writer_lock(ds, self.settings.writer_wait_seconds):
+            return self._sink(ds.sink).maintain(
+                ds, older_than=datetime.now(timezone.utc) - older_than, retain_last=retain_last
+            )
 
     def drop(self, key: str) -> None:
         """Delete a dataset: its rows, storage and control-plane records."""

@@ -36,6 +36,15 @@ class MergePlan:
     removed: int  # existing rows that go
     staged: int  # input rows
 
+    def counts(self, mode: str) -> dict[str, int]:
+        """The transaction's counters for ``mode``, as both sinks report them."""
+        return {
+            "rows_written": 0 if mode == "delete" else (self.fresh if mode == "append_new" else self.staged),
+            "deleted": self.removed if mode == "delete" else 0,
+            "preserved": self.matched if mode in ("upsert", "replace") else 0,
+            "skipped": self.matched if mode == "append_new" else 0,
+        }
+
 
 class KeyedMerge:
     """One merge, one scratch DuckDB database under the transaction's spill folder.

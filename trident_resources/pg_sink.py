@@ -209,12 +209,7 @@ class PgSink(Sink):
                 merge.load_existing(self._existing_keys(ds, prior, req.keys, req.reader.schema))
                 plan = merge.plan(req.mode, first_index=first, txn_id=req.txn_id, tau=req.tau)
                 fresh = plan.fresh if req.mode != "delete" else 0
-                counts = {
-                    "rows_written": 0 if req.mode == "delete" else (plan.fresh if req.mode == "append_new" else plan.staged),
-                    "deleted": plan.removed if req.mode == "delete" else 0,
-                    "preserved": plan.matched if req.mode in ("upsert", "replace") else 0,
-                    "skipped": plan.matched if req.mode == "append_new" else 0,
-                }
+                counts = plan.counts(req.mode)
             replace = req.mode == "replace"
             gen = seq if (replace or prior is None) else prior.gen
             removed_n = 0

@@ -34,6 +34,13 @@ class WriteRequest:
     preserve_identity: bool = False
 
 
+@dataclass(frozen=True)
+class Maintenance:
+    key: str
+    expired_snapshots: int
+    deleted_files: int
+
+
 AsOf = int | str | uuid.UUID | datetime | None
 
 
@@ -69,6 +76,10 @@ class Sink(ABC):
     @abstractmethod
     def schema(self, ds: DatasetRecord) -> pa.Schema:
         """The dataset's current Arrow schema, identity columns first."""
+
+    def maintain(self, ds: DatasetRecord, *, older_than: datetime, retain_last: int) -> Maintenance:
+        """Expire old versions and delete the storage only they used (nothing to do by default)."""
+        return Maintenance(key=ds.key, expired_snapshots=0, deleted_files=0)
 
     @abstractmethod
     def drop(self, ds: DatasetRecord) -> None:

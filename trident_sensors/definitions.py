@@ -1,5 +1,5 @@
 """Everything Dagster serves (``dagster dev -w workspace.yaml``): the example pipeline's assets and
-checks, the rebuild schedule, the reconciler sensor, and the trident resources configured from
+checks, the rebuild schedule, the reconciler sensor, table maintenance and canary jobs, and the trident resources configured from
 ``TRIDENT_*`` variables."""
 
 from __future__ import annotations
@@ -9,6 +9,8 @@ import dagster as dg
 from trident_assets.pipeline import pipeline_definitions
 from trident_resources.dagster_io import TridentIOManager, TridentResource
 
+from .maintenance import JOBS as MAINTENANCE_JOBS
+from .maintenance import SCHEDULES as MAINTENANCE_SCHEDULES
 from .reconciler import trident_reconciler
 from .schedules import pipeline_job, rebuild_schedule
 
@@ -22,7 +24,10 @@ def build_definitions(trident: TridentResource | None = None) -> dg.Definitions:
     """The Definitions, optionally on a given resource (tests and the CLI point it elsewhere)."""
     return dg.Definitions.merge(
         pipeline_definitions(),
-        dg.Definitions(jobs=[pipeline_job], schedules=[rebuild_schedule], sensors=[trident_reconciler], resources=resources(trident)),
+        dg.Definitions(
+            jobs=[pipeline_job, *MAINTENANCE_JOBS], schedules=[rebuild_schedule, *MAINTENANCE_SCHEDULES],
+            sensors=[trident_reconciler], resources=resources(trident),
+        ),
     )
 
 

@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pads
+import pyarrow.fs as pafs
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, RESTError
 from pyiceberg.expressions import AlwaysTrue
@@ -37,7 +38,7 @@ from ..keys import iceberg_identifier
 from ..merge import FILE_COLUMN, KeyedMerge
 from ..schemas import conform, describe_schema, plan_schema, to_iceberg, user_fields, with_identity
 from ..settings import TridentSettings
-from ..sink import AsOf, Sink, WriteRequest
+from ..sink import AsOf, Maintenance, Sink, WriteRequest
 from .files import DataFileWriter, delete_paths, filesystem_for, list_txn_files
 
 TXN_PROPERTY = "trident.txn-id"
@@ -230,12 +231,7 @@ class IcebergSink(Sink):
                 merge.load_existing(self._existing_keys(table, current_files, req.keys, existing))
                 plan = merge.plan(req.mode, first_index=first, txn_id=req.txn_id, tau=req.tau)
                 fresh = plan.fresh if req.mode != "delete" else 0
-                counts = {
-                    "rows_written": 0 if req.mode == "delete" else (plan.fresh if req.mode == "append_new" else plan.staged),
-                    "deleted": plan.removed if req.mode == "delete" else 0,
-                    "preserved": plan.matched if req.mode in ("upsert", "replace") else 0,
-                    "skipped": plan.matched if req.mode == "append_new" else 0,
-                }
+                counts = plan.counts(req.mode)
             txn = self._begin(req, table, with_identity(user_schema), replace=req.mode == "replace")
             writer = self._writer(req, txn)
             try:
@@ -484,6 +480,31 @@ class IcebergSink(Sink):
     def arrow_source(self, ds: DatasetRecord) -> Any:
         table = self._existing_table(ds)
         return self._file_dataset(table, [f.file_path for f in self._files(table)])
+
+    def maintain(self, ds: DatasetRecord, *, older_than: datetime, retain_last: int) -> Maintenance:
+        """Expire snapshots older than ``older_than`` (always keeping the newest ``retain_last`` and
+        the current one), then delete data files no remaining snapshot references. The caller holds
+        the dataset's writer lock, so no Trident write has files in flight."""
+        table = self._existing_table(ds)
+        keep = {s.snapshot_id for s in sorted(table.snapshots(), key=lambda s: s.timestamp_ms)[-max(retain_last, 1):]}
+        cutoff = int(older_than.timestamp() * 1000)
+        expire = [s.snapshot_id for s in table.snapshots() if s.snapshot_id not in keep and s.timestamp_ms < cutoff]
+        current = table.current_snapshot()
+        expire = [i for i in expire if current is None or i != current.snapshot_id]
+        if expire:
+            table.maintenance.expire_snapshots().by_ids(expire).commit()
+            table = table.refresh()
+        referenced = {t.file.file_path for s in table.snapshots() for t in table.scan(snapshot_id=s.snapshot_id).plan_files()}
+        data_dir = f"{table.location().rstrip('/')}/data"
+        fs, path = filesystem_for(table.io, data_dir)
+        scheme = data_dir.split("://", 1)[0]
+        orphans = [
+            f"{scheme}://{info.path}"
+            for info in fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+            if info.type == pafs.FileType.File and f"{scheme}://{info.path}" not in referenced
+        ]
+        delete_paths(table.io, orphans)
+        return Maintenance(key=ds.key, expired_snapshots=len(expire), deleted_files=len(orphans))
 
     def drop(self, ds: DatasetRecord) -> None:
         try:

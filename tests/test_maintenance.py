@@ -1,0 +1,68 @@
+"""Table maintenance: old snapshots expire, the files only they used are deleted, the data stays."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from tests.helpers import table, user_rows
+from trident_resources import InvalidWriteError, Trident
+from trident_resources.lakehouse.files import filesystem_for
+
+
+def _data_files(t: Trident, key: str) -> int:
+    ds = t.control.dataset(t.workspace, key)
+    tbl = t.sinks["iceberg_native"].table(ds)  # type: ignore[attr-defined]
+    fs, path = filesystem_for(tbl.io, f"{tbl.location()}/data")
+    import pyarrow.fs as pafs
+
+    return sum(1 for i in fs.get_file_info(pafs.FileSelector(path)) if i.type == pafs.FileType.File)
+
+
+def test_maintain_expires_old_snapshots_and_their_files(trident: Trident) -> None:
+    t = trident
+    first = t.write("m/x", table(k=[1, 2]))
+    t.write("m/x", table(k=[3, 4]))
+    t.write("m/x", table(k=[5]), mode="append")
+    assert _data_files(t, "m/x") == 3
+    kept = t.maintain("m/x", older_than=timedelta(days=1))  # nothing is a day old yet
+    assert (kept.expired_snapshots, kept.deleted_files) == (0, 0)
+
+    report = t.maintain("m/x", older_than=timedelta(0), retain_last=1)
+    assert report.expired_snapshots == 2 and report.deleted_files == 1  # the first replace's file
+    assert _data_files(t, "m/x") == 2
+    assert user_rows(t, "m/x", "k") == [{"k": 3}, {"k": 4}, {"k": 5}]
+    with pytest.raises(InvalidWriteError, match="no snapshot"):
+        t.read("m/x", as_of=first.txn_id)
+    assert t.write("m/x", table(k=[6]), mode="append").row_count == 4
+
+
+def test_dagster_maintenance_and_canary_jobs(trident: Trident) -> None:
+    """The jobs in trident_sensors run through the same facade and report what they did."""
+    from tests.dagster_support import resources_for
+    from trident_sensors.maintenance import canary_job, table_maintenance_job
+
+    t = trident
+    t.write("j/ice", table(k=[1]))
+    t.write("j/ice", table(k=[2]))
+    t.router.set_pin("j/legacy", "pg")
+    t.write("j/legacy", table(k=[1, 2, 3]))
+    t.router.clear_pin("j/legacy")
+    resources = {"trident": resources_for(t.settings)["trident"]}
+
+    result = table_maintenance_job.execute_in_process(
+        run_config={"ops": {"maintain_tables": {"config": {"older_than_days": 0, "retain_last": 1}}}},
+        resources=resources,
+    )
+    assert result.success
+    meta = result.output_for_node("maintain_tables")
+    assert meta == 1  # one iceberg dataset maintained
+    assert user_rows(t, "j/ice", "k") == [{"k": 2}]
+
+    result = canary_job.execute_in_process(
+        run_config={"ops": {"canary": {"config": {"key": "j/legacy"}}}}, resources=resources
+    )
+    assert result.success
+    assert t.describe("j/legacy").sink == "iceberg_native"
+    assert user_rows(t, "j/legacy", "k") == [{"k": 1}, {"k": 2}, {"k": 3}]
