@@ -10,22 +10,69 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import IO, Any, cast
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pyarrow.fs as pafs
 from pyiceberg.io import FileIO
-from pyiceberg.io.pyarrow import ParquetFormatWriter, PyArrowFileIO, schema_to_pyarrow
+from pyiceberg.io.fileformat import DataFileStatistics
+from pyiceberg.io.pyarrow import (
+    PyArrowFileIO,
+    _get_parquet_writer_kwargs,
+    compute_statistics_plan,
+    data_file_statistics_from_parquet_metadata,
+    parquet_path_to_id_mapping,
+    schema_to_pyarrow,
+)
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.schema import Schema
 from pyiceberg.typedef import Record
 
 from ..failpoints import failpoint
+from ..identity import ROW_ID, ROW_INDEX
+
+
+class _ParquetFile:
+    """One Parquet data file, written with pyiceberg's writer settings and statistics, except that
+    dictionary encoding is off for the identity columns: ``__row_id`` and ``__row_index`` never
+    repeat, so trying a dictionary for them is pure cost (about a fifth of the encoding time)."""
+
+    def __init__(self, io: FileIO, path: str, schema: Schema, arrow_schema: pa.Schema, properties: dict[str, str]) -> None:
+        self._output = io.new_output(path)
+        self._schema = schema
+        self._properties = properties
+        self._stream = self._output.create(overwrite=True)
+        try:
+            self._writer = pq.ParquetWriter(
+                cast(IO[Any], self._stream), schema=arrow_schema, store_decimal_as_integer=True,
+                use_dictionary=[n for n in arrow_schema.names if n not in _NEVER_REPEATING],
+                **_get_parquet_writer_kwargs(properties),
+            )
+        except Exception:
+            self._stream.close()
+            raise
+
+    def write(self, table: pa.Table) -> None:
+        self._writer.write_table(table, row_group_size=max(table.num_rows, 1))
+
+    def close(self) -> DataFileStatistics:
+        with self._stream:
+            self._writer.close()
+        return data_file_statistics_from_parquet_metadata(
+            parquet_metadata=self._writer.writer.metadata,
+            stats_columns=compute_statistics_plan(self._schema, self._properties),
+            parquet_column_mapping=parquet_path_to_id_mapping(self._schema),
+        )
+
+
+_NEVER_REPEATING = frozenset({ROW_ID, ROW_INDEX})
 
 
 class _Lane:
     """One open Parquet file and the write in flight to it (writes to one file are sequential)."""
 
-    def __init__(self, path: str, writer: ParquetFormatWriter) -> None:
+    def __init__(self, path: str, writer: _ParquetFile) -> None:
         self.path = path
         self.writer = writer
         self.bytes = 0
@@ -94,7 +141,7 @@ class DataFileWriter:
         path = f"{self._dir}/{self._txn_id}-{self._seq:05d}.parquet"
         self._seq += 1
         self.paths.append(path)
-        return _Lane(path, ParquetFormatWriter(self._io.new_output(path), self._schema, self._properties))
+        return _Lane(path, _ParquetFile(self._io, path, self._schema, self.arrow_schema, self._properties))
 
     def _flush(self) -> None:
         if not self._buffer:
