@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 from tests.helpers import table, user_rows
-from trident_resources import InvalidWriteError, Trident
+from trident_resources import InvalidReadError, Trident
 from trident_resources.lakehouse.files import filesystem_for
 
 
@@ -33,7 +33,7 @@ def test_maintain_expires_old_snapshots_and_their_files(trident: Trident) -> Non
     assert report.expired_snapshots == 2 and report.deleted_files == 1  # the first replace's file
     assert _data_files(t, "m/x") == 2
     assert user_rows(t, "m/x", "k") == [{"k": 3}, {"k": 4}, {"k": 5}]
-    with pytest.raises(InvalidWriteError, match="no snapshot"):
+    with pytest.raises(InvalidReadError, match="no snapshot"):
         t.read("m/x", as_of=first.txn_id)
     assert t.write("m/x", table(k=[6]), mode="append").row_count == 4
 

@@ -16,12 +16,22 @@ from .errors import (
     StorageUnavailableError,
     TransactionConflictError,
     TridentError,
+    InvalidReadError,
+    KeyNotFoundError,
+    MigrationError,
+    StreamClosedError,
+    UnsupportedBySinkError,
 )
 from .facade import Trident
 from .results import Description, ReconcileReport, WriteResult
 from .settings import TridentSettings
 
 __all__ = [
+    "InvalidReadError",
+    "KeyNotFoundError",
+    "MigrationError",
+    "StreamClosedError",
+    "UnsupportedBySinkError",
     "ConcurrentWriteError",
     "DatasetNotFoundError",
     "Description",

@@ -20,6 +20,10 @@ class InvalidWriteError(TridentError, ValueError):
     """The call itself is malformed (unknown mode, keys missing where a mode needs them...)."""
 
 
+class InvalidReadError(TridentError, ValueError):
+    """A read that names a version the dataset does not have (``as_of``)."""
+
+
 class InvalidFilterError(TridentError, ValueError):
     """A row_filter that does not parse or names unknown columns (pyiceberg filter syntax)."""
 

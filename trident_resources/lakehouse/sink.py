@@ -27,6 +27,7 @@ from ..control_plane import DatasetRecord, Outcome
 from ..errors import (
     DatasetNotFoundError,
     InvalidFilterError,
+    InvalidReadError,
     InvalidWriteError,
     SchemaMismatchError,
     StorageUnavailableError,
@@ -445,13 +446,15 @@ class IcebergSink(Sink):
         if isinstance(as_of, datetime):
             snap = table.snapshot_as_of_timestamp(int(as_of.timestamp() * 1000))
             if snap is None:
-                raise InvalidWriteError(f"the dataset has no snapshot as of {as_of.isoformat()}")
+                raise InvalidReadError(f"the dataset has no snapshot as of {as_of.isoformat()}")
             return snap.snapshot_id
         txn = uuid.UUID(str(as_of))
         for snap in table.metadata.snapshots:
             if snap.summary is not None and snap.summary.get(TXN_PROPERTY) == str(txn):
                 return snap.snapshot_id
-        raise InvalidWriteError(f"no snapshot of this dataset carries transaction {txn}")
+        raise InvalidReadError(
+            f"no snapshot of this dataset carries transaction {txn} (expired by maintenance, or another dataset's)"
+        )
 
     def scan(
         self, ds: DatasetRecord, *, columns: list[str] | None, row_filter: str | None, as_of: AsOf
