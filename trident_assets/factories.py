@@ -72,6 +72,27 @@ def _output(session: Session, key: str, data: Any, own_provenance: Mapping[str, 
     )
 
 
+def _node_output(
+    t: Trident,
+    key: str,
+    sources: Mapping[str, str],
+    strategy: Strategy,
+    provenance: Mapping[str, Any] | None,
+    build: Callable[[Session], tuple[Any, Mapping[str, Any] | None]],
+    *,
+    source_row_index: bool = False,
+) -> TridentOutput:
+    """Open the node's DuckDB session, let ``build`` turn it into a stream, and hand that stream to
+    the IO manager; the session closes when the write has consumed it, or at once on failure."""
+    session = open_session(t, key, sources, strategy, source_row_index=source_row_index)
+    try:
+        data, extra = build(session)
+        return _output(session, key, data, provenance, t, extra, on_done=session.close)
+    except BaseException:
+        session.close()
+        raise
+
+
 def _asset_kwargs(group: str | None, kinds: Sequence[str], description: str | None, strategy: Strategy, resource_key: str, metadata: Mapping[str, Any] | None) -> dict[str, Any]:
     return {
         "group_name": group, "kinds": set(kinds), "description": description,
@@ -100,14 +121,11 @@ def transform_asset(
 
     @dg.asset(key=_akey(key), deps=[_akey(source)], **_asset_kwargs(group, kinds, description or sql, strategy, resource_key, metadata))
     def _transform(context: dg.AssetExecutionContext) -> TridentOutput:
-        t = _client(context, resource_key)
-        session = open_session(t, key, {"source": source}, strategy)
-        try:
+        def build(session: Session) -> tuple[Any, None]:
             context.log.info(f"{key}: {session.plan.reason}")
-            return _output(session, key, session.stream(sql, batch_rows), provenance, t, on_done=session.close)
-        except BaseException:
-            session.close()
-            raise
+            return session.stream(sql, batch_rows), None
+
+        return _node_output(_client(context, resource_key), key, {"source": source}, strategy, provenance, build)
 
     return Node(_transform, build_checks(key, expectations, resource_key))
 
@@ -136,9 +154,7 @@ def join_asset(
 
     @dg.asset(key=_akey(key), deps=deps, **_asset_kwargs(group, kinds, description or sql, strategy, resource_key, metadata))
     def _join(context: dg.AssetExecutionContext) -> TridentOutput:
-        t = _client(context, resource_key)
-        session = open_session(t, key, sources, strategy)
-        try:
+        def build(session: Session) -> tuple[Any, dict[str, Any]]:
             stats = {
                 name: SourceStats(k, session.plan.sources[k].row_count, frozenset(c["name"] for c in session.plan.sources[k].schema))
                 for name, k in sources.items()
@@ -146,11 +162,9 @@ def join_asset(
             bound = max_join_rows(max_rows)
             estimate = check_join(session.con, sql, stats, bound, key)
             context.log.info(f"{key}: {session.plan.reason}; join estimate {estimate:,} rows (bound {bound:,})")
-            extra = {"trident/join_estimate": estimate, "trident/join_bound": bound}
-            return _output(session, key, session.stream(sql, batch_rows), provenance, t, extra, on_done=session.close)
-        except BaseException:
-            session.close()
-            raise
+            return session.stream(sql, batch_rows), {"trident/join_estimate": estimate, "trident/join_bound": bound}
+
+        return _node_output(_client(context, resource_key), key, sources, strategy, provenance, build)
 
     return Node(_join, build_checks(key, expectations, resource_key))
 
@@ -202,14 +216,11 @@ def split_asset(
         for o, k in outs.items():
             if k not in selected:
                 continue
-            session = open_session(t, k, {"source": source}, strategy)
-            try:
+            def build(session: Session, k: str = k, o: str = o) -> tuple[Any, dict[str, Any]]:
                 context.log.info(f"{k}: {session.plan.reason}")
-                data = session.stream(f"SELECT {columns} FROM source WHERE {wheres[o]}", batch_rows)
-                out = _output(session, k, data, provenance, t, {"trident/split": o}, on_done=session.close)
-            except BaseException:
-                session.close()
-                raise
+                return session.stream(f"SELECT {columns} FROM source WHERE {wheres[o]}", batch_rows), {"trident/split": o}
+
+            out = _node_output(t, k, {"source": source}, strategy, provenance, build)
             yield dg.Output(out, output_name=_akey(k).to_python_identifier())
 
     checks: list[dg.AssetChecksDefinition] = []
@@ -247,15 +258,13 @@ def model_asset(
 
     @dg.asset(key=_akey(key), deps=[_akey(source)], **_asset_kwargs(group, kinds, description or (fn.__doc__ or fn.__name__), strategy, resource_key, metadata))
     def _model(context: dg.AssetExecutionContext) -> TridentOutput:
-        t = _client(context, resource_key)
-        session = open_session(t, key, {"source": source}, strategy, source_row_index=True)
-        try:
+        def build(session: Session) -> tuple[Any, dict[str, Any]]:
             context.log.info(f"{key}: {session.plan.reason}")
-            data = model_reader(session.stream(sql, batch_rows), fn, key)
-            return _output(session, key, data, provenance, t, {"trident/model": getattr(fn, "__name__", "model")}, on_done=session.close)
-        except BaseException:
-            session.close()
-            raise
+            return model_reader(session.stream(sql, batch_rows), fn, key), {"trident/model": getattr(fn, "__name__", "model")}
+
+        return _node_output(
+            _client(context, resource_key), key, {"source": source}, strategy, provenance, build, source_row_index=True
+        )
 
     return Node(_model, build_checks(key, expectations, resource_key))
 
