@@ -55,12 +55,16 @@ def _num(summary: Any, key: str) -> int:
     return int(value) if value is not None else 0
 
 
+# Scans of this format (ours, or DuckDB's through arrow_source) read one row group at a time:
+# pre-buffering would hold whole files' compressed bytes in memory.
+_PARQUET = pads.ParquetFileFormat(default_fragment_scan_options=pads.ParquetFragmentScanOptions(pre_buffer=False))
+
+
 def _scan(dataset: pads.Dataset, columns: list[str] | None, expr: Any) -> pa.RecordBatchReader:
     """A bounded-memory scan: pyarrow's default read-ahead (16 batches x 4 files) holds far more
     than a row group in flight, which is what made keyed writes grow with the data."""
     return dataset.scanner(
         columns=columns, filter=expr, batch_size=65_536, batch_readahead=1, fragment_readahead=1,
-        fragment_scan_options=pads.ParquetFragmentScanOptions(pre_buffer=False),
     ).to_reader()
 
 
@@ -263,7 +267,7 @@ class IcebergSink(Sink):
         if not paths:
             return pads.dataset(pa.Table.from_batches([], schema=schema))
         fs, _ = filesystem_for(table.io, paths[0])
-        return pads.dataset([filesystem_for(table.io, p)[1] for p in paths], schema=schema, filesystem=fs, format="parquet")
+        return pads.dataset([filesystem_for(table.io, p)[1] for p in paths], schema=schema, filesystem=fs, format=_PARQUET)
 
     def _existing_keys(
         self, table: Table | None, files: list[DataFile], keys: tuple[str, ...], existing: pa.Schema | None
