@@ -123,6 +123,8 @@ def test_restart_moves_off_a_taken_port(data_dir: Path) -> None:
     stop_embedded_postgres(data_dir)
     port = int(dsn.rsplit(":", 1)[1].split("/")[0])
     with socket.socket() as squatter:
+        # the stopped server's connections may leave the port in TIME_WAIT; a listener may still take it
+        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         squatter.bind(("127.0.0.1", port))
         squatter.listen()
         new_dsn = ensure_embedded_postgres(data_dir)
