@@ -77,6 +77,12 @@ def _peak(settings: TridentSettings, rows: int, mode: str) -> dict[str, float]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+# Unbounded growth would cost at least one copy of the 2.4M-row input (~100 MiB of Arrow data), and
+# a keyed write two (input + existing keys, ~250 MiB); the allowances sit well below that and well
+# above what bounded runs show (replace/stream ~20 MiB; upsert 40-75 MiB: DuckDB and allocator noise).
+ALLOWED_GROWTH_MIB = {"replace": 64, "stream": 64, "upsert": 128}
+
+
 @pytest.mark.parametrize("mode", ["replace", "stream", "upsert"])
 def test_peak_memory_does_not_grow_with_rows(settings: TridentSettings, mode: str) -> None:
     small, large = 400_000, 2_400_000  # the large stream holds ~100 MiB of Arrow data per copy
@@ -84,4 +90,4 @@ def test_peak_memory_does_not_grow_with_rows(settings: TridentSettings, mode: st
     big = _peak(settings, large, mode)
     growth = big["peak_mib"] - s["peak_mib"]
     print(f"{mode}: peak {s['peak_mib']:.0f} MiB at {small} rows, {big['peak_mib']:.0f} MiB at {large} rows")
-    assert growth < 80, f"{mode}: peak RSS grew {growth:.0f} MiB from {small} to {large} rows ({s} -> {big})"
+    assert growth < ALLOWED_GROWTH_MIB[mode], f"{mode}: peak RSS grew {growth:.0f} MiB from {small} to {large} rows ({s} -> {big})"

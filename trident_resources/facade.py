@@ -126,14 +126,8 @@ class Trident:
         existing = self.control.dataset(self.workspace, key)
         if mode == "delete" and (existing is None or not existing.exists):
             raise DatasetNotFoundError(key, self.workspace)
-        route = self.router.resolve(writer, key, existing)
+        route = self.router.resolve(writer, key, existing) if migrate_to else self._route(key, writer, existing)
         sink_name = migrate_to or route.sink
-        if existing is not None and existing.exists and existing.sink != sink_name and migrate_to is None:
-            raise SinkMismatchError(
-                f"dataset {key!r} lives in sink {existing.sink!r} but writer {writer!r} resolves to "
-                f"{route.describe()}; the rows would be split. Move it with `trident canary {key}`, "
-                f"or pin it: `trident pin set {key} {existing.sink}`"
-            )
         sink = self._sink(sink_name)
         ident = ".".join(iceberg_identifier(self.settings.namespace_root, self.workspace, key))
         ds = existing or self.control.ensure_dataset(self.workspace, key, sink_name, ident)
@@ -341,14 +335,19 @@ class Trident:
         Raises SinkMismatchError exactly when ``write`` would refuse (the dataset lives elsewhere),
         so a node with several outputs can refuse before producing any of them.
         """
-        existing = self.control.dataset(self.workspace, validate_key(key))
+        return self._route(validate_key(key), writer, self.control.dataset(self.workspace, key)).sink
+
+    def _route(self, key: str, writer: str, existing: DatasetRecord | None) -> RouteDecision:
+        """The router's decision for this write, refused when it would split the dataset's rows
+        across sinks (a dataset's sink only changes through a canary)."""
         route = self.router.resolve(writer, key, existing)
         if existing is not None and existing.exists and existing.sink != route.sink:
             raise SinkMismatchError(
                 f"dataset {key!r} lives in sink {existing.sink!r} but writer {writer!r} resolves to "
-                f"{route.describe()}; move it with `trident canary {key}` or pin it"
+                f"{route.describe()}; the rows would be split. Move it with `trident canary {key}`, "
+                f"or pin it: `trident pin set {key} {existing.sink}`"
             )
-        return route.sink
+        return route
 
     # -- Sinks and writers (issue 4): stream ingest, row edits, manifests, migration ----------------
     def ingest_stream(
@@ -374,13 +373,7 @@ class Trident:
         _check_mode(mode, key_cols, None, object())
         if mode == "delete":
             raise InvalidWriteError("an ingest stream adds rows; use delete_rows() or write(mode='delete')")
-        existing = self.control.dataset(self.workspace, key)
-        route = self.router.resolve(writer, key, existing)
-        if existing is not None and existing.exists and existing.sink != route.sink:
-            raise SinkMismatchError(
-                f"dataset {key!r} lives in sink {existing.sink!r} but writer {writer!r} resolves to "
-                f"{route.describe()}; move it with `trident canary {key}`, or pin it"
-            )
+        self._route(key, writer, self.control.dataset(self.workspace, key))  # refuse before the producer sends anything
         return IngestStream(
             self, key, mode=mode, keys=key_cols, writer=writer, schema=schema, max_queued=max_queued,
             write_kwargs=write_kwargs,
