@@ -214,14 +214,6 @@ class ControlPlane:
             finally:
                 conn.execute(q.WRITER_UNLOCK, (str(dataset.dataset_id),))
 
-    def is_writer_alive(self, dataset_id: uuid.UUID) -> bool:
-        """True when some session holds the dataset's writer lock."""
-        with self.pool.connection() as conn:
-            got = conn.execute(q.TRY_WRITER_LOCK, (str(dataset_id),)).fetchone()["locked"]
-            if got:
-                conn.execute(q.WRITER_UNLOCK, (str(dataset_id),))
-            return not got
-
     def open_txn(self, entry: LedgerEntry) -> LedgerEntry | None:
         """INTENT: record the open transaction and take its timestamp τ from Postgres' clock.
 

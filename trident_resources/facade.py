@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import pyarrow as pa
 
+from . import queries as q
 from .control_plane import ControlPlane, DatasetRecord, LedgerEntry, Outcome
 from .embedded_pg import ensure_embedded_postgres
 from .errors import DatasetNotFoundError, InvalidWriteError, SinkMismatchError, StorageUnavailableError, TridentError
@@ -227,10 +228,7 @@ class Trident:
             log.warning("reconciled: rolled forward txn %s of %s", entry.txn_id, ds.key)
             return "rolled_forward"
         self.control.abort_txn(entry.txn_id, "aborted by the reconciler: the writer died before its change committed")
-        if isinstance(sink, IcebergSink):
-            sink.discard(ds, entry.txn_id, location=entry.location)
-        else:
-            sink.discard(ds, entry.txn_id)
+        sink.discard(ds, entry.txn_id, location=entry.location)
         log.warning("reconciled: aborted txn %s of %s", entry.txn_id, ds.key)
         return "aborted"
 
@@ -326,7 +324,7 @@ class Trident:
         ds = self._record(key)
         with self.control.writer_lock(ds, self.settings.writer_wait_seconds):
             self._sink(ds.sink).drop(ds)
-            self.control.execute("DELETE FROM trident_datasets WHERE dataset_id = %s", (ds.dataset_id,))
+            self.control.execute(q.DELETE_DATASET, (ds.dataset_id,))
 
     # -- Dagster layer (issue 3): routing questions asked before any row is written ---------------
     def resolve_sink(self, key: str, writer: str = "pipeline.output") -> str:

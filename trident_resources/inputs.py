@@ -66,7 +66,3 @@ def _as_batch(item: Any) -> pa.RecordBatch:
         return item.combine_chunks().to_batches()[0] if item.num_rows else pa.RecordBatch.from_pylist([], schema=item.schema)
     raise InvalidWriteError(f"an iterable input must yield pyarrow RecordBatches, got {type(item).__name__}")
 
-
-def rebatch(reader: pa.RecordBatchReader, fn: Any, schema: pa.Schema) -> pa.RecordBatchReader:
-    """A reader that applies ``fn`` to every batch of ``reader`` lazily."""
-    return pa.RecordBatchReader.from_batches(schema, (fn(b) for b in reader))

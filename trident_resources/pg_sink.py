@@ -266,7 +266,7 @@ class PgSink(Sink):
             conn.execute(q.PG_UNDO_FORGET, (txn_id,))
             conn.execute(q.PG_DELETE_COMMIT, (txn_id,))
 
-    def discard(self, ds: DatasetRecord, txn_id: uuid.UUID) -> None:
+    def discard(self, ds: DatasetRecord, txn_id: uuid.UUID, location: str | None = None) -> None:
         """Nothing to do: an unfinished pg write is an uncommitted Postgres transaction, which
         Postgres rolled back when the writer failed or its connection died."""
 

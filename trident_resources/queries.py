@@ -20,8 +20,7 @@ SET_DATASET_SINK = "UPDATE trident_datasets SET sink = %s, iceberg_identifier = 
 UPDATE_DATASET_STATS = """UPDATE trident_datasets SET row_count = %s, next_row_index = %s, schema = %s::jsonb,
     schema_version = %s, snapshot_id = %s, last_txn_id = %s, committed_at = %s, updated_at = now()
     WHERE dataset_id = %s"""
-RESET_DATASET = """UPDATE trident_datasets SET row_count = 0, next_row_index = 0, schema = NULL, snapshot_id = NULL,
-    updated_at = now() WHERE dataset_id = %s"""
+DELETE_DATASET = "DELETE FROM trident_datasets WHERE dataset_id = %s"
 
 _LEDGER_COLS = """txn_id, dataset_id, status, mode, writer, sink, requested_sink, clamped, route_reason, started_at,
     committed_at, ended_at, rows_written, row_count, skipped, preserved, snapshot_id, schema_version, source_refs,
@@ -50,7 +49,6 @@ TRY_WRITER_LOCK = "SELECT pg_try_advisory_lock(hashtextextended(%s, 7)) AS locke
 WRITER_UNLOCK = "SELECT pg_advisory_unlock(hashtextextended(%s, 7))"
 
 INSERT_SCHEMA_VERSION = "INSERT INTO trident_schema_versions (dataset_id, version, schema, txn_id) VALUES (%s, %s, %s::jsonb, %s)"
-SCHEMA_VERSIONS = "SELECT version, schema, txn_id, created_at FROM trident_schema_versions WHERE dataset_id = %s ORDER BY version"
 INSERT_SYNC_LOG = """INSERT INTO trident_sync_log (dataset_id, txn_id, sink, snapshot_id, has_identity, rows_written, row_count)
     VALUES (%s, %s, %s, %s, %s, %s, %s)"""
 

@@ -56,8 +56,9 @@ class Sink(ABC):
         """Revert a change ``write`` made when the COMMIT step could not record it."""
 
     @abstractmethod
-    def discard(self, ds: DatasetRecord, txn_id: uuid.UUID) -> None:
-        """Remove anything an unfinished transaction left behind (files it never committed)."""
+    def discard(self, ds: DatasetRecord, txn_id: uuid.UUID, location: str | None = None) -> None:
+        """Remove anything an unfinished transaction left behind (files it never committed);
+        ``location`` is where the ledger says it wrote, for a writer that died mid-way."""
 
     @abstractmethod
     def find_committed(self, ds: DatasetRecord, txn_id: uuid.UUID) -> Outcome | None:

@@ -279,7 +279,6 @@ class IcebergSink(Sink):
                 raise SchemaMismatchError(f"key column(s) {missing} are not in the dataset (columns: {existing.names})")
         cols = [*keys, ROW_ID, ROW_INDEX]
         if existing is None:
-            raise_missing = None  # noqa: F841
             schema = pa.schema([pa.field(k, pa.large_string()) for k in keys] + [pa.field(ROW_ID, pa.large_string()), pa.field(ROW_INDEX, pa.int64()), pa.field(FILE_COLUMN, pa.int32())])
             return pa.RecordBatchReader.from_batches(schema, [])
         assert table is not None
