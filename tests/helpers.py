@@ -6,7 +6,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from trident_resources import Trident
+from trident_resources import Trident, TridentSettings
 
 
 def rows_by(t: Trident, key: str, col: str) -> dict[Any, dict[str, Any]]:
@@ -23,3 +23,10 @@ def user_rows(t: Trident, key: str, order_by: str) -> list[dict[str, Any]]:
 
 def table(**cols: list[Any]) -> pa.Table:
     return pa.table(cols)
+
+
+def cli_env(settings: TridentSettings) -> dict[str, str]:
+    """The TRIDENT_* variables that point a CLI invocation at a test's workspace."""
+    assert settings.pg_dsn is not None
+    return {"TRIDENT_HOME": str(settings.home), "TRIDENT_PG_DSN": settings.pg_dsn.get_secret_value(),
+            "TRIDENT_WORKSPACE": settings.workspace}

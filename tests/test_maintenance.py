@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from tests.helpers import table, user_rows
+from tests.helpers import cli_env, table, user_rows
 from trident_resources import InvalidReadError, Trident
 from trident_resources.lakehouse.files import filesystem_for
 
@@ -66,3 +66,16 @@ def test_dagster_maintenance_and_canary_jobs(trident: Trident) -> None:
     assert result.success
     assert t.describe("j/legacy").sink == "iceberg_native"
     assert user_rows(t, "j/legacy", "k") == [{"k": 1}, {"k": 2}, {"k": 3}]
+
+
+def test_cli_maintain(trident: Trident) -> None:
+    from click.testing import CliRunner
+
+    from trident_cli.main import cli
+
+    trident.write("c/m", table(k=[1]))
+    trident.write("c/m", table(k=[2]))
+    res = CliRunner().invoke(cli, ["maintain", "--older-than-days", "0", "--retain-last", "1"], env=cli_env(trident.settings))
+    assert res.exit_code == 0, res.output
+    assert "1 snapshots expired, 1 files deleted" in res.output
+    assert user_rows(trident, "c/m", "k") == [{"k": 2}]

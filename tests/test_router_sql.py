@@ -13,15 +13,11 @@ import pytest
 from click.testing import CliRunner
 
 from trident_cli.main import cli
+from tests.helpers import cli_env
 from trident_resources import SinkMismatchError, SqlNotAllowedError, Trident, TridentSettings
 from trident_resources.router import WRITERS
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def _env(settings: TridentSettings) -> dict[str, str]:
-    return {"TRIDENT_HOME": str(settings.home), "TRIDENT_PG_DSN": settings.pg_dsn.get_secret_value(),  # type: ignore[union-attr]
-            "TRIDENT_WORKSPACE": settings.workspace}
 
 
 def test_registry_has_the_ten_writers_of_the_design() -> None:
@@ -93,7 +89,7 @@ sys.exit(1)
 
 
 def test_a_flag_change_is_seen_by_another_process_within_10_seconds(trident: Trident, settings: TridentSettings) -> None:
-    env = {**os.environ, **_env(settings)}
+    env = {**os.environ, **cli_env(settings)}
     child = subprocess.Popen([sys.executable, "-c", WATCH], env=env, cwd=REPO, stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -145,7 +141,7 @@ def test_cli_readers_and_refusals(trident: Trident, settings: TridentSettings, t
     trident.router.set_pin("cli/x", "pg")
     trident.write("cli/x", pa.table({"a": list(range(1000)), "b": ["v"] * 1000}))
     run = CliRunner().invoke
-    env = _env(settings)
+    env = cli_env(settings)
     res = run(cli, ["sql", "attach 'x.db' as y"], env=env)
     assert res.exit_code == 2 and "only SELECT" in res.output
     res = run(cli, ["sql", 'select count(*) as n from "cli/x"'], env=env)

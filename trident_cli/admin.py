@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from datetime import timedelta
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -273,4 +274,23 @@ def reconcile() -> None:
                 console.print(f"  {label}: {txn}")
 
 
-COMMANDS = [datasets, describe, history, sql, export, writers, flag, pin, pins, canary, reconcile]
+@click.command("maintain")
+@click.argument("keys", nargs=-1)
+@click.option("--older-than-days", type=float, default=7.0, show_default=True, help="Expire snapshots older than this.")
+@click.option("--retain-last", type=int, default=5, show_default=True, help="Always keep this many newest snapshots.")
+def maintain(keys: tuple[str, ...], older_than_days: float, retain_last: int) -> None:
+    """Table maintenance: expire old snapshots and delete the files only they used (default: every
+    iceberg dataset). Time travel to expired versions ends here."""
+    with _trident() as t:
+        targets = list(keys) or [d.key for d in t.datasets() if d.sink == "iceberg_native"]
+        rows = []
+        with _progress() as bar:
+            task = bar.add_task("maintain", total=len(targets))
+            for key in targets:
+                r = t.maintain(key, older_than=timedelta(days=older_than_days), retain_last=retain_last)
+                rows.append((key, f"{r.expired_snapshots} snapshots expired, {r.deleted_files} files deleted"))
+                bar.advance(task)
+        _kv("maintain", rows or [("datasets", "none")])
+
+
+COMMANDS = [datasets, describe, history, sql, export, writers, flag, pin, pins, canary, reconcile, maintain]
