@@ -114,3 +114,24 @@ def test_secrets_stay_out_of_reprs(trident: Trident) -> None:
     s = TridentSettings(pg_dsn="postgresql://u:hunter2@h/db", s3_secret_access_key="s3cr3t", catalog_token="tok3n")
     for text in (repr(s), str(s.redacted()), repr(trident)):
         assert "hunter2" not in text and "s3cr3t" not in text and "tok3n" not in text
+
+
+def test_unreachable_object_storage_is_a_named_error_and_loses_nothing(trident_home, pg_dsn) -> None:  # type: ignore[no-untyped-def]
+    """S3 refusing connections: StorageUnavailableError, the ledger says aborted, no dataset appears."""
+    import socket
+
+    from tests.conftest import make_settings
+    from trident_resources import StorageUnavailableError
+
+    with socket.socket() as s:  # a loopback port with nobody listening
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    settings = make_settings(
+        trident_home, pg_dsn, s3_endpoint=f"http://127.0.0.1:{port}", s3_bucket="nowhere",
+        s3_access_key_id="x", s3_secret_access_key="y", s3_region="us-east-1",
+    )
+    with Trident(settings) as t:
+        with pytest.raises(StorageUnavailableError, match="storage unavailable"):
+            t.write("down/x", table(k=[1, 2]))
+        assert not t.exists("down/x")
+        assert [e.status for e in t.history("down/x")] == ["aborted"]

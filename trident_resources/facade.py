@@ -176,8 +176,7 @@ class Trident:
                     )
                 )
             except BaseException as exc:
-                sink.undo(ds, entry.txn_id)  # in case it failed after its change became visible
-                self._abort(ds, entry, exc)
+                self._fail(ds, entry, exc)
                 _reraise(exc)
             try:
                 failpoint("commit.before_ledger")
@@ -186,19 +185,41 @@ class Trident:
                     entry, outcome, watermarks=marks, provenance=dict(provenance) if provenance is not None else None
                 )
             except BaseException as exc:
-                sink.undo(ds, entry.txn_id)
-                self._abort(ds, entry, exc)
+                self._fail(ds, entry, exc)
                 _reraise(exc)
         finally:
             shutil.rmtree(spill, ignore_errors=True)
         return _result(ds.key, done, outcome, route)
 
+    def _fail(self, ds: DatasetRecord, entry: LedgerEntry, exc: BaseException) -> None:
+        """A write failed: revert its change if it became visible, mark the ledger ``aborted`` and
+        remove its files. Each step that cannot be done (storage or Postgres down) is logged and
+        left to the reconciler, so the caller always gets the original, named error."""
+        sink = self._sink(entry.sink)
+        try:
+            sink.undo(ds, entry.txn_id)  # a no-op unless the change is the dataset's current state
+        except Exception as undo_exc:
+            log.error(
+                "trident write %s failed (txn %s) and its change could not be checked or reverted (%s); "
+                "the ledger row stays open for `trident reconcile`", ds.key, entry.txn_id, undo_exc,
+            )
+            return
+        self._abort(ds, entry, exc)
+
     def _abort(self, ds: DatasetRecord, entry: LedgerEntry, exc: BaseException) -> None:
         msg = f"{type(exc).__name__}: {exc}"
         try:
             self.control.abort_txn(entry.txn_id, msg)
-        finally:
+        except Exception as pg_exc:
+            log.error("could not mark txn %s aborted (%s); `trident reconcile` will", entry.txn_id, pg_exc)
+            return
+        try:
             self._sink(entry.sink).discard(ds, entry.txn_id)
+        except Exception as io_exc:
+            log.warning(
+                "txn %s aborted, but its files could not be removed yet (%s); `trident maintain` removes them",
+                entry.txn_id, io_exc,
+            )
         log.warning("trident write %s aborted (txn %s): %s", ds.key, entry.txn_id, msg)
 
     def _watermark_rows(
