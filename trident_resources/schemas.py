@@ -64,7 +64,8 @@ def with_identity(user_schema: pa.Schema) -> pa.Schema:
     return pa.schema([*IDENTITY_FIELDS, *user_fields(user_schema)])
 
 
-def _compatible(incoming: pa.DataType, existing: pa.DataType) -> bool:
+def compatible(incoming: pa.DataType, existing: pa.DataType) -> bool:
+    """Can ``incoming`` values be stored in an ``existing`` column (equal, or a safe widening)?"""
     return incoming == existing or (incoming, existing) in _PROMOTIONS
 
 
@@ -81,7 +82,7 @@ def plan_schema(existing: pa.Schema | None, incoming: pa.Schema, *, replace: boo
     bad = [
         f"{f.name}: dataset has {existing.field(f.name).type}, input has {f.type}"
         for f in incoming
-        if f.name in existing.names and not _compatible(f.type, existing.field(f.name).type)
+        if f.name in existing.names and not compatible(f.type, existing.field(f.name).type)
     ]
     if bad:
         raise SchemaMismatchError(

@@ -37,7 +37,7 @@ from ..failpoints import failpoint
 from ..identity import ROW_ID, ROW_INDEX, stamp
 from ..keys import iceberg_identifier
 from ..merge import FILE_COLUMN, KeyedMerge
-from ..schemas import conform, describe_schema, plan_schema, to_iceberg, user_fields, with_identity
+from ..schemas import compatible, conform, describe_schema, plan_schema, to_iceberg, user_fields, with_identity
 from ..settings import TridentSettings
 from ..sink import AsOf, Maintenance, Sink, WriteRequest
 from .files import DataFileWriter, delete_paths, filesystem_for, list_txn_files
@@ -70,6 +70,23 @@ def _scan(dataset: pads.Dataset, columns: list[str] | None, expr: Any) -> pa.Rec
 
 def _constant(value: int, n: int) -> pa.Array:
     return pa.array(np.full(n, value, dtype=np.int32))
+
+
+def _summary_outcome(snap: Snapshot, schema: pa.Schema) -> Outcome:
+    """A transaction's outcome as its snapshot summary recorded it: the same numbers whether the
+    writer commits them itself or the reconciler rolls a crashed writer's transaction forward."""
+    s = snap.summary
+    assert s is not None
+    return Outcome(
+        rows_written=_num(s, "trident.rows-written"),
+        row_count=_num(s, "total-records"),
+        next_row_index=_num(s, "trident.next-row-index"),
+        snapshot_id=snap.snapshot_id,
+        schema=describe_schema(schema),
+        skipped=_num(s, "trident.skipped"),
+        preserved=_num(s, "trident.preserved"),
+        deleted=_num(s, "trident.deleted"),
+    )
 
 
 def _strip(schema: pa.Schema) -> pa.Schema:
@@ -138,8 +155,7 @@ class IcebergSink(Sink):
                 gone = [
                     f.name for f in current
                     if f.name not in target.names
-                    or (f.type != target.field(f.name).type and (target.field(f.name).type, f.type) not in
-                        {(pa.int32(), pa.int64()), (pa.float32(), pa.float64())})
+                    or not compatible(target.field(f.name).type, f.type)
                 ]
                 if gone:
                     with txn.update_schema(allow_incompatible_changes=True) as upd:
@@ -376,19 +392,7 @@ class IcebergSink(Sink):
                 p.append_data_file(f)
 
     def _outcome(self, snap: Snapshot, writer: DataFileWriter) -> Outcome:
-        s = snap.summary
-        assert s is not None
-        arrow = _strip(writer.arrow_schema)
-        return Outcome(
-            rows_written=_num(s, "trident.rows-written"),
-            row_count=_num(s, "total-records"),
-            next_row_index=_num(s, "trident.next-row-index"),
-            snapshot_id=snap.snapshot_id,
-            schema=describe_schema(arrow),
-            skipped=_num(s, "trident.skipped"),
-            preserved=_num(s, "trident.preserved"),
-            deleted=_num(s, "trident.deleted"),
-        )
+        return _summary_outcome(snap, _strip(writer.arrow_schema))
 
     # -- recovery ---------------------------------------------------------------------------
     def _txn_snapshot(self, table: Table, txn_id: uuid.UUID) -> Snapshot | None:
@@ -403,18 +407,7 @@ class IcebergSink(Sink):
         if snap is None:
             return None
         assert table is not None
-        s = snap.summary
-        assert s is not None
-        return Outcome(
-            rows_written=_num(s, "trident.rows-written"),
-            row_count=_num(s, "total-records"),
-            next_row_index=_num(s, "trident.next-row-index"),
-            snapshot_id=snap.snapshot_id,
-            schema=describe_schema(schema_to_pyarrow(table.schema(), include_field_ids=False)),
-            skipped=_num(s, "trident.skipped"),
-            preserved=_num(s, "trident.preserved"),
-            deleted=_num(s, "trident.deleted"),
-        )
+        return _summary_outcome(snap, schema_to_pyarrow(table.schema(), include_field_ids=False))
 
     def undo(self, ds: DatasetRecord, txn_id: uuid.UUID) -> None:
         table = self.table(ds)
