@@ -129,7 +129,7 @@ def _prepare_b(args: argparse.Namespace) -> Any:
     from pyiceberg.catalog.sql import SqlCatalog
 
     from trident_resources.embedded_pg import ensure_embedded_postgres
-    from trident_resources.lakehouse.catalog import sqlalchemy_url
+    from trident_resources.sinks.iceberg.catalog import sqlalchemy_url
 
     dsn = _raw_dsn(ensure_embedded_postgres(Path(args.home) / "pg"))
     warehouse = Path(args.home) / "raw_warehouse" / args.workspace

@@ -10,7 +10,7 @@ import dagster as dg
 
 from trident_assets import Node
 from trident_resources import TridentSettings
-from trident_resources.dagster_io import TridentIOManager, TridentResource
+from trident_resources.dagster import TridentIOManager, TridentResource
 
 
 def resources_for(settings: TridentSettings) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from trident_assets.pipeline import Q3_SQL
 from trident_assets.tpch import ensure_tpch
 from trident_resources import Trident, TridentSettings
-from trident_resources.dagster_io import TridentResource
+from trident_resources.dagster import TridentResource
 from trident_sensors.definitions import build_definitions
 
 from .conftest import make_settings

@@ -8,7 +8,7 @@ import pytest
 
 from tests.helpers import cli_env, table, user_rows
 from trident_resources import InvalidReadError, Trident
-from trident_resources.lakehouse.files import filesystem_for
+from trident_resources.sinks.iceberg.files import filesystem_for
 
 
 def _data_files(t: Trident, key: str) -> int:

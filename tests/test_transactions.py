@@ -18,7 +18,7 @@ from tests.conftest import backend_settings, make_settings
 from tests.helpers import table, user_rows
 from trident_resources import ConcurrentWriteError, Trident, TridentSettings
 from trident_resources.failpoints import InjectedFault, armed
-from trident_resources.lakehouse.files import list_txn_files
+from trident_resources.sinks.iceberg.files import list_txn_files
 
 STEPS = ["intent.after", "write.file_flushed", "write.before_commit", "commit.before_catalog", "commit.before_ledger"]
 REPO = Path(__file__).resolve().parents[1]

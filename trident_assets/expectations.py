@@ -15,7 +15,7 @@ import dagster as dg
 import duckdb
 
 from trident_resources import Trident, TridentError
-from trident_resources.dagster_io import TridentResource
+from trident_resources.dagster import TridentResource
 
 
 @dataclass(frozen=True)

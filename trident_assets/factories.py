@@ -20,7 +20,7 @@ import dagster as dg
 import pyarrow as pa
 
 from trident_resources import Trident, TridentError
-from trident_resources.dagster_io import TridentOutput, TridentResource
+from trident_resources.dagster import TridentOutput, TridentResource
 from trident_resources.keys import validate_key
 
 from .compute import DEFAULT_BATCH_ROWS, SOURCE_ROW_INDEX, Session, open_session

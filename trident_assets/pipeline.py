@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from trident_resources.dagster_io import TridentOutput, TridentResource
+from trident_resources.dagster import TridentOutput, TridentResource
 
 from . import expectations as ex
 from . import strategies as st

@@ -34,7 +34,7 @@ from .keys import iceberg_identifier
 from .merge import quote
 from .router import SINKS
 from .schemas import conform
-from .sink import WriteRequest
+from .sinks.base import WriteRequest
 
 if TYPE_CHECKING:
     from .facade import Trident

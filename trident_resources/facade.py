@@ -20,12 +20,12 @@ from .failpoints import failpoint
 from .identity import refuse_reserved
 from .inputs import to_reader
 from .keys import iceberg_identifier, validate_key
-from .lakehouse.catalog import open_catalog
-from .lakehouse.sink import IcebergSink
+from .sinks.iceberg.catalog import open_catalog
+from .sinks.iceberg.sink import IcebergSink
 from .results import Description, ReconcileReport, WriteResult
 from .router import RouteDecision, Router
 from .settings import TridentSettings
-from .sink import WRITE_MODES, AsOf, Maintenance, Sink, WriteRequest
+from .sinks.base import WRITE_MODES, AsOf, Maintenance, Sink, WriteRequest
 
 if TYPE_CHECKING:  # issue 4: returned by ingest_stream / migrate
     from .canary import MigrationReport
@@ -49,7 +49,7 @@ class Trident:
 
     def _register_extra_sinks(self) -> None:
         try:
-            from .pg_sink import PgSink
+            from .sinks.pg.sink import PgSink
         except ImportError:
             return
         self.sinks[PgSink.name] = PgSink(self.control, self.settings)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dagster as dg
 
 from trident_assets.pipeline import pipeline_definitions
-from trident_resources.dagster_io import TridentIOManager, TridentResource
+from trident_resources.dagster import TridentIOManager, TridentResource
 
 from .maintenance import JOBS as MAINTENANCE_JOBS
 from .maintenance import SCHEDULES as MAINTENANCE_SCHEDULES

@@ -10,7 +10,7 @@ from datetime import timedelta
 
 import dagster as dg
 
-from trident_resources.dagster_io import TridentResource
+from trident_resources.dagster import TridentResource
 
 
 class MaintenanceConfig(dg.Config):

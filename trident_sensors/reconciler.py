@@ -9,7 +9,7 @@ few short control-plane queries, so it runs in the sensor tick itself and report
 import dagster as dg
 
 from trident_resources import Trident
-from trident_resources.dagster_io import TridentResource
+from trident_resources.dagster import TridentResource
 
 RECONCILE_INTERVAL_SECONDS = 300
 

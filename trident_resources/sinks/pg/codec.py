@@ -16,10 +16,10 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from .errors import SchemaMismatchError
-from .identity import CREATED_AT, ROW_ID, ROW_INDEX, TIMESTAMP_TYPE
-from .merge import quote
-from .schemas import conform, user_fields
+from ...errors import SchemaMismatchError
+from ...identity import CREATED_AT, ROW_ID, ROW_INDEX, TIMESTAMP_TYPE
+from ...merge import quote
+from ...schemas import conform, user_fields
 
 
 def _sql_literal(text: str) -> str:

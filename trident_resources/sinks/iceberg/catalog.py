@@ -11,7 +11,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from pyiceberg.catalog import Catalog, load_catalog
 
-from ..settings import TridentSettings
+from ...settings import TridentSettings
 
 CATALOG_NAME = "trident"
 

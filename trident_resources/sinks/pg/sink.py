@@ -30,9 +30,9 @@ from pyiceberg.expressions.parser import parse as parse_filter
 from pyiceberg.expressions.visitors import bind
 from pyiceberg.io.pyarrow import expression_to_pyarrow, schema_to_pyarrow
 
-from . import queries as q
-from .control_plane import ControlPlane, DatasetRecord, Outcome
-from .errors import (
+from ... import queries as q
+from ...control_plane import ControlPlane, DatasetRecord, Outcome
+from ...errors import (
     DatasetNotFoundError,
     InvalidFilterError,
     InvalidWriteError,
@@ -40,13 +40,13 @@ from .errors import (
     StorageUnavailableError,
     UnsupportedBySinkError,
 )
-from .failpoints import failpoint
-from .identity import CREATED_AT, IDENTITY_COLUMNS, ROW_ID, ROW_INDEX, stamp
-from .merge import KeyedMerge
-from .pg_codec import JsonCodec
-from .schemas import conform, describe_schema, plan_schema, to_iceberg, user_fields, with_identity
-from .settings import TridentSettings
-from .sink import AsOf, Sink, WriteRequest
+from ...failpoints import failpoint
+from ...identity import CREATED_AT, IDENTITY_COLUMNS, ROW_ID, ROW_INDEX, stamp
+from ...merge import KeyedMerge
+from .codec import JsonCodec
+from ...schemas import conform, describe_schema, plan_schema, to_iceberg, user_fields, with_identity
+from ...settings import TridentSettings
+from ..base import AsOf, Sink, WriteRequest
 
 FETCH_ROWS = 20_000  # rows per server-side cursor round trip (and per decoded batch)
 

@@ -29,8 +29,8 @@ from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.schema import Schema
 from pyiceberg.typedef import Record
 
-from ..failpoints import failpoint
-from ..identity import ROW_ID, ROW_INDEX
+from ...failpoints import failpoint
+from ...identity import ROW_ID, ROW_INDEX
 
 
 class _ParquetFile:

@@ -38,11 +38,11 @@ import dagster as dg
 import pyarrow as pa
 from pydantic import PrivateAttr, SecretStr
 
-from .errors import InvalidWriteError
-from .facade import Trident
-from .identity import IDENTITY_COLUMNS
-from .results import Description, WriteResult
-from .settings import TridentSettings
+from ..errors import InvalidWriteError
+from ..facade import Trident
+from ..identity import IDENTITY_COLUMNS
+from ..results import Description, WriteResult
+from ..settings import TridentSettings
 
 PIPELINE_WRITER = "pipeline.output"
 META_MODE = "trident/mode"

@@ -23,8 +23,8 @@ from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table, Transaction
 from pyiceberg.table.snapshots import Snapshot, ancestors_of
 
-from ..control_plane import DatasetRecord, Outcome
-from ..errors import (
+from ...control_plane import DatasetRecord, Outcome
+from ...errors import (
     DatasetNotFoundError,
     InvalidFilterError,
     InvalidReadError,
@@ -33,13 +33,13 @@ from ..errors import (
     StorageUnavailableError,
     TransactionConflictError,
 )
-from ..failpoints import failpoint
-from ..identity import ROW_ID, ROW_INDEX, stamp
-from ..keys import iceberg_identifier
-from ..merge import FILE_COLUMN, KeyedMerge
-from ..schemas import compatible, conform, describe_schema, plan_schema, to_iceberg, user_fields, with_identity
-from ..settings import TridentSettings
-from ..sink import AsOf, Maintenance, Sink, WriteRequest
+from ...failpoints import failpoint
+from ...identity import ROW_ID, ROW_INDEX, stamp
+from ...keys import iceberg_identifier
+from ...merge import FILE_COLUMN, KeyedMerge
+from ...schemas import compatible, conform, describe_schema, plan_schema, to_iceberg, user_fields, with_identity
+from ...settings import TridentSettings
+from ..base import AsOf, Maintenance, Sink, WriteRequest
 from .files import DataFileWriter, delete_paths, filesystem_for, list_txn_files
 
 TXN_PROPERTY = "trident.txn-id"

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 
-from .control_plane import DatasetRecord, Outcome
+from ..control_plane import DatasetRecord, Outcome
 
 WRITE_MODES = ("replace", "append", "upsert", "append_new", "delete")
 
