@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _txn_files(t: Trident, key: str, txn_id: uuid.UUID) -> list[str]:
-    sink = t.sinks["iceberg_native"]
+    sink = t.driver.sinks["iceberg_native"]
     ds = t.control.dataset(t.workspace, key)
     assert ds is not None
     table_ = sink.table(ds)  # type: ignore[attr-defined]
@@ -201,19 +201,19 @@ def test_iceberg_commit_conflicts_are_retried_on_a_refreshed_table(trident: Trid
     """Another client commits to the same table mid-write; our append retries and both land."""
     t = trident
     t.write("cf/x", table(k=[1]))
-    sink = t.sinks["iceberg_native"]
+    sink = t.driver.sinks["iceberg_native"]
     ds = t.control.dataset(t.workspace, "cf/x")
 
     def racing() -> Iterator[pa.RecordBatch]:
         yield pa.record_batch({"k": [2]})
-        other = t.catalog.load_table(sink.identifier(ds))  # type: ignore[attr-defined]
+        other = sink.catalog.load_table(sink.identifier(ds))  # type: ignore[attr-defined]
         with other.transaction() as txn:  # an outside commit, as another engine would make
             with txn.update_snapshot(snapshot_properties={"who": "outsider"}).fast_append():
                 pass
 
     r = t.write("cf/x", racing(), mode="append")
     assert r.row_count == 2
-    snaps = t.catalog.load_table(sink.identifier(ds)).snapshots()  # type: ignore[attr-defined]
+    snaps = sink.catalog.load_table(sink.identifier(ds)).snapshots()  # type: ignore[attr-defined]
     assert [s.summary.get("who") for s in snaps][-2] == "outsider"
 
 

@@ -2,6 +2,7 @@
 
 from .errors import (
     ConcurrentWriteError,
+    ControlPlaneUnavailableError,
     DatasetNotFoundError,
     DuplicateKeyError,
     EmptyInputError,
@@ -21,12 +22,16 @@ from .errors import (
     MigrationError,
     StreamClosedError,
     UnsupportedBySinkError,
+    WriterLockLostError,
 )
 from .facade import Trident
 from .results import Description, ReconcileReport, WriteResult
 from .settings import TridentSettings
 
 __all__ = [
+    "ControlPlaneUnavailableError",
+    "TridentError",
+    "WriterLockLostError",
     "InvalidReadError",
     "KeyNotFoundError",
     "MigrationError",

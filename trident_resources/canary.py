@@ -16,31 +16,26 @@ Used only through ``Trident.migrate`` (the facade is the one door to rows).
 
 from __future__ import annotations
 
-import shutil
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import duckdb
 import pyarrow as pa
 
-from .control_plane import LedgerEntry
 from .errors import MigrationError
-from .failpoints import armed_action
-from .keys import iceberg_identifier
+from .failpoints import armed_action, failpoint
 from .merge import quote
-from .router import SINKS
+from .router import SINKS, RouteDecision, clamp, writer_spec
 from .schemas import conform
-from .sinks.base import WriteRequest
+from .transaction import CANARY_WRITER, Intent
 
 if TYPE_CHECKING:
     from .facade import Trident
 
 Progress = Callable[[str, int, int], None]  # (phase, rows done, rows total)
-CANARY_WRITER = "canary"
 
 
 class RowChecksum:
@@ -125,63 +120,60 @@ def _checksum(reader: pa.RecordBatchReader, schema: pa.Schema, total: int, progr
     return check
 
 
+def _refuse_a_move_its_writers_cannot_follow(t: Trident, dataset_id: uuid.UUID, key: str, to_sink: str) -> None:
+    """A canary may only move a dataset where every writer that writes it may go: otherwise the
+    router would clamp its own writer back and refuse it forever after (the split rule)."""
+    writers = {e.writer for e in t.control.history(dataset_id, None) if e.status == "committed"} - {CANARY_WRITER}
+    for writer in sorted(writers):
+        spec = writer_spec(writer)
+        if clamp(to_sink, spec.max_mode)[1]:
+            raise MigrationError(
+                f"dataset {key!r} is written by {writer!r}, whose sinks end at {spec.max_mode!r}: moved to "
+                f"{to_sink!r} it could never be written by {writer!r} again. Not moved"
+            )
+
+
 def migrate(t: Trident, key: str, to_sink: str, progress: Progress | None = None) -> MigrationReport:
     if to_sink not in SINKS:
         raise MigrationError(f"unknown sink {to_sink!r}; sinks are {list(SINKS)}")
     ds = t._record(key)
     if ds.sink == to_sink:
         raise MigrationError(f"dataset {key!r} already lives in {to_sink!r}; nothing to migrate")
-    with t.control.writer_lock(ds, t.settings.writer_wait_seconds):
-        for stale in t.control.open_entries(ds.dataset_id):
-            t._recover(ds, stale)
-        ds = t._record(key)
-        source, target = t._sink(ds.sink), t._sink(to_sink)
+    _refuse_a_move_its_writers_cannot_follow(t, ds.dataset_id, key, to_sink)
+    driver = t.driver
+    with driver.locked(ds) as ds:
+        source, target = driver.sink(ds.sink), driver.sink(to_sink)
         from_sink = ds.sink
         source_schema = source.schema(ds)
         target.drop(ds)  # leftovers of an earlier reverted canary: the dataset does not live there
-        entry = t.control.open_txn(
-            LedgerEntry(
-                txn_id=uuid.uuid4(), dataset_id=ds.dataset_id, status="open", mode="replace", writer=CANARY_WRITER,
-                sink=to_sink, started_at=datetime.now(), requested_sink=to_sink, clamped=False, route_reason="canary",
-                metadata={"migrated_from": from_sink, "rows": ds.row_count},
-            )
+        intent = Intent(
+            txn_id=uuid.uuid4(), mode="replace", writer=CANARY_WRITER, sink=to_sink,
+            route=RouteDecision(sink=to_sink, requested=to_sink, clamped=False, reason="canary"),
+            metadata={"migrated_from": from_sink, "rows": ds.row_count},
         )
-        assert entry is not None
-        spill = t.settings.home / "tmp" / str(entry.txn_id)
+        txn = driver.open(ds, intent)
+        assert txn is not None  # a fresh txn id
         src_sum = RowChecksum(source_schema)
         t0 = time.perf_counter()
         try:
             reader = source.scan(ds, columns=None, row_filter=None, as_of=None)
-            outcome = target.write(
-                WriteRequest(
-                    dataset=ds, mode="replace", keys=(), row_filter=None, txn_id=entry.txn_id, tau=entry.started_at,
-                    reader=_tee(reader, src_sum, ds.row_count, progress), spill_dir=spill,
-                    note_location=lambda loc: t.control.set_txn_location(entry.txn_id, loc), preserve_identity=True,
-                )
-            )
-        except BaseException as exc:
-            target.undo(ds, entry.txn_id)
-            t._abort(ds, entry, exc)
-            raise
+            outcome = txn.write(_tee(reader, src_sum, ds.row_count, progress), preserve_identity=True)
         finally:
             src_sum.close()
-            shutil.rmtree(spill, ignore_errors=True)
         copy_s = time.perf_counter() - t0
         t1 = time.perf_counter()
         try:
             target_schema = target.schema(ds)
             dst_sum = _checksum(target.scan(ds, columns=None, row_filter=None, as_of=None), source_schema, ds.row_count, progress)
         except BaseException as exc:
-            target.undo(ds, entry.txn_id)
-            t._abort(ds, entry, exc)
+            txn.fail(exc)
             raise
         verify_s = time.perf_counter() - t1
+        failpoint("canary.verify")
         schema_equal = [(f.name, str(f.type)) for f in source_schema] == [(f.name, str(f.type)) for f in target_schema]
         parity = schema_equal and src_sum.digest == dst_sum.digest and src_sum.rows == ds.row_count
         if parity:
-            ident = ".".join(iceberg_identifier(t.settings.namespace_root, t.workspace, key))
-            t.control.set_dataset_sink(ds.dataset_id, to_sink, ident)
-            t.control.commit_txn(entry, outcome)
+            txn.commit(outcome, flip_to=to_sink)
             source.drop(ds)
             pins = t.router.pins()
             note = ""
@@ -198,10 +190,9 @@ def migrate(t: Trident, key: str, to_sink: str, progress: Progress | None = None
             if src_sum.digest != dst_sum.digest:
                 why.append(f"checksums differ (source {src_sum.digest}, copy {dst_sum.digest})")
             message = "no parity: " + "; ".join(why) + f". Reverted: {key!r} stays in {from_sink}, unchanged"
-            target.undo(ds, entry.txn_id)
-            t._abort(ds, entry, MigrationError(message))
+            txn.fail(MigrationError(message))
         return MigrationReport(
-            key=key, from_sink=from_sink, to_sink=to_sink, txn_id=entry.txn_id, ledger_rows=ds.row_count,
+            key=key, from_sink=from_sink, to_sink=to_sink, txn_id=txn.txn_id, ledger_rows=ds.row_count,
             source_rows=src_sum.rows, target_rows=dst_sum.rows, source_checksum=src_sum.digest,
             target_checksum=dst_sum.digest, schema_equal=schema_equal, parity=parity, flipped=parity,
             copy_seconds=copy_s, verify_seconds=verify_s, message=message,

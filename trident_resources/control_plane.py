@@ -4,6 +4,7 @@ records every sink shares. All control-plane SQL is in ``migrations/`` (DDL) and
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import time
@@ -20,7 +21,9 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from . import queries as q
-from .errors import ConcurrentWriteError, StorageUnavailableError
+from .errors import ConcurrentWriteError, StorageUnavailableError, WriterLockLostError
+
+log = logging.getLogger("trident")
 
 MIGRATION_LOCK = 0x7472_6964_656E_7401  # 'trident\x01': serialises migrations across processes
 
@@ -113,6 +116,18 @@ class ControlPlane:
 
     def close(self) -> None:
         self.pool.close()
+
+    @contextmanager
+    def _tx_on(self, conn: psycopg.Connection[Any] | None) -> Iterator[psycopg.Connection[Any]]:
+        if conn is None:
+            with self.tx() as pooled:
+                yield pooled
+            return
+        try:
+            with conn.transaction():
+                yield conn
+        except psycopg.OperationalError as exc:
+            raise WriterLockLostError(f"the writer lock's Postgres session ended before COMMIT: {exc}") from exc
 
     @contextmanager
     def tx(self) -> Iterator[psycopg.Connection[Any]]:
@@ -212,7 +227,20 @@ class ControlPlane:
             try:
                 yield conn
             finally:
-                conn.execute(q.WRITER_UNLOCK, (str(dataset.dataset_id),))
+                try:
+                    conn.execute(q.WRITER_UNLOCK, (str(dataset.dataset_id),))
+                except psycopg.Error as exc:  # the session died, and its lock with it
+                    log.warning("writer lock of %s was already gone at release: %s", dataset.key, exc)
+
+    def check_lock(self, lock: psycopg.Connection[Any], dataset: DatasetRecord) -> None:
+        """Fence: the lock's session must still be alive (a session lock lives exactly as long)."""
+        try:
+            lock.execute("SELECT 1")
+        except psycopg.Error as exc:
+            raise WriterLockLostError(
+                f"the writer lock of {dataset.key!r} was lost (its Postgres session ended: {exc}); "
+                "nothing was committed, and another writer may own the dataset now. Retry the write"
+            ) from exc
 
     def open_txn(self, entry: LedgerEntry) -> LedgerEntry | None:
         """INTENT: record the open transaction and take its timestamp τ from Postgres' clock.
@@ -237,11 +265,18 @@ class ControlPlane:
         *,
         watermarks: list[tuple[uuid.UUID, datetime, uuid.UUID | None]] = (),  # type: ignore[assignment]
         provenance: dict[str, Any] | None = None,
+        flip_to: str | None = None,
+        conn: psycopg.Connection[Any] | None = None,
     ) -> LedgerEntry:
         """COMMIT: ledger, dataset stats, schema version, sync log, watermarks and provenance in
-        one Postgres transaction, so the control plane never half-records a write."""
-        with self.tx() as conn:
+        one Postgres transaction, so the control plane never half-records a write. ``flip_to``
+        moves the dataset to another sink in the same transaction (a canary's flip), so a canary
+        is committed exactly when its dataset lives where its copy is. ``conn`` is the writer
+        lock's session: committing on it fences a writer whose lock died (the commit fails)."""
+        with self._tx_on(conn) as conn:
             ds = conn.execute(q.GET_DATASET_BY_ID_FOR_UPDATE, (entry.dataset_id,)).fetchone()
+            if flip_to is not None:
+                conn.execute(q.SET_DATASET_SINK, (flip_to, ds["iceberg_identifier"], entry.dataset_id))
             version = ds["schema_version"]
             if ds["schema"] != outcome.schema:
                 version += 1

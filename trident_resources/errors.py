@@ -77,6 +77,16 @@ class StorageUnavailableError(TridentError):
     """Object storage, the catalog or Postgres could not be reached; nothing was changed."""
 
 
+class ControlPlaneUnavailableError(StorageUnavailableError):
+    """The control-plane Postgres went away (server stopped, connection cut) during an operation;
+    a write that met it committed nothing."""
+
+
+class WriterLockLostError(ConcurrentWriteError):
+    """The session holding this writer's dataset lock died, so another writer may own the dataset
+    now: the write stops before its commit instead of racing it."""
+
+
 class TransactionConflictError(TridentError):
     """The Iceberg commit kept conflicting with concurrent commits after every retry."""
 

@@ -4,30 +4,28 @@ the dataset lives in, and every write is one INTENT -> WRITE -> COMMIT transacti
 from __future__ import annotations
 
 import logging
-import shutil
 import uuid
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from . import queries as q
 from .control_plane import ControlPlane, DatasetRecord, LedgerEntry, Outcome
 from .embedded_pg import ensure_embedded_postgres
-from .errors import DatasetNotFoundError, InvalidWriteError, SinkMismatchError, StorageUnavailableError, TridentError
-from .failpoints import failpoint
+from .errors import DatasetNotFoundError, InvalidReadError, InvalidWriteError, SinkMismatchError
 from .identity import refuse_reserved
 from .inputs import to_reader
 from .keys import iceberg_identifier, validate_key
-from .sinks.iceberg.catalog import open_catalog
-from .sinks.iceberg.sink import IcebergSink
 from .results import Description, ReconcileReport, WriteResult
 from .router import RouteDecision, Router
 from .settings import TridentSettings
-from .sinks.base import WRITE_MODES, AsOf, Maintenance, Sink, WriteRequest
+from .sinks import open_sinks
+from .sinks.base import WRITE_MODES, AsOf, Maintenance, Sink, WriteMode
+from .transaction import Intent, TransactionDriver, Watermarks
 
-if TYPE_CHECKING:  # issue 4: returned by ingest_stream / migrate
+if TYPE_CHECKING:  # returned by ingest_stream / migrate
     from .canary import MigrationReport
     from .streaming import IngestStream
 
@@ -42,17 +40,8 @@ class Trident:
         s = self.settings
         dsn = s.pg_dsn.get_secret_value() if s.pg_dsn else ensure_embedded_postgres(s.home / "pg")
         self.control = ControlPlane(dsn, pool_max=s.pg_pool_max)
-        self.catalog = open_catalog(s, dsn)
         self.router = Router(self.control, s.workspace, s.flag_refresh_seconds)
-        self.sinks: dict[str, Sink] = {IcebergSink.name: IcebergSink(self.catalog, s)}
-        self._register_extra_sinks()
-
-    def _register_extra_sinks(self) -> None:
-        try:
-            from .sinks.pg.sink import PgSink
-        except ImportError:
-            return
-        self.sinks[PgSink.name] = PgSink(self.control, self.settings)
+        self.driver = TransactionDriver(self.control, open_sinks(s, self.control, dsn), s)
 
     @classmethod
     def from_env(cls) -> Trident:
@@ -82,10 +71,7 @@ class Trident:
         return ds
 
     def _sink(self, sink: str) -> Sink:
-        try:
-            return self.sinks[sink]
-        except KeyError:
-            raise StorageUnavailableError(f"sink {sink!r} is not available in this installation") from None
+        return self.driver.sink(sink)
 
     def exists(self, key: str) -> bool:
         ds = self.control.dataset(self.workspace, validate_key(key))
@@ -100,7 +86,7 @@ class Trident:
         key: str,
         data: Any = None,
         *,
-        mode: str = "replace",
+        mode: WriteMode = "replace",
         writer: str = "ingest.api",
         keys: Iterable[str] | str | None = None,
         row_filter: str | None = None,
@@ -109,13 +95,12 @@ class Trident:
         txn_id: uuid.UUID | str | None = None,
         provenance: Mapping[str, Any] | None = None,
         watermarks: Mapping[str, tuple[datetime, uuid.UUID | None]] | None = None,
-        migrate_to: str | None = None,
     ) -> WriteResult:
         """Write ``data`` to dataset ``key`` as one transaction; see DESIGN.md "Write modes".
 
         ``txn_id`` makes a retry idempotent: a transaction id that already committed is a no-op.
         ``watermarks`` (source key -> (committed_at, source txn)) and ``provenance`` are recorded
-        in the same COMMIT step. ``migrate_to`` is for canaries: it lets a write move a dataset.
+        in the same COMMIT step.
         """
         validate_key(key)
         key_cols = _keys(keys)
@@ -127,108 +112,28 @@ class Trident:
         existing = self.control.dataset(self.workspace, key)
         if mode == "delete" and (existing is None or not existing.exists):
             raise DatasetNotFoundError(key, self.workspace)
-        route = self.router.resolve(writer, key, existing) if migrate_to else self._route(key, writer, existing)
-        sink_name = migrate_to or route.sink
-        sink = self._sink(sink_name)
+        route = self._route(key, writer, existing)
         ident = ".".join(iceberg_identifier(self.settings.namespace_root, self.workspace, key))
-        ds = existing or self.control.ensure_dataset(self.workspace, key, sink_name, ident)
-        log.info("trident write %s mode=%s writer=%s sink=%s", key, mode, writer, route.describe())
-        with self.control.writer_lock(ds, self.settings.writer_wait_seconds):
-            ds = self.control.dataset_by_id(ds.dataset_id) or ds
-            for stale in self.control.open_entries(ds.dataset_id):
-                self._recover(ds, stale)  # we hold the lock, so its writer is gone
-            ds = self.control.dataset_by_id(ds.dataset_id) or ds
-            if ds.sink != sink_name and (not ds.exists or migrate_to is not None):
-                self.control.set_dataset_sink(ds.dataset_id, sink_name, ident)
+        ds = existing or self.control.ensure_dataset(self.workspace, key, route.sink, ident)
+        with self.driver.locked(ds) as ds:
+            route = self._route(key, writer, ds)  # decided again: the dataset may have moved or been born meanwhile
+            if ds.sink != route.sink:  # not born yet (an aborted first write may have named another sink)
+                self.control.set_dataset_sink(ds.dataset_id, route.sink, ident)
                 ds = self.control.dataset_by_id(ds.dataset_id) or ds
-            entry = self.control.open_txn(
-                LedgerEntry(
-                    txn_id=txn, dataset_id=ds.dataset_id, status="open", mode=mode, writer=writer, sink=sink_name,
-                    started_at=datetime.now(), requested_sink=route.requested, clamped=route.clamped,
-                    route_reason=route.reason, source_refs=list(source_refs or []), metadata=dict(metadata or {}),
-                )
+            log.info("trident write %s mode=%s writer=%s sink=%s", key, mode, writer, route.describe())
+            intent = Intent(
+                txn_id=txn, mode=mode, writer=writer, sink=route.sink, route=route,
+                source_refs=list(source_refs or []), metadata=dict(metadata or {}),
             )
-            if entry is None:
+            transaction = self.driver.open(ds, intent)
+            if transaction is None:
                 return self._noop_result(key, txn, route)
-            return self._run(ds, entry, sink, reader, key_cols, row_filter, route, provenance, watermarks)
+            outcome = transaction.write(reader, keys=key_cols, row_filter=row_filter)
+            done = transaction.commit(outcome, provenance=provenance, watermarks=self._watermark_rows(watermarks))
+            return _result(ds.key, done, outcome, route)
 
-    def _run(
-        self,
-        ds: DatasetRecord,
-        entry: LedgerEntry,
-        sink: Sink,
-        reader: pa.RecordBatchReader | None,
-        keys: tuple[str, ...],
-        row_filter: str | None,
-        route: RouteDecision,
-        provenance: Mapping[str, Any] | None,
-        watermarks: Mapping[str, tuple[datetime, uuid.UUID | None]] | None,
-    ) -> WriteResult:
-        spill = self.settings.home / "tmp" / str(entry.txn_id)
-        try:
-            try:
-                failpoint("intent.after")
-                outcome = sink.write(
-                    WriteRequest(
-                        dataset=ds, mode=entry.mode, keys=keys, row_filter=row_filter, txn_id=entry.txn_id,
-                        tau=entry.started_at, reader=reader, spill_dir=spill,
-                        note_location=lambda loc: self.control.set_txn_location(entry.txn_id, loc),
-                    )
-                )
-            except BaseException as exc:
-                self._fail(ds, entry, exc)
-                _reraise(exc)
-            try:
-                failpoint("commit.before_ledger")
-                marks = self._watermark_rows(watermarks)
-                done = self.control.commit_txn(
-                    entry, outcome, watermarks=marks, provenance=dict(provenance) if provenance is not None else None
-                )
-            except BaseException as exc:
-                self._fail(ds, entry, exc)
-                _reraise(exc)
-        finally:
-            shutil.rmtree(spill, ignore_errors=True)
-        return _result(ds.key, done, outcome, route)
-
-    def _fail(self, ds: DatasetRecord, entry: LedgerEntry, exc: BaseException) -> None:
-        """A write failed: revert its change if it became visible, mark the ledger ``aborted`` and
-        remove its files. Each step that cannot be done (storage or Postgres down) is logged and
-        left to the reconciler, so the caller always gets the original, named error."""
-        sink = self._sink(entry.sink)
-        try:
-            sink.undo(ds, entry.txn_id)  # a no-op unless the change is the dataset's current state
-        except Exception as undo_exc:
-            log.error(
-                "trident write %s failed (txn %s) and its change could not be checked or reverted (%s); "
-                "the ledger row stays open for `trident reconcile`", ds.key, entry.txn_id, undo_exc,
-            )
-            return
-        self._abort(ds, entry, exc)
-
-    def _abort(self, ds: DatasetRecord, entry: LedgerEntry, exc: BaseException) -> None:
-        msg = f"{type(exc).__name__}: {exc}"
-        try:
-            self.control.abort_txn(entry.txn_id, msg)
-        except Exception as pg_exc:
-            log.error("could not mark txn %s aborted (%s); `trident reconcile` will", entry.txn_id, pg_exc)
-            return
-        try:
-            self._sink(entry.sink).discard(ds, entry.txn_id)
-        except Exception as io_exc:
-            log.warning(
-                "txn %s aborted, but its files could not be removed yet (%s); `trident maintain` removes them",
-                entry.txn_id, io_exc,
-            )
-        log.warning("trident write %s aborted (txn %s): %s", ds.key, entry.txn_id, msg)
-
-    def _watermark_rows(
-        self, watermarks: Mapping[str, tuple[datetime, uuid.UUID | None]] | None
-    ) -> list[tuple[uuid.UUID, datetime, uuid.UUID | None]]:
-        rows = []
-        for key, (mark, source_txn) in (watermarks or {}).items():
-            rows.append((self._record(key).dataset_id, mark, source_txn))
-        return rows
+    def _watermark_rows(self, watermarks: Mapping[str, tuple[datetime, uuid.UUID | None]] | None) -> Watermarks:
+        return [(self._record(key).dataset_id, mark, source_txn) for key, (mark, source_txn) in (watermarks or {}).items()]
 
     def _noop_result(self, key: str, txn: uuid.UUID, route: RouteDecision) -> WriteResult:
         prior = self.control.ledger_entry(txn)
@@ -239,38 +144,9 @@ class Trident:
         )
         return _result(key, prior, outcome, route, noop=True)
 
-    # -- recovery ---------------------------------------------------------------------------
-    def _recover(self, ds: DatasetRecord, entry: LedgerEntry) -> str:
-        """Roll an orphaned open transaction forward when its change is in the sink, else abort it."""
-        sink = self._sink(entry.sink)
-        outcome = sink.find_committed(ds, entry.txn_id)
-        if outcome is not None:
-            self.control.commit_txn(entry, outcome)
-            log.warning("reconciled: rolled forward txn %s of %s", entry.txn_id, ds.key)
-            return "rolled_forward"
-        self.control.abort_txn(entry.txn_id, "aborted by the reconciler: the writer died before its change committed")
-        sink.discard(ds, entry.txn_id, location=entry.location)
-        log.warning("reconciled: aborted txn %s of %s", entry.txn_id, ds.key)
-        return "aborted"
-
     def reconcile(self) -> ReconcileReport:
         """Repair transactions left open by crashed processes; live writers are left alone."""
-        forward: list[uuid.UUID] = []
-        aborted: list[uuid.UUID] = []
-        running: list[uuid.UUID] = []
-        for entry in self.control.open_entries():
-            ds = self.control.dataset_by_id(entry.dataset_id)
-            if ds is None or ds.workspace != self.workspace:
-                continue
-            try:
-                with self.control.writer_lock(ds, 0):
-                    still = self.control.ledger_entry(entry.txn_id)
-                    if still is None or still.status != "open":
-                        continue
-                    (forward if self._recover(ds, still) == "rolled_forward" else aborted).append(entry.txn_id)
-            except TridentError:
-                running.append(entry.txn_id)
-        return ReconcileReport(rolled_forward=forward, aborted=aborted, still_running=running)
+        return self.driver.reconcile(self.workspace)
 
     # -- READ -------------------------------------------------------------------------------
     def stream(
@@ -278,7 +154,41 @@ class Trident:
     ) -> pa.RecordBatchReader:
         """The dataset's rows as a bounded-memory stream, from whichever sink holds them."""
         ds = self._record(key)
-        return self._sink(ds.sink).scan(ds, columns=columns, row_filter=row_filter, as_of=as_of)
+        sink = self._sink(ds.sink)
+        version = self._version_at(ds, as_of) if sink.time_travel else as_of
+        return sink.scan(ds, columns=columns, row_filter=row_filter, as_of=version)
+
+    def _version_at(self, ds: DatasetRecord, as_of: AsOf) -> int | None:
+        """The snapshot id of the version ``as_of`` names, decided by the ledger: a transaction id,
+        a snapshot id or an instant name a COMMITTED transaction of this dataset, and an instant
+        reads the newest version committed at or before it (``committed_at`` is the ledger's τ).
+        Anything else is an InvalidReadError, never an empty or older version."""
+        if as_of is None:
+            return None
+        committed = [e for e in self.control.history(ds.dataset_id, None) if e.status == "committed"]
+        if isinstance(as_of, bool) or not isinstance(as_of, (int, str, uuid.UUID, datetime)):
+            raise InvalidReadError(f"as_of must be a transaction id, a snapshot id or a datetime, not {as_of!r}")
+        if isinstance(as_of, datetime):
+            when = as_of if as_of.tzinfo is not None else as_of.replace(tzinfo=timezone.utc)
+            at = [e for e in committed if e.committed_at is not None and e.committed_at <= when]
+            if not at:
+                raise InvalidReadError(f"dataset {ds.key!r} has no version committed at or before {when.isoformat()}")
+            return max(at, key=lambda e: e.committed_at).snapshot_id  # type: ignore[arg-type, return-value]
+        if isinstance(as_of, int):
+            for e in committed:
+                if e.snapshot_id == as_of:
+                    return as_of
+            raise InvalidReadError(f"no committed version of {ds.key!r} has snapshot id {as_of}")
+        try:
+            txn = uuid.UUID(str(as_of))
+        except ValueError:
+            raise InvalidReadError(f"as_of {as_of!r} is neither a transaction id (uuid) nor a snapshot id") from None
+        entry = self.control.ledger_entry(txn)
+        if entry is None or entry.dataset_id != ds.dataset_id:
+            raise InvalidReadError(f"transaction {txn} is not a transaction of {ds.key!r}")
+        if entry.status != "committed" or entry.snapshot_id is None:
+            raise InvalidReadError(f"transaction {txn} of {ds.key!r} is {entry.status}, not committed: it has no version")
+        return entry.snapshot_id
 
     def read(
         self, key: str, columns: list[str] | None = None, row_filter: str | None = None, as_of: AsOf = None
@@ -334,16 +244,14 @@ class Trident:
     def maintain(self, key: str, *, older_than: timedelta = timedelta(days=7), retain_last: int = 5) -> Maintenance:
         """Table maintenance: expire versions older than ``older_than`` (keeping the newest
         ``retain_last``) and delete the files only they used. Time travel to them ends here."""
-        ds = self._record(key)
-        with self.control.writer_lock(ds, self.settings.writer_wait_seconds):
+        with self.driver.locked(self._record(key)) as ds:
             return self._sink(ds.sink).maintain(
                 ds, older_than=datetime.now(timezone.utc) - older_than, retain_last=retain_last
             )
 
     def drop(self, key: str) -> None:
         """Delete a dataset: its rows, storage and control-plane records."""
-        ds = self._record(key)
-        with self.control.writer_lock(ds, self.settings.writer_wait_seconds):
+        with self.driver.locked(self._record(key)) as ds:
             self._sink(ds.sink).drop(ds)
             self.control.execute(q.DELETE_DATASET, (ds.dataset_id,))
 
@@ -373,7 +281,7 @@ class Trident:
         self,
         key: str,
         *,
-        mode: str = "append",
+        mode: WriteMode = "append",
         keys: Iterable[str] | str | None = None,
         writer: str = "ingest.stream",
         schema: pa.Schema | None = None,
@@ -429,7 +337,7 @@ class Trident:
             return self.write(key, None, mode="delete", row_filter=where, writer=writer, **write_kwargs)
         return self.write(key, data, mode="delete", keys=keys, writer=writer, **write_kwargs)
 
-    def write_manifest(self, key: str, entries: Any, *, mode: str = "upsert", **write_kwargs: Any) -> WriteResult:
+    def write_manifest(self, key: str, entries: Any, *, mode: WriteMode = "upsert", **write_kwargs: Any) -> WriteResult:
         """Record file pointers (object_key, size, checksum, content_type [+ extra columns]) in a
         ``dataset.manifest`` dataset, which lives in the control plane (sink ``pg``) by design.
         ``mode`` upsert (default, keyed by object_key), append_new, replace or delete."""
@@ -470,13 +378,6 @@ def _check_mode(mode: str, keys: tuple[str, ...], row_filter: str | None, data: 
         raise InvalidWriteError("row_filter is only for mode='delete'; reads take row_filter in read()/stream()")
     if mode != "delete" and data is None:
         raise InvalidWriteError(f"mode {mode!r} needs data")
-
-
-def _reraise(exc: BaseException) -> NoReturn:
-    """Re-raise, naming storage faults (OSError from pyarrow/S3) as StorageUnavailableError."""
-    if isinstance(exc, OSError) and not isinstance(exc, TridentError):
-        raise StorageUnavailableError(f"storage unavailable, nothing was committed: {type(exc).__name__}: {exc}") from exc
-    raise exc
 
 
 def _result(key: str, entry: LedgerEntry, outcome: Outcome, route: RouteDecision, noop: bool = False) -> WriteResult:

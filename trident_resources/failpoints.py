@@ -2,12 +2,13 @@
 
 A point does nothing unless armed, either in-process (``armed(...)``) or for a child process via
 ``TRIDENT_FAILPOINTS="name=raise,other=exit"`` (``exit`` kills the process without cleanup, as a
-crash would). Production code pays one dict lookup per point.
+crash would; ``sleep:<seconds>`` stalls there, to make a race deterministic). Production code pays one dict lookup per point.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -29,6 +30,9 @@ def failpoint(name: str) -> None:
         return
     if action == "exit":
         os._exit(137)
+    if action.startswith("sleep:"):
+        time.sleep(float(action.split(":", 1)[1]))
+        return
     raise InjectedFault(f"injected fault at {name}")
 
 

@@ -18,7 +18,12 @@ MAX_BATCH_ROWS = 131_072
 
 
 def to_reader(data: Any) -> pa.RecordBatchReader:
-    """Accept an Arrow table/batch/reader, an iterable of batches, or a pandas/polars DataFrame."""
+    """Accept Arrow data, anything speaking the Arrow C stream protocol (polars, DuckDB relations,
+    pandas...), an iterable of batches, or a polars LazyFrame.
+
+    pandas is taken before the protocol only because its ``__arrow_c_stream__`` exports a
+    non-default index as an extra column; a DataFrame's rows are its columns here.
+    """
     if isinstance(data, pa.RecordBatchReader):
         return data
     if isinstance(data, pa.Table):
@@ -28,17 +33,15 @@ def to_reader(data: Any) -> pa.RecordBatchReader:
     module = type(data).__module__.split(".")[0]
     if module == "pandas":
         return to_reader(pa.Table.from_pandas(data, preserve_index=False))
-    if module == "polars":
-        if hasattr(data, "collect"):  # LazyFrame
-            data = data.collect()
-        return to_reader(data.to_arrow())
     if hasattr(data, "__arrow_c_stream__"):
         return pa.RecordBatchReader.from_stream(data)
+    if module == "polars" and hasattr(data, "collect"):  # a LazyFrame runs its plan first
+        return to_reader(data.collect())
     if isinstance(data, Iterable) and not isinstance(data, (str, bytes, dict)):
         return _reader_from_batches(iter(data))
     raise InvalidWriteError(
-        f"cannot write a {type(data).__name__}: pass a pyarrow Table, RecordBatchReader, "
-        "an iterable of RecordBatches, or a pandas/polars DataFrame"
+        f"cannot write a {type(data).__name__}: pass a pyarrow Table, RecordBatchReader, an object with "
+        "__arrow_c_stream__ (polars, DuckDB...), an iterable of RecordBatches, or a pandas DataFrame"
     )
 
 

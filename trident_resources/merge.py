@@ -55,6 +55,8 @@ class KeyedMerge:
     def __init__(self, spill_dir: Path, *, memory_limit: str, threads: int) -> None:
         spill_dir.mkdir(parents=True, exist_ok=True)
         self._path = spill_dir / "merge.duckdb"
+        for stale in (self._path, self._path.with_suffix(".duckdb.wal")):  # a crashed attempt's scratch
+            stale.unlink(missing_ok=True)
         self.con = duckdb.connect(
             str(self._path),
             config={"memory_limit": memory_limit, "threads": threads, "temp_directory": str(spill_dir / "tmp")},

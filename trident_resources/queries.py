@@ -37,7 +37,7 @@ VALUES (%s, %s, 'open', %s, %s, %s, %s, %s, %s, date_trunc('microseconds', clock
 ON CONFLICT (txn_id) DO UPDATE SET status = 'open', started_at = EXCLUDED.started_at, ended_at = NULL,
     error = NULL, mode = EXCLUDED.mode, writer = EXCLUDED.writer, sink = EXCLUDED.sink, pid = EXCLUDED.pid,
     host = EXCLUDED.host
-    WHERE trident_ledger.status = 'aborted'
+    WHERE trident_ledger.status = 'aborted' AND trident_ledger.dataset_id = EXCLUDED.dataset_id
 RETURNING {_LEDGER_COLS}"""
 COMMIT_LEDGER = f"""UPDATE trident_ledger SET status = 'committed', committed_at = started_at, ended_at = clock_timestamp(),
     rows_written = %s, row_count = %s, skipped = %s, preserved = %s, snapshot_id = %s, schema_version = %s

@@ -15,7 +15,7 @@ from . import queries as q
 from .control_plane import ControlPlane, DatasetRecord
 from .errors import InvalidWriteError
 
-SINKS = ("pg", "iceberg_native")  # ordered by capability: a clamp moves left
+from .sinks import SINK_NAMES as SINKS  # ordered by capability: a clamp moves left
 DATASET_SINK = "dataset"  # tier-3 default: wherever the dataset already lives
 
 

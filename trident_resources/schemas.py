@@ -9,11 +9,12 @@ from __future__ import annotations
 from typing import Any
 
 import pyarrow as pa
-from pyiceberg.io.pyarrow import _ConvertToIcebergWithoutIDs, schema_to_pyarrow, visit_pyarrow
+from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.schema import Schema, assign_fresh_schema_ids
 
 from .errors import SchemaMismatchError
 from .identity import IDENTITY_COLUMNS, IDENTITY_FIELDS
+from .pyiceberg_compat import arrow_to_iceberg_without_ids
 
 # Safe widenings Iceberg allows on an existing column (input type -> column type).
 _PROMOTIONS = {(pa.int32(), pa.int64()), (pa.float32(), pa.float64())}
@@ -45,7 +46,7 @@ def to_iceberg(schema: pa.Schema) -> Schema:
     """Iceberg schema (fresh ids, every column optional) for an Arrow schema."""
     pre = pa.schema([pa.field(f.name, _pre_normalise(f.type), nullable=True) for f in schema])
     try:
-        converted = visit_pyarrow(pre, _ConvertToIcebergWithoutIDs())
+        converted = arrow_to_iceberg_without_ids(pre)
     except (TypeError, ValueError) as exc:
         raise SchemaMismatchError(f"unsupported column type: {exc}") from exc
     return assign_fresh_schema_ids(converted)

@@ -1,2 +1,28 @@
-"""Sinks: where a dataset's rows are stored. Each only stores; the write planner and the
-transaction driver decide what to store and when it counts."""
+"""Sinks: where a dataset's rows are stored. Each only stores; the write planner decides what to
+store and the transaction driver when it counts.
+
+``SINK_NAMES`` is the one registry of sinks (the router clamps along its order, the CLI offers
+its names); ``open_sinks`` builds one of each for a ``Trident``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..control_plane import ControlPlane
+    from ..settings import TridentSettings
+    from .base import Sink
+
+SINK_NAMES: tuple[str, ...] = ("pg", "iceberg_native")  # ordered by capability: a clamp moves left
+
+
+def open_sinks(settings: TridentSettings, control: ControlPlane, dsn: str) -> dict[str, Sink]:
+    """One instance of every sink, by name (imported here: the router needs only the names)."""
+    from .iceberg.catalog import open_catalog
+    from .iceberg.sink import IcebergSink
+    from .pg.sink import PgSink
+
+    sinks: list[Sink] = [PgSink(control, settings), IcebergSink(open_catalog(settings, dsn), settings)]
+    assert tuple(s.name for s in sinks) == SINK_NAMES
+    return {s.name: s for s in sinks}

@@ -1,27 +1,37 @@
-"""The contract every sink fulfils, so the facade (and every reader above it) never branches on
-where a dataset lives. Implementations: ``lakehouse.IcebergSink`` and ``pg_sink.PgSink``."""
+"""The contract every sink fulfils. A sink only *stores*: the write planner (``planner.py``) decides
+which rows and identities a write produces, the transaction driver (``transaction.py``) decides
+when it counts. A third sink adds storage code here and nothing else.
+
+Implementations: ``sinks.iceberg.IcebergSink`` and ``sinks.pg.PgSink``; ``open_sinks`` builds them.
+"""
 
 from __future__ import annotations
 
 import uuid
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from collections.abc import Callable
-from typing import Any, ClassVar
+from types import TracebackType
+from typing import Any, ClassVar, Literal, Protocol, get_args
 
 import pyarrow as pa
 
 from ..control_plane import DatasetRecord, Outcome
 
-WRITE_MODES = ("replace", "append", "upsert", "append_new", "delete")
+WriteMode = Literal["replace", "append", "upsert", "append_new", "delete"]
+WRITE_MODES: tuple[WriteMode, ...] = get_args(WriteMode)
+
+AsOf = int | str | uuid.UUID | datetime | None
 
 
 @dataclass(frozen=True)
 class WriteRequest:
+    """What a transaction asks a sink to store; built by the transaction driver."""
+
     dataset: DatasetRecord
-    mode: str
+    mode: WriteMode
     keys: tuple[str, ...]
     row_filter: str | None
     txn_id: uuid.UUID
@@ -29,9 +39,24 @@ class WriteRequest:
     reader: pa.RecordBatchReader | None  # None for a delete by row_filter
     spill_dir: Path
     note_location: Callable[[str], None]  # records where files go, for cleanup after a crash
-    # Migration copies (canary): the reader already carries the identity columns, which the sink
-    # keeps as they are instead of stamping new ones. Only the facade's migrate() sets this.
+    # Migration copies (canary): the reader already carries the identity columns, which the
+    # planner keeps as they are instead of stamping new ones.
     preserve_identity: bool = False
+    # Called right before the sink's atomic commit: raises when this writer lost its dataset lock
+    # (another writer may own the dataset now), so a fenced writer never commits.
+    fence: Callable[[], None] = lambda: None
+
+
+@dataclass(frozen=True)
+class WriteCounts:
+    """The planner's numbers for one write; the sink stores them with its change (so recovery
+    reads the same numbers the writer would have committed)."""
+
+    rows_written: int
+    next_row_index: int
+    skipped: int = 0
+    preserved: int = 0
+    deleted: int = 0
 
 
 @dataclass(frozen=True)
@@ -41,19 +66,84 @@ class Maintenance:
     deleted_files: int
 
 
-AsOf = int | str | uuid.UUID | datetime | None
+class Removal(Protocol):
+    """Which existing row versions a keyed write removes (the planner's ``KeyedMerge``)."""
+
+    def removed_ids(self) -> pa.RecordBatchReader:
+        """``__row_id`` of every removed row."""
+
+    def affected_files(self) -> list[int]:
+        """Indexes (the ``__file`` column of ``existing_keys``) of files holding removed rows."""
+
+    def kept_rows(self, rows: pa.RecordBatchReader) -> pa.RecordBatchReader:
+        """``rows`` minus the removed ones, unchanged."""
+
+
+class SinkWrite(ABC):
+    """One sink-side change in progress: rows go in, one atomic commit comes out. Leaving the
+    ``with`` block without ``commit`` discards everything written."""
+
+    arrow_schema: pa.Schema  # what ``put`` batches must look like (identity columns first)
+
+    @abstractmethod
+    def put(self, batches: Iterable[pa.RecordBatch]) -> int:
+        """Store new row versions (already stamped and conformed); returns rows stored."""
+
+    @abstractmethod
+    def remove(self, removal: Removal) -> None:
+        """Remove existing row versions (keyed writes other than replace)."""
+
+    @abstractmethod
+    def commit(self, counts: WriteCounts) -> Outcome:
+        """Make everything put/removed durable as ONE change carrying the txn id."""
+
+    @abstractmethod
+    def discard(self) -> None:
+        """Drop what was written and not committed."""
+
+    def __enter__(self) -> SinkWrite:
+        return self
+
+    def __exit__(self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        if t is not None:
+            self.discard()
+
+
+class StoredVersion(ABC):
+    """The dataset's current version as one sink holds it, read once per write (the writer
+    holds the dataset's lock, so it cannot change underneath)."""
+
+    schema: pa.Schema | None  # identity + user columns; None when nothing is stored yet
+
+    @abstractmethod
+    def existing_keys(self, keys: tuple[str, ...]) -> pa.RecordBatchReader:
+        """``(keys..., __row_id, __row_index[, __file])`` of every current row, streamed
+        (only called when ``schema`` is not None)."""
+
+    @abstractmethod
+    def matching_ids(self, expr: Any) -> pa.RecordBatchReader:
+        """``(__row_id[, __file])`` of the current rows matching ``expr`` (a pyarrow expression,
+        parsed once by the planner)."""
+
+    @abstractmethod
+    def begin(self, req: WriteRequest, user_schema: pa.Schema, *, replace: bool) -> SinkWrite:
+        """Start the change that stores this write's rows; with ``replace`` the change's rows
+        become the whole dataset (schema ``user_schema`` wins)."""
 
 
 class Sink(ABC):
     name: ClassVar[str]
+    tracks_files: ClassVar[bool] = False  # existing_keys carries __file; Removal.affected_files matters
+    time_travel: ClassVar[bool] = True  # keeps past versions: ``as_of`` reaches scan as a snapshot id
 
     @abstractmethod
-    def write(self, req: WriteRequest) -> Outcome:
-        """WRITE: make the request's rows durable as ONE atomic change, carrying the txn id."""
+    def current(self, ds: DatasetRecord) -> StoredVersion:
+        """The dataset's current version, for the planner to read and write against."""
 
+    # -- what the transaction driver needs ----------------------------------------------------
     @abstractmethod
     def undo(self, ds: DatasetRecord, txn_id: uuid.UUID) -> None:
-        """Revert a change ``write`` made when the COMMIT step could not record it."""
+        """Revert a change a write made when the COMMIT step could not record it."""
 
     @abstractmethod
     def discard(self, ds: DatasetRecord, txn_id: uuid.UUID, location: str | None = None) -> None:
@@ -64,6 +154,7 @@ class Sink(ABC):
     def find_committed(self, ds: DatasetRecord, txn_id: uuid.UUID) -> Outcome | None:
         """The outcome of ``txn_id`` when its change is part of the dataset's current state."""
 
+    # -- reads and upkeep ---------------------------------------------------------------------
     @abstractmethod
     def scan(
         self, ds: DatasetRecord, *, columns: list[str] | None, row_filter: str | None, as_of: AsOf

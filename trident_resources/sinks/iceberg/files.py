@@ -19,7 +19,6 @@ from pyiceberg.io import FileIO
 from pyiceberg.io.fileformat import DataFileStatistics
 from pyiceberg.io.pyarrow import (
     PyArrowFileIO,
-    _get_parquet_writer_kwargs,
     compute_statistics_plan,
     data_file_statistics_from_parquet_metadata,
     parquet_path_to_id_mapping,
@@ -31,6 +30,7 @@ from pyiceberg.typedef import Record
 
 from ...failpoints import failpoint
 from ...identity import ROW_ID, ROW_INDEX
+from ...pyiceberg_compat import parquet_writer_kwargs
 
 
 class _ParquetFile:
@@ -47,7 +47,7 @@ class _ParquetFile:
             self._writer = pq.ParquetWriter(
                 cast(IO[Any], self._stream), schema=arrow_schema, store_decimal_as_integer=True,
                 use_dictionary=[n for n in arrow_schema.names if n not in _NEVER_REPEATING],
-                **_get_parquet_writer_kwargs(properties),
+                **parquet_writer_kwargs(properties),
             )
         except Exception:
             self._stream.close()

@@ -16,8 +16,9 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,27 +27,23 @@ from psycopg.rows import tuple_row
 import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.ipc as ipc
-from pyiceberg.expressions.parser import parse as parse_filter
-from pyiceberg.expressions.visitors import bind
-from pyiceberg.io.pyarrow import expression_to_pyarrow, schema_to_pyarrow
+from pyiceberg.io.pyarrow import schema_to_pyarrow
 
 from ... import queries as q
 from ...control_plane import ControlPlane, DatasetRecord, Outcome
 from ...errors import (
     DatasetNotFoundError,
-    InvalidFilterError,
-    InvalidWriteError,
     SchemaMismatchError,
     StorageUnavailableError,
     UnsupportedBySinkError,
 )
 from ...failpoints import failpoint
-from ...identity import CREATED_AT, IDENTITY_COLUMNS, ROW_ID, ROW_INDEX, stamp
-from ...merge import KeyedMerge
+from ...identity import CREATED_AT, ROW_ID, ROW_INDEX
 from .codec import JsonCodec
-from ...schemas import conform, describe_schema, plan_schema, to_iceberg, user_fields, with_identity
+from ...filters import arrow_filter, check_columns
+from ...schemas import conform, describe_schema, to_iceberg, with_identity
 from ...settings import TridentSettings
-from ..base import AsOf, Sink, WriteRequest
+from ..base import AsOf, Removal, Sink, SinkWrite, StoredVersion, WriteCounts, WriteRequest
 
 FETCH_ROWS = 20_000  # rows per server-side cursor round trip (and per decoded batch)
 
@@ -77,8 +74,117 @@ def _commit_row(row: dict[str, Any] | None) -> PgCommit | None:
     return PgCommit(seq=row["seq"], gen=row["gen"], user_schema=schema, outcome=row["outcome"], txn_id=row["txn_id"])
 
 
+class PgVersion(StoredVersion):
+    """The dataset's latest pg commit (its generation, schema and outcome)."""
+
+    def __init__(self, sink: PgSink, ds: DatasetRecord, prior: PgCommit | None) -> None:
+        self.sink = sink
+        self.ds = ds
+        self.prior = prior
+        self.schema = None if prior is None else storage_schema(prior.user_schema)
+
+    def existing_keys(self, keys: tuple[str, ...]) -> pa.RecordBatchReader:
+        assert self.prior is not None
+        return self.sink.scan_rows(self.ds, self.prior, [*keys, ROW_ID, ROW_INDEX], None)
+
+    def matching_ids(self, expr: Any) -> pa.RecordBatchReader:
+        assert self.prior is not None
+        return self.sink.scan_rows(self.ds, self.prior, [ROW_ID], expr)
+
+    def begin(self, req: WriteRequest, user_schema: pa.Schema, *, replace: bool) -> PgWrite:
+        return PgWrite(self, req, user_schema, replace=replace)
+
+
+class PgWrite(SinkWrite):
+    """One Postgres transaction: rows COPYed in, removed versions moved to the undo log, and the
+    commit marker, all visible together at ``commit`` or rolled back by ``discard`` (or by
+    Postgres itself when the process dies)."""
+
+    def __init__(self, version: PgVersion, req: WriteRequest, user_schema: pa.Schema, *, replace: bool) -> None:
+        self.version, self.req, self.user_schema, self.replace = version, req, user_schema, replace
+        self.arrow_schema = with_identity(user_schema)
+        self.added = 0
+        self.removed = 0
+        self._stack = ExitStack()
+        try:
+            with _translated():
+                self.conn = self._stack.enter_context(version.sink.control.pool.connection())
+                self._stack.enter_context(self.conn.transaction())
+                prior, ds_id = version.prior, req.dataset.dataset_id
+                if prior is not None:  # every earlier transaction is settled: we hold the writer lock
+                    self.conn.execute(q.PG_PURGE_OLD_GENS, (ds_id, prior.gen))
+                    self.conn.execute(q.PG_PURGE_UNDO, (ds_id,))
+                self.seq: int = self.conn.execute(q.PG_NEXT_SEQ).fetchone()["seq"]  # type: ignore[index]
+        except BaseException as exc:
+            self._stack.__exit__(type(exc), exc, exc.__traceback__)  # rolls back, releases
+            raise
+        self.gen = self.seq if (replace or version.prior is None) else version.prior.gen
+        self.codec = JsonCodec(user_schema)
+
+    def put(self, batches: Iterable[pa.RecordBatch]) -> int:
+        with _translated():
+            n = self.version.sink.copy_rows(self.conn, batches, self.codec, self.req.dataset, self.gen, self.req.txn_id)
+        self.added += n
+        return n
+
+    def remove(self, removal: Removal) -> None:
+        assert self.version.prior is not None
+        with _translated():
+            self.removed += self.version.sink.move_to_undo(
+                self.conn, self.req.dataset, self.version.prior.gen, self.req.txn_id, removal.removed_ids()
+            )
+
+    def commit(self, counts: WriteCounts) -> Outcome:
+        before = 0 if (self.replace or self.version.prior is None) else self.req.dataset.row_count
+        outcome = Outcome(
+            schema=describe_schema(storage_schema(self.user_schema)), snapshot_id=self.seq,
+            row_count=before - self.removed + self.added, **asdict(counts),
+        )
+        with _translated():
+            self.conn.execute(
+                q.PG_INSERT_COMMIT,
+                (self.seq, self.req.dataset.dataset_id, self.req.txn_id, self.gen, _schema_bytes(self.user_schema),
+                 json.dumps(outcome.__dict__)),
+            )
+            failpoint("write.before_commit")
+            self.req.fence()
+            self._close(None)
+        return outcome
+
+    def discard(self) -> None:
+        self._close(StoredWriteDiscarded())
+
+    def _close(self, exc: BaseException | None) -> None:
+        self.codec.close()
+        if exc is None:
+            self._stack.close()  # commits the Postgres transaction
+            return
+        try:
+            self._stack.__exit__(type(exc), exc, None)  # rolls it back
+        except Exception:  # the connection may be gone; Postgres has rolled back anyway
+            pass
+
+
+class StoredWriteDiscarded(Exception):
+    """Passed to the Postgres transaction's exit so that it rolls back (never raised)."""
+
+
+@contextmanager
+def _translated() -> Iterator[None]:
+    """Postgres errors of a pg-sink write, named."""
+    try:
+        yield
+    except psycopg.errors.UntranslatableCharacter as exc:
+        raise SchemaMismatchError(f"the pg sink (jsonb) cannot store this value: {exc}") from exc
+    except psycopg.errors.DataError as exc:
+        raise SchemaMismatchError(f"Postgres refused a value of the input: {exc}") from exc
+    except psycopg.OperationalError as exc:
+        raise StorageUnavailableError(f"the pg sink lost Postgres; nothing was committed: {exc}") from exc
+
+
 class PgSink(Sink):
     name = "pg"
+    time_travel = False  # only the current version is kept: scan checks ``as_of`` itself
 
     def __init__(self, control: ControlPlane, settings: TridentSettings) -> None:
         self.control = control
@@ -88,12 +194,12 @@ class PgSink(Sink):
     def _latest(self, conn: psycopg.Connection[Any], dataset_id: uuid.UUID) -> PgCommit | None:
         return _commit_row(conn.execute(q.PG_LATEST_COMMIT, (dataset_id,)).fetchone())
 
-    def current(self, ds: DatasetRecord) -> PgCommit | None:
+    def current_commit(self, ds: DatasetRecord) -> PgCommit | None:
         with self.control.pool.connection() as conn:
             return self._latest(conn, ds.dataset_id)
 
     def _existing(self, ds: DatasetRecord) -> PgCommit:
-        state = self.current(ds)
+        state = self.current_commit(ds)
         if state is None:
             raise DatasetNotFoundError(ds.key, ds.workspace)
         return state
@@ -101,40 +207,14 @@ class PgSink(Sink):
     def schema(self, ds: DatasetRecord) -> pa.Schema:
         return storage_schema(self._existing(ds).user_schema)
 
-    # -- WRITE ------------------------------------------------------------------------------
-    def write(self, req: WriteRequest) -> Outcome:
-        preserve = getattr(req, "preserve_identity", False)
-        if preserve and (req.mode != "replace" or req.keys):
-            raise InvalidWriteError("an identity-preserving copy (migration) is always a plain replace")
-        with self.control.pool.connection() as conn:
-            try:
-                with conn.transaction():
-                    prior = self._latest(conn, req.dataset.dataset_id)
-                    if prior is not None:  # every earlier transaction is settled: we hold the writer lock
-                        conn.execute(q.PG_PURGE_OLD_GENS, (req.dataset.dataset_id, prior.gen))
-                        conn.execute(q.PG_PURGE_UNDO, (req.dataset.dataset_id,))
-                    if req.mode == "delete" and prior is None:
-                        raise DatasetNotFoundError(req.dataset.key, req.dataset.workspace)
-                    seq = conn.execute(q.PG_NEXT_SEQ).fetchone()["seq"]
-                    if req.mode in ("append", "replace") and not req.keys:
-                        user_schema, counts, gen = self._write_stream(conn, req, prior, seq, preserve)
-                    else:
-                        user_schema, counts, gen = self._write_keyed(conn, req, prior, seq)
-                    outcome = Outcome(schema=describe_schema(storage_schema(user_schema)), snapshot_id=seq, **counts)
-                    conn.execute(
-                        q.PG_INSERT_COMMIT,
-                        (seq, req.dataset.dataset_id, req.txn_id, gen, _schema_bytes(user_schema), json.dumps(outcome.__dict__)),
-                    )
-                    failpoint("write.before_commit")
-            except psycopg.errors.UntranslatableCharacter as exc:
-                raise SchemaMismatchError(f"the pg sink (jsonb) cannot store this value: {exc}") from exc
-            except psycopg.errors.DataError as exc:
-                raise SchemaMismatchError(f"Postgres refused a value of the input: {exc}") from exc
-            except psycopg.OperationalError as exc:
-                raise StorageUnavailableError(f"the pg sink lost Postgres; nothing was committed: {exc}") from exc
-        return outcome
+    # -- WRITE (storage only: the planner decides the rows) ------------------------------------
+    def current(self, ds: DatasetRecord) -> PgVersion:
+        return PgVersion(self, ds, self.current_commit(ds))
 
-    def _copy(self, conn: psycopg.Connection[Any], batches: Iterator[pa.RecordBatch], codec: JsonCodec, ds: DatasetRecord, gen: int, txn: uuid.UUID) -> int:
+    def copy_rows(
+        self, conn: psycopg.Connection[Any], batches: Iterable[pa.RecordBatch], codec: JsonCodec,
+        ds: DatasetRecord, gen: int, txn: uuid.UUID,
+    ) -> int:
         n = 0
         with conn.cursor().copy(q.PG_COPY_ROWS) as copy:
             for batch in batches:
@@ -145,89 +225,7 @@ class PgSink(Sink):
                 failpoint("write.file_flushed")
         return n
 
-    def _write_stream(
-        self, conn: psycopg.Connection[Any], req: WriteRequest, prior: PgCommit | None, seq: int, preserve: bool
-    ) -> tuple[pa.Schema, dict[str, int], int]:
-        assert req.reader is not None
-        replace = req.mode == "replace"
-        incoming = user_fields(req.reader.schema)
-        user_schema = plan_schema(None if prior is None else prior.user_schema, incoming, replace=replace)
-        gen = seq if (replace or prior is None) else prior.gen
-        first = 0 if (replace or prior is None) else req.dataset.next_row_index
-        full = with_identity(user_schema)
-        codec = JsonCodec(user_schema)
-        state = {"seq": 0, "max_index": -1}
-
-        def stamped() -> Iterator[pa.RecordBatch]:
-            for batch in req.reader:  # type: ignore[union-attr]
-                if batch.num_rows == 0:
-                    continue
-                if preserve:
-                    missing = [c for c in IDENTITY_COLUMNS if c not in batch.schema.names]
-                    if missing:
-                        raise InvalidWriteError(f"an identity-preserving copy needs {missing} in the input")
-                    out = conform(batch, full)
-                    top = pa.compute.max(out.column(ROW_INDEX)).as_py()
-                    state["max_index"] = max(state["max_index"], -1 if top is None else top)
-                else:
-                    out = stamp(conform(batch, user_fields(user_schema)), req.txn_id, state["seq"], first + state["seq"], req.tau)
-                state["seq"] += batch.num_rows
-                yield out
-
-        try:
-            n = self._copy(conn, stamped(), codec, req.dataset, gen, req.txn_id)
-        finally:
-            codec.close()
-        if preserve:
-            next_index = max(req.dataset.next_row_index, state["max_index"] + 1)
-        else:
-            next_index = first + n
-        before = 0 if (replace or prior is None) else req.dataset.row_count
-        counts = {"rows_written": n, "row_count": before + n, "next_row_index": next_index}
-        return user_schema, counts, gen
-
-    def _write_keyed(
-        self, conn: psycopg.Connection[Any], req: WriteRequest, prior: PgCommit | None, seq: int
-    ) -> tuple[pa.Schema, dict[str, int], int]:
-        ds = req.dataset
-        if req.mode == "delete":
-            assert prior is not None
-            user_schema = prior.user_schema
-        else:
-            assert req.reader is not None
-            user_schema = plan_schema(None if prior is None else prior.user_schema, user_fields(req.reader.schema), replace=req.mode == "replace")
-        first = ds.next_row_index if prior is not None else 0
-        with KeyedMerge(req.spill_dir, memory_limit=self.settings.duckdb_memory_limit, threads=self.settings.duckdb_threads) as merge:
-            if req.mode == "delete" and req.row_filter:
-                assert prior is not None
-                removed = merge.plan_removal(self._scan(ds, prior, [ROW_ID], req.row_filter))
-                counts = {"rows_written": 0, "deleted": removed, "preserved": 0, "skipped": 0}
-                fresh = 0
-            else:
-                assert req.reader is not None
-                merge.stage(req.reader, req.keys, keys_only=req.mode == "delete")
-                merge.load_existing(self._existing_keys(ds, prior, req.keys, req.reader.schema))
-                plan = merge.plan(req.mode, first_index=first, txn_id=req.txn_id, tau=req.tau)
-                fresh = plan.fresh if req.mode != "delete" else 0
-                counts = plan.counts(req.mode)
-            replace = req.mode == "replace"
-            gen = seq if (replace or prior is None) else prior.gen
-            removed_n = 0
-            if not replace and prior is not None:
-                removed_n = self._remove(conn, ds, prior.gen, req.txn_id, merge.removed_ids())
-            codec = JsonCodec(user_schema)
-            full = with_identity(user_schema)
-            try:
-                added = self._copy(conn, (conform(b, full) for b in merge.added_rows()), codec, ds, gen, req.txn_id)
-            finally:
-                codec.close()
-        before = 0 if (replace or prior is None) else ds.row_count
-        next_index = first + fresh if (not replace or prior is not None) else fresh
-        counts["row_count"] = before - removed_n + added
-        counts["next_row_index"] = next_index
-        return user_schema, counts, gen
-
-    def _remove(self, conn: psycopg.Connection[Any], ds: DatasetRecord, gen: int, txn: uuid.UUID, ids: pa.RecordBatchReader) -> int:
+    def move_to_undo(self, conn: psycopg.Connection[Any], ds: DatasetRecord, gen: int, txn: uuid.UUID, ids: pa.RecordBatchReader) -> int:
         """Move the removed row versions of the current generation to the undo log."""
         conn.execute(q.PG_CREATE_GONE)
         with conn.cursor().copy(q.PG_COPY_GONE) as copy:
@@ -236,16 +234,6 @@ class PgSink(Sink):
                     copy.write(("\n".join(batch.column(0).to_pylist()) + "\n").encode())
         cur = conn.execute(q.PG_MOVE_GONE_TO_UNDO, (ds.dataset_id, gen, txn))
         return cur.rowcount
-
-    def _existing_keys(self, ds: DatasetRecord, prior: PgCommit | None, keys: tuple[str, ...], incoming: pa.Schema) -> pa.RecordBatchReader:
-        if prior is None:
-            fields = [pa.field(k, incoming.field(k).type) for k in keys if k in incoming.names]
-            schema = pa.schema([*fields, pa.field(ROW_ID, pa.large_string()), pa.field(ROW_INDEX, pa.int64())])
-            return pa.RecordBatchReader.from_batches(schema, [])
-        missing = [k for k in keys if k not in prior.user_schema.names]
-        if missing:
-            raise SchemaMismatchError(f"key column(s) {missing} are not in the dataset (columns: {prior.user_schema.names})")
-        return self._scan(ds, prior, [*keys, ROW_ID, ROW_INDEX], None)
 
     # -- recovery ---------------------------------------------------------------------------
     def find_committed(self, ds: DatasetRecord, txn_id: uuid.UUID) -> Outcome | None:
@@ -286,24 +274,13 @@ class PgSink(Sink):
     def scan(self, ds: DatasetRecord, *, columns: list[str] | None, row_filter: str | None, as_of: AsOf) -> pa.RecordBatchReader:
         state = self._existing(ds)
         self._check_as_of(ds, state, as_of)
-        return self._scan(ds, state, columns, row_filter)
-
-    def _filter(self, full: pa.Schema, row_filter: str) -> Any:
-        try:
-            return expression_to_pyarrow(bind(to_iceberg(full), parse_filter(row_filter), case_sensitive=True))
-        except Exception as exc:
-            raise InvalidFilterError(
-                f"invalid row_filter {row_filter!r}: {exc}. Use pyiceberg filter syntax, e.g. \"k > 5 and v = 'x'\""
-            ) from exc
-
-    def _scan(self, ds: DatasetRecord, state: PgCommit, columns: list[str] | None, row_filter: str | None) -> pa.RecordBatchReader:
         full = storage_schema(state.user_schema)
-        if columns:
-            unknown = [c for c in columns if c not in full.names]
-            if unknown:
-                raise SchemaMismatchError(f"unknown column(s) {unknown}; the dataset has {full.names}")
+        return self.scan_rows(ds, state, columns, arrow_filter(full, row_filter) if row_filter else None)
+
+    def scan_rows(self, ds: DatasetRecord, state: PgCommit, columns: list[str] | None, expr: Any) -> pa.RecordBatchReader:
+        full = storage_schema(state.user_schema)
+        check_columns(columns, full)
         wanted = pa.schema([full.field(c) for c in (columns or full.names)])
-        expr = self._filter(full, row_filter) if row_filter else None
         decode_to = full if expr is not None else wanted
         pool, gen = self.control.pool, state.gen
 
@@ -343,7 +320,7 @@ class PgSink(Sink):
         for old in folder.glob(f"{ds.dataset_id}-*.arrow"):
             old.unlink(missing_ok=True)
         tmp = folder / f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
-        reader = self._scan(ds, state, None, None)
+        reader = self.scan_rows(ds, state, None, None)
         try:
             with ipc.new_file(str(tmp), reader.schema) as out:
                 for batch in reader:

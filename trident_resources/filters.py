@@ -1,0 +1,47 @@
+"""Row filters and column checks, written once for every sink and every door.
+
+Row filters use pyiceberg's filter syntax (``"k > 5 and v = 'x'"``) whatever the sink, so a filter
+means the same thing on a dataset before and after a canary moves it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import pyarrow as pa
+from pyiceberg.expressions.parser import parse as parse_filter
+from pyiceberg.expressions.visitors import bind
+from pyiceberg.io.pyarrow import expression_to_pyarrow
+
+from .errors import InvalidFilterError, InvalidWriteError, SchemaMismatchError
+from .schemas import to_iceberg
+
+
+def arrow_filter(schema: pa.Schema, row_filter: str) -> Any:
+    """``row_filter`` as a pyarrow expression over ``schema``; InvalidFilterError when it does not
+    parse or names a column the dataset lacks."""
+    try:
+        return expression_to_pyarrow(bind(to_iceberg(schema), parse_filter(row_filter), case_sensitive=True))
+    except Exception as exc:
+        raise InvalidFilterError(
+            f"invalid row_filter {row_filter!r}: {exc}. Use pyiceberg filter syntax, e.g. \"k > 5 and v = 'x'\""
+        ) from exc
+
+
+def check_columns(columns: Iterable[str] | None, schema: pa.Schema) -> None:
+    """Refuse a projection naming columns the dataset does not have."""
+    if not columns:
+        return
+    unknown = [c for c in columns if c not in schema.names]
+    if unknown:
+        raise SchemaMismatchError(f"unknown column(s) {unknown}; the dataset has {schema.names}")
+
+
+def check_key_columns(keys: Iterable[str], schema: pa.Schema, where: str) -> None:
+    """Refuse key columns that ``where`` (``"the input"`` / ``"the dataset"``) does not have."""
+    missing = [k for k in keys if k not in schema.names]
+    if missing:
+        error = SchemaMismatchError if where == "the dataset" else InvalidWriteError
+        raise error(f"key column(s) {missing} are not in {where} (columns: {schema.names})")
+

@@ -1,0 +1,289 @@
+"""The transaction driver: INTENT -> WRITE -> COMMIT, failure and recovery, in one place.
+
+Every change to a dataset's rows (a facade write, a stream session, a row edit, a canary copy)
+is a ``Transaction`` opened here under the dataset's writer lock:
+
+1. INTENT: a ledger row ``open`` with the transaction's instant τ (``open``);
+2. WRITE: the planner turns the input into one sink change (``Transaction.write``);
+3. COMMIT: the ledger, dataset stats, watermarks and provenance in one Postgres transaction
+   (``Transaction.commit``).
+
+Any failure reverts the change if it became visible, marks the ledger ``aborted`` and removes the
+files (``Transaction.fail``); a step that cannot run (storage or Postgres down) is logged and left
+to ``recover``, which the next writer of the dataset or ``reconcile`` runs: an open transaction
+whose change is in its sink is rolled forward, any other is aborted.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import socket
+import uuid
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, NoReturn
+
+import psycopg
+import pyarrow as pa
+
+from .control_plane import ControlPlane, DatasetRecord, LedgerEntry, Outcome
+from .errors import (
+    ConcurrentWriteError,
+    ControlPlaneUnavailableError,
+    InvalidWriteError,
+    StorageUnavailableError,
+    TridentError,
+)
+from .failpoints import failpoint
+from .planner import WritePlanner
+from .results import ReconcileReport
+from .router import RouteDecision
+from .settings import TridentSettings
+from .sinks.base import Sink, WriteMode, WriteRequest
+
+log = logging.getLogger("trident")
+
+CANARY_WRITER = "canary"
+Watermarks = list[tuple[uuid.UUID, datetime, uuid.UUID | None]]  # (source dataset, mark, source txn)
+
+
+@dataclass(frozen=True)
+class Intent:
+    """What a transaction is about to do, recorded in its ledger row at INTENT."""
+
+    txn_id: uuid.UUID
+    mode: WriteMode
+    writer: str
+    sink: str
+    route: RouteDecision
+    source_refs: list[str] = field(default_factory=list)
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+class TransactionDriver:
+    def __init__(self, control: ControlPlane, sinks: Mapping[str, Sink], settings: TridentSettings) -> None:
+        self.control = control
+        self.sinks = dict(sinks)
+        self.settings = settings
+        self.planner = WritePlanner(settings)
+        self._locks: dict[uuid.UUID, psycopg.Connection[Any]] = {}  # dataset -> its writer lock's session
+
+    def lock_session(self, ds: DatasetRecord) -> psycopg.Connection[Any] | None:
+        """The session holding ``ds``'s writer lock in this process (inside ``locked``)."""
+        return self._locks.get(ds.dataset_id)
+
+    def sink(self, name: str) -> Sink:
+        try:
+            return self.sinks[name]
+        except KeyError:
+            raise StorageUnavailableError(f"sink {name!r} is not available in this installation") from None
+
+    @contextmanager
+    def locked(self, ds: DatasetRecord, wait_s: float | None = None) -> Iterator[DatasetRecord]:
+        """Hold the dataset's writer lock; first settle transactions whose writers died (we hold
+        the lock, so they are gone). Yields the dataset as it is now."""
+        wait = self.settings.writer_wait_seconds if wait_s is None else wait_s
+        with self.control.writer_lock(ds, wait) as lock:
+            self._locks[ds.dataset_id] = lock
+            try:
+                for stale in self.control.open_entries(ds.dataset_id):
+                    self.recover(self._fresh(ds), stale)
+                yield self._fresh(ds)
+            finally:
+                self._locks.pop(ds.dataset_id, None)
+
+    def _fresh(self, ds: DatasetRecord) -> DatasetRecord:
+        return self.control.dataset_by_id(ds.dataset_id) or ds
+
+    def open(self, ds: DatasetRecord, intent: Intent) -> Transaction | None:
+        """INTENT (the caller holds ``locked``). ``None``: this txn id already committed here."""
+        entry = self.control.open_txn(
+            LedgerEntry(
+                txn_id=intent.txn_id, dataset_id=ds.dataset_id, status="open", mode=intent.mode,
+                writer=intent.writer, sink=intent.sink, started_at=datetime.now(),
+                requested_sink=intent.route.requested, clamped=intent.route.clamped,
+                route_reason=intent.route.reason, source_refs=list(intent.source_refs),
+                metadata=dict(intent.metadata),
+            )
+        )
+        if entry is not None:
+            return Transaction(self, ds, entry)
+        prior = self.control.ledger_entry(intent.txn_id)
+        assert prior is not None
+        if prior.dataset_id != ds.dataset_id:
+            other = self.control.dataset_by_id(prior.dataset_id)
+            raise InvalidWriteError(
+                f"transaction id {intent.txn_id} is a transaction of dataset "
+                f"{other.key if other else prior.dataset_id!r}; a txn id names one write of one dataset"
+            )
+        if prior.status != "committed":
+            raise ConcurrentWriteError(f"transaction {intent.txn_id} of {ds.key!r} is {prior.status}")
+        return None  # an idempotent retry of a committed write
+
+    # -- recovery ---------------------------------------------------------------------------
+    def recover(self, ds: DatasetRecord, entry: LedgerEntry) -> str:
+        """Settle an open transaction whose writer is gone: roll it forward when its change is
+        part of the dataset (for a canary: only when the flip happened), else undo and abort it."""
+        sink = self.sink(entry.sink)
+        shutil.rmtree(self.settings.home / "tmp" / str(entry.txn_id), ignore_errors=True)  # its merge spill
+        outcome = sink.find_committed(ds, entry.txn_id)
+        if outcome is not None and (entry.writer != CANARY_WRITER or ds.sink == entry.sink):
+            self.control.commit_txn(entry, outcome)
+            log.warning("reconciled: rolled forward txn %s of %s", entry.txn_id, ds.key)
+            return "rolled_forward"
+        if outcome is not None:  # a canary copy that never flipped: the dataset still lives elsewhere
+            sink.undo(ds, entry.txn_id)
+        self.control.abort_txn(entry.txn_id, "aborted by the reconciler: the writer died before its change committed")
+        sink.discard(ds, entry.txn_id, location=entry.location)
+        log.warning("reconciled: aborted txn %s of %s", entry.txn_id, ds.key)
+        return "aborted"
+
+    def reconcile(self, workspace: str) -> ReconcileReport:
+        """Repair transactions left open by crashed processes; live writers are left alone."""
+        forward: list[uuid.UUID] = []
+        aborted: list[uuid.UUID] = []
+        running: list[uuid.UUID] = []
+        for entry in self.control.open_entries():
+            ds = self.control.dataset_by_id(entry.dataset_id)
+            if ds is None or ds.workspace != workspace:
+                continue
+            try:
+                with self.control.writer_lock(ds, _LOCK_RELEASE_SECONDS if _writer_died_here(entry) else 0):
+                    still = self.control.ledger_entry(entry.txn_id)
+                    if still is None or still.status != "open":
+                        continue
+                    (forward if self.recover(self._fresh(ds), still) == "rolled_forward" else aborted).append(entry.txn_id)
+            except TridentError:
+                running.append(entry.txn_id)
+        return ReconcileReport(rolled_forward=forward, aborted=aborted, still_running=running)
+
+
+_LOCK_RELEASE_SECONDS = 10.0  # how long Postgres may take to end a dead client's session
+
+
+def _writer_died_here(entry: LedgerEntry) -> bool:
+    """The writer ran on this host and its process is gone: its lock session is ending, so it is
+    worth waiting for instead of reporting the transaction as still running."""
+    if entry.host != socket.gethostname() or entry.pid is None:
+        return False
+    try:
+        os.kill(entry.pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+class Transaction:
+    """One open ledger transaction on one dataset; the caller holds the dataset's writer lock."""
+
+    def __init__(self, driver: TransactionDriver, ds: DatasetRecord, entry: LedgerEntry) -> None:
+        self.driver = driver
+        self.ds = ds
+        self.entry = entry
+        self.sink = driver.sink(entry.sink)
+        self.lock = driver.lock_session(ds)
+
+    def _fence(self) -> None:
+        if self.lock is not None:
+            self.driver.control.check_lock(self.lock, self.ds)
+
+    @property
+    def txn_id(self) -> uuid.UUID:
+        return self.entry.txn_id
+
+    def write(
+        self,
+        reader: pa.RecordBatchReader | None,
+        *,
+        keys: tuple[str, ...] = (),
+        row_filter: str | None = None,
+        preserve_identity: bool = False,
+    ) -> Outcome:
+        """WRITE: the planner's rows stored by the sink as ONE change carrying the txn id."""
+        spill = self.driver.settings.home / "tmp" / str(self.txn_id)
+        try:
+            failpoint("intent.after")
+            return self.driver.planner.execute(
+                self.sink,
+                WriteRequest(
+                    dataset=self.ds, mode=self.entry.mode, keys=keys, row_filter=row_filter,  # type: ignore[arg-type]
+                    txn_id=self.txn_id, tau=self.entry.started_at, reader=reader, spill_dir=spill,
+                    note_location=self._note_location,
+                    preserve_identity=preserve_identity, fence=self._fence,
+                ),
+            )
+        except BaseException as exc:
+            self.fail(exc)
+            _reraise(exc)
+        finally:
+            shutil.rmtree(spill, ignore_errors=True)
+
+    def _note_location(self, location: str) -> None:
+        """Where the files go, in the ledger (for a crash) and here (for this writer's cleanup)."""
+        self.driver.control.set_txn_location(self.txn_id, location)
+        self.entry.location = location
+
+    def commit(
+        self,
+        outcome: Outcome,
+        *,
+        provenance: Mapping[str, Any] | None = None,
+        watermarks: Watermarks = (),  # type: ignore[assignment]
+        flip_to: str | None = None,
+    ) -> LedgerEntry:
+        """COMMIT: record exactly what WRITE produced (and, for a canary, the flip)."""
+        try:
+            failpoint("commit.before_ledger")
+            return self.driver.control.commit_txn(
+                self.entry, outcome, watermarks=list(watermarks),
+                provenance=dict(provenance) if provenance is not None else None, flip_to=flip_to,
+                conn=self.lock,
+            )
+        except BaseException as exc:
+            self.fail(exc)
+            _reraise(exc)
+
+    def fail(self, exc: BaseException) -> None:
+        """Revert the change if it became visible, mark the ledger ``aborted`` and remove the
+        files. Each step that cannot be done (storage or Postgres down) is logged and left to
+        the reconciler, so the caller always gets the original, named error."""
+        try:
+            self.sink.undo(self.ds, self.txn_id)  # a no-op unless the change is the dataset's current state
+        except Exception as undo_exc:
+            log.error(
+                "trident write %s failed (txn %s) and its change could not be checked or reverted (%s); "
+                "the ledger row stays open for `trident reconcile`", self.ds.key, self.txn_id, undo_exc,
+            )
+            return
+        msg = f"{type(exc).__name__}: {exc}"
+        try:
+            self.driver.control.abort_txn(self.txn_id, msg)
+        except Exception as pg_exc:
+            log.error("could not mark txn %s aborted (%s); `trident reconcile` will", self.txn_id, pg_exc)
+            return
+        try:
+            self.sink.discard(self.ds, self.txn_id, location=self.entry.location)
+        except Exception as io_exc:
+            log.warning(
+                "txn %s aborted, but its files could not be removed yet (%s); `trident maintain` removes them",
+                self.txn_id, io_exc,
+            )
+        log.warning("trident write %s aborted (txn %s): %s", self.ds.key, self.txn_id, msg)
+
+
+def _reraise(exc: BaseException) -> NoReturn:
+    """Re-raise, naming storage faults (OSError from pyarrow/S3) as StorageUnavailableError and a
+    lost control plane as ControlPlaneUnavailableError."""
+    if isinstance(exc, psycopg.Error):
+        raise ControlPlaneUnavailableError(
+            f"the control-plane Postgres failed during the write; nothing was committed: {type(exc).__name__}: {exc}"
+        ) from exc
+    if isinstance(exc, OSError) and not isinstance(exc, TridentError):
+        raise StorageUnavailableError(f"storage unavailable, nothing was committed: {type(exc).__name__}: {exc}") from exc
+    raise exc
