@@ -1,6 +1,7 @@
 """The trident: settings, control plane, lakehouse, pg sink, router, facade and IO manager."""
 
 from .errors import (
+    ChecksFailedError,
     ConcurrentWriteError,
     ControlPlaneUnavailableError,
     DatasetNotFoundError,
@@ -14,6 +15,7 @@ from .errors import (
     SchemaMismatchError,
     SinkMismatchError,
     SqlNotAllowedError,
+    StagedVersionConflictError,
     StorageUnavailableError,
     TransactionConflictError,
     TridentError,
@@ -29,6 +31,8 @@ from .results import Description, ReconcileReport, WriteResult
 from .settings import TridentSettings
 
 __all__ = [
+    "ChecksFailedError",
+    "StagedVersionConflictError",
     "ControlPlaneUnavailableError",
     "TridentError",
     "WriterLockLostError",

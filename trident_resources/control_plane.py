@@ -77,6 +77,8 @@ class LedgerEntry:
     location: str | None = None
     pid: int | None = None
     host: str | None = None
+    base_snapshot_id: int | None = None  # a staged version's base: the published snapshot it was staged on
+    staged_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -306,6 +308,27 @@ class ControlPlane:
             if provenance is not None:
                 conn.execute(q.UPSERT_PROVENANCE, (entry.dataset_id, json.dumps(provenance, default=str)))
         return LedgerEntry(**row)
+
+    def stage_txn(self, entry: LedgerEntry, outcome: Outcome, base_snapshot_id: int | None, conn: psycopg.Connection[Any] | None = None) -> LedgerEntry:
+        """The write is durable on an audit branch, not published: the ledger says ``staged`` and
+        the dataset's stats (what readers see) do not change."""
+        with self._tx_on(conn) as c:
+            row = c.execute(
+                q.STAGE_LEDGER,
+                (outcome.rows_written, outcome.row_count, outcome.skipped, outcome.preserved, outcome.snapshot_id,
+                 base_snapshot_id, entry.txn_id),
+            ).fetchone()
+        if row is None:
+            raise StorageUnavailableError(f"ledger row {entry.txn_id} was not open when staging")
+        return LedgerEntry(**row)
+
+    def reject_txn(self, txn_id: uuid.UUID, reason: str) -> None:
+        with self.tx() as conn:
+            conn.execute(q.REJECT_LEDGER, (reason[:4000], txn_id))
+
+    def staged_entries(self, dataset_id: uuid.UUID | None = None) -> list[LedgerEntry]:
+        with self.pool.connection() as conn:
+            return [LedgerEntry(**r) for r in conn.execute(q.STAGED_LEDGER, (dataset_id, dataset_id))]
 
     def set_txn_location(self, txn_id: uuid.UUID, location: str) -> None:
         with self.tx() as conn:

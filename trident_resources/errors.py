@@ -87,6 +87,16 @@ class WriterLockLostError(ConcurrentWriteError):
     now: the write stops before its commit instead of racing it."""
 
 
+class StagedVersionConflictError(TridentError):
+    """A staged version cannot be published: the dataset's published version moved since it was
+    staged, and publishing would silently drop that change."""
+
+
+class ChecksFailedError(TridentError):
+    """Blocking checks failed on a staged version: it was not published (readers still see the
+    previous version); the staged txn id is kept for inspection, then publish or discard."""
+
+
 class TransactionConflictError(TridentError):
     """The Iceberg commit kept conflicting with concurrent commits after every retry."""
 

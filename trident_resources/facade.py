@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from dataclasses import replace
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
@@ -14,7 +15,7 @@ import pyarrow as pa
 from . import queries as q
 from .control_plane import ControlPlane, DatasetRecord, LedgerEntry, Outcome
 from .embedded_pg import ensure_embedded_postgres
-from .errors import DatasetNotFoundError, InvalidReadError, InvalidWriteError, SinkMismatchError
+from .errors import DatasetNotFoundError, InvalidReadError, InvalidWriteError, SinkMismatchError, UnsupportedBySinkError
 from .identity import refuse_reserved
 from .inputs import to_reader
 from .keys import iceberg_identifier, validate_key
@@ -95,12 +96,14 @@ class Trident:
         txn_id: uuid.UUID | str | None = None,
         provenance: Mapping[str, Any] | None = None,
         watermarks: Mapping[str, tuple[datetime, uuid.UUID | None]] | None = None,
+        stage: bool = False,
     ) -> WriteResult:
         """Write ``data`` to dataset ``key`` as one transaction; see DESIGN.md "Write modes".
 
         ``txn_id`` makes a retry idempotent: a transaction id that already committed is a no-op.
         ``watermarks`` (source key -> (committed_at, source txn)) and ``provenance`` are recorded
-        in the same COMMIT step.
+        in the same COMMIT step. ``stage=True`` commits the version on an audit branch instead
+        (ledger ``staged``, readers see nothing new) until ``publish`` or ``discard``.
         """
         validate_key(key)
         key_cols = _keys(keys)
@@ -125,10 +128,17 @@ class Trident:
                 txn_id=txn, mode=mode, writer=writer, sink=route.sink, route=route,
                 source_refs=list(source_refs or []), metadata=dict(metadata or {}),
             )
+            if stage and not self._sink(route.sink).stages:
+                raise UnsupportedBySinkError(
+                    f"dataset {key!r} lives in sink {route.sink!r}, which cannot hold a staged version "
+                    f"(write-audit-publish needs iceberg_native): move it with `trident canary {key}`"
+                )
             transaction = self.driver.open(ds, intent)
             if transaction is None:
                 return self._noop_result(key, txn, route)
-            outcome = transaction.write(reader, keys=key_cols, row_filter=row_filter)
+            outcome = transaction.write(reader, keys=key_cols, row_filter=row_filter, stage=stage)
+            if stage:
+                return _result(ds.key, transaction.stage(outcome), outcome, route, staged=True)
             done = transaction.commit(outcome, provenance=provenance, watermarks=self._watermark_rows(watermarks))
             return _result(ds.key, done, outcome, route)
 
@@ -150,9 +160,21 @@ class Trident:
 
     # -- READ -------------------------------------------------------------------------------
     def stream(
-        self, key: str, columns: list[str] | None = None, row_filter: str | None = None, as_of: AsOf = None
+        self,
+        key: str,
+        columns: list[str] | None = None,
+        row_filter: str | None = None,
+        as_of: AsOf = None,
+        *,
+        staged: uuid.UUID | str | None = None,
     ) -> pa.RecordBatchReader:
-        """The dataset's rows as a bounded-memory stream, from whichever sink holds them."""
+        """The dataset's rows as a bounded-memory stream, from whichever sink holds them.
+        ``staged=txn_id`` reads a staged (not yet published) version, for audits."""
+        if staged is not None:
+            if as_of is not None:
+                raise InvalidReadError("read either a staged version or a past one (as_of), not both")
+            ds, entry = self._staged_entry(key, staged)
+            return self._sink(ds.sink).scan(ds, columns=columns, row_filter=row_filter, as_of=entry.snapshot_id)
         ds = self._record(key)
         sink = self._sink(ds.sink)
         version = self._version_at(ds, as_of) if sink.time_travel else as_of
@@ -191,9 +213,66 @@ class Trident:
         return entry.snapshot_id
 
     def read(
-        self, key: str, columns: list[str] | None = None, row_filter: str | None = None, as_of: AsOf = None
+        self,
+        key: str,
+        columns: list[str] | None = None,
+        row_filter: str | None = None,
+        as_of: AsOf = None,
+        *,
+        staged: uuid.UUID | str | None = None,
     ) -> pa.Table:
-        return self.stream(key, columns=columns, row_filter=row_filter, as_of=as_of).read_all()
+        return self.stream(key, columns=columns, row_filter=row_filter, as_of=as_of, staged=staged).read_all()
+
+    # -- write-audit-publish --------------------------------------------------------------------
+    def _staged_entry(self, key: str, txn_id: uuid.UUID | str) -> tuple[DatasetRecord, LedgerEntry]:
+        ds = self.control.dataset(self.workspace, validate_key(key))
+        if ds is None:
+            raise DatasetNotFoundError(key, self.workspace)
+        try:
+            txn = uuid.UUID(str(txn_id))
+        except ValueError:
+            raise InvalidReadError(f"{txn_id!r} is not a transaction id") from None
+        entry = self.control.ledger_entry(txn)
+        if entry is None or entry.dataset_id != ds.dataset_id:
+            raise InvalidReadError(f"transaction {txn} is not a transaction of {key!r}")
+        if entry.status != "staged":
+            raise InvalidReadError(f"transaction {txn} of {key!r} is {entry.status}, not staged")
+        return ds, entry
+
+    def staged(self, key: str | None = None) -> list[tuple[str, LedgerEntry]]:
+        """Staged versions waiting for publish or discard: (dataset key, ledger entry)."""
+        out = []
+        for entry in self.control.staged_entries():
+            ds = self.control.dataset_by_id(entry.dataset_id)
+            if ds is not None and ds.workspace == self.workspace and (key is None or ds.key == key):
+                out.append((ds.key, entry))
+        return out
+
+    def publish(
+        self,
+        key: str,
+        txn_id: uuid.UUID | str,
+        *,
+        provenance: Mapping[str, Any] | None = None,
+        watermarks: Mapping[str, tuple[datetime, uuid.UUID | None]] | None = None,
+    ) -> WriteResult:
+        """Make a staged version the published one (metadata only, no data file rewritten) and
+        record it as committed: row count, schema version, provenance and watermarks land now.
+        Refused (StagedVersionConflictError) when the dataset changed since it was staged."""
+        ds, entry = self._staged_entry(key, txn_id)
+        with self.driver.locked(ds) as ds:
+            ds, entry = self._staged_entry(key, txn_id)  # still staged now that we hold the lock
+            done, outcome = self.driver.publish(ds, entry, provenance=provenance, watermarks=self._watermark_rows(watermarks))
+        route = RouteDecision(sink=entry.sink, requested=entry.requested_sink or entry.sink, clamped=entry.clamped,
+                              reason=entry.route_reason or "staged")
+        return _result(ds.key, done, outcome, route)
+
+    def discard(self, key: str, txn_id: uuid.UUID | str, *, reason: str = "discarded") -> None:
+        """Drop a staged version: the ledger says ``rejected``; its branch and files are removed."""
+        ds, entry = self._staged_entry(key, txn_id)
+        with self.driver.locked(ds) as ds:
+            ds, entry = self._staged_entry(key, txn_id)
+            self.driver.discard_staged(ds, entry, reason)
 
     def schema(self, key: str) -> pa.Schema:
         ds = self._record(key)
@@ -245,9 +324,14 @@ class Trident:
         """Table maintenance: expire versions older than ``older_than`` (keeping the newest
         ``retain_last``) and delete the files only they used. Time travel to them ends here."""
         with self.driver.locked(self._record(key)) as ds:
-            return self._sink(ds.sink).maintain(
+            cutoff = datetime.now(timezone.utc) - timedelta(days=self.settings.staged_max_age_days)
+            stale = [e for e in self.control.staged_entries(ds.dataset_id) if e.staged_at is not None and e.staged_at < cutoff]
+            for entry in stale:
+                self.driver.discard_staged(ds, entry, f"discarded by maintenance: staged over {self.settings.staged_max_age_days} days ago")
+            report = self._sink(ds.sink).maintain(
                 ds, older_than=datetime.now(timezone.utc) - older_than, retain_last=retain_last
             )
+            return replace(report, discarded_staged=[e.txn_id for e in stale])
 
     def drop(self, key: str) -> None:
         """Delete a dataset: its rows, storage and control-plane records."""
@@ -380,11 +464,13 @@ def _check_mode(mode: str, keys: tuple[str, ...], row_filter: str | None, data: 
         raise InvalidWriteError(f"mode {mode!r} needs data")
 
 
-def _result(key: str, entry: LedgerEntry, outcome: Outcome, route: RouteDecision, noop: bool = False) -> WriteResult:
+def _result(
+    key: str, entry: LedgerEntry, outcome: Outcome, route: RouteDecision, noop: bool = False, staged: bool = False
+) -> WriteResult:
     return WriteResult(
         key=key, txn_id=entry.txn_id, mode=entry.mode, writer=entry.writer, sink=entry.sink,
         rows_written=outcome.rows_written, row_count=outcome.row_count, skipped=outcome.skipped,
         preserved=outcome.preserved, deleted=outcome.deleted, snapshot_id=outcome.snapshot_id,
         committed_at=entry.committed_at or entry.started_at, schema_version=entry.schema_version or 0,
-        route=route.describe(), noop=noop,
+        route=route.describe(), noop=noop, staged=staged,
     )

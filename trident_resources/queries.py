@@ -24,7 +24,7 @@ DELETE_DATASET = "DELETE FROM trident_datasets WHERE dataset_id = %s"
 
 _LEDGER_COLS = """txn_id, dataset_id, status, mode, writer, sink, requested_sink, clamped, route_reason, started_at,
     committed_at, ended_at, rows_written, row_count, skipped, preserved, snapshot_id, schema_version, source_refs,
-    metadata, error, location, pid, host"""
+    metadata, error, location, pid, host, base_snapshot_id, staged_at"""
 GET_LEDGER = f"SELECT {_LEDGER_COLS} FROM trident_ledger WHERE txn_id = %s"
 HISTORY = f"SELECT {_LEDGER_COLS} FROM trident_ledger WHERE dataset_id = %s ORDER BY started_at DESC, txn_id LIMIT %s"
 OPEN_LEDGER = f"""SELECT {_LEDGER_COLS} FROM trident_ledger
@@ -41,7 +41,13 @@ ON CONFLICT (txn_id) DO UPDATE SET status = 'open', started_at = EXCLUDED.starte
 RETURNING {_LEDGER_COLS}"""
 COMMIT_LEDGER = f"""UPDATE trident_ledger SET status = 'committed', committed_at = started_at, ended_at = clock_timestamp(),
     rows_written = %s, row_count = %s, skipped = %s, preserved = %s, snapshot_id = %s, schema_version = %s
+    WHERE txn_id = %s AND status IN ('open', 'staged') RETURNING {_LEDGER_COLS}"""
+STAGE_LEDGER = f"""UPDATE trident_ledger SET status = 'staged', staged_at = clock_timestamp(),
+    rows_written = %s, row_count = %s, skipped = %s, preserved = %s, snapshot_id = %s, base_snapshot_id = %s
     WHERE txn_id = %s AND status = 'open' RETURNING {_LEDGER_COLS}"""
+REJECT_LEDGER = "UPDATE trident_ledger SET status = 'rejected', ended_at = clock_timestamp(), error = %s WHERE txn_id = %s AND status = 'staged'"
+STAGED_LEDGER = f"""SELECT {_LEDGER_COLS} FROM trident_ledger
+    WHERE status = 'staged' AND (%s::uuid IS NULL OR dataset_id = %s::uuid) ORDER BY started_at"""
 SET_LEDGER_LOCATION = "UPDATE trident_ledger SET location = %s WHERE txn_id = %s"
 ABORT_LEDGER = "UPDATE trident_ledger SET status = 'aborted', ended_at = clock_timestamp(), error = %s WHERE txn_id = %s AND status = 'open'"
 

@@ -25,6 +25,7 @@ class WriteResult:
     schema_version: int
     route: str
     noop: bool = False  # a retry of a transaction id that had already committed
+    staged: bool = False  # committed on an audit branch: not visible until Trident.publish
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

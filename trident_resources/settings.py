@@ -52,6 +52,9 @@ class TridentSettings(BaseSettings):
 
     # Behaviour
     writer_wait_seconds: float = Field(30.0, ge=0, description="How long a writer waits for another writer of the same dataset.")
+    staged_max_age_days: float = Field(
+        7, ge=0, description="`trident maintain` discards staged (write-audit-publish) versions older than this."
+    )
     commit_retries: int = Field(5, ge=0, description="Retries of an Iceberg commit that conflicts with a concurrent one.")
     target_file_bytes: int = Field(512 * 1024 * 1024, ge=1024, description="Uncompressed Arrow bytes per data file.")
     row_group_bytes: int = Field(16 * 1024 * 1024, ge=1024, description="Uncompressed Arrow bytes buffered per Parquet row group.")

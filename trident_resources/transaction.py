@@ -124,6 +124,24 @@ class TransactionDriver:
             raise ConcurrentWriteError(f"transaction {intent.txn_id} of {ds.key!r} is {prior.status}")
         return None  # an idempotent retry of a committed write
 
+    # -- write-audit-publish ------------------------------------------------------------------
+    def publish(
+        self, ds: DatasetRecord, entry: LedgerEntry, *, provenance: Mapping[str, Any] | None, watermarks: Watermarks
+    ) -> tuple[LedgerEntry, Outcome]:
+        """Move the published version to a staged one, then record it committed (the caller holds
+        ``locked``). A crash between the two is rolled forward by ``reconcile``."""
+        outcome = self.sink(entry.sink).publish(ds, entry.txn_id, entry.base_snapshot_id)
+        failpoint("publish.before_ledger")
+        done = self.control.commit_txn(
+            entry, outcome, watermarks=list(watermarks),
+            provenance=dict(provenance) if provenance is not None else None, conn=self.lock_session(ds),
+        )
+        return done, outcome
+
+    def discard_staged(self, ds: DatasetRecord, entry: LedgerEntry, reason: str) -> None:
+        self.control.reject_txn(entry.txn_id, reason)
+        self.sink(entry.sink).discard_staged(ds, entry.txn_id, entry.location)
+
     # -- recovery ---------------------------------------------------------------------------
     def recover(self, ds: DatasetRecord, entry: LedgerEntry) -> str:
         """Settle an open transaction whose writer is gone: roll it forward when its change is
@@ -159,6 +177,18 @@ class TransactionDriver:
                     (forward if self.recover(self._fresh(ds), still) == "rolled_forward" else aborted).append(entry.txn_id)
             except TridentError:
                 running.append(entry.txn_id)
+        for entry in self.control.staged_entries():
+            ds = self.control.dataset_by_id(entry.dataset_id)
+            if ds is None or ds.workspace != workspace:
+                continue
+            try:
+                with self.control.writer_lock(ds, 0):
+                    outcome = self.sink(entry.sink).find_committed(ds, entry.txn_id)
+                    if outcome is not None:  # main moved to it, the ledger did not follow: a crash mid-publish
+                        self.control.commit_txn(entry, outcome)
+                        forward.append(entry.txn_id)
+            except TridentError:
+                continue
         return ReconcileReport(rolled_forward=forward, aborted=aborted, still_running=running)
 
 
@@ -204,6 +234,7 @@ class Transaction:
         keys: tuple[str, ...] = (),
         row_filter: str | None = None,
         preserve_identity: bool = False,
+        stage: bool = False,
     ) -> Outcome:
         """WRITE: the planner's rows stored by the sink as ONE change carrying the txn id."""
         spill = self.driver.settings.home / "tmp" / str(self.txn_id)
@@ -215,7 +246,7 @@ class Transaction:
                     dataset=self.ds, mode=self.entry.mode, keys=keys, row_filter=row_filter,  # type: ignore[arg-type]
                     txn_id=self.txn_id, tau=self.entry.started_at, reader=reader, spill_dir=spill,
                     note_location=self._note_location,
-                    preserve_identity=preserve_identity, fence=self._fence,
+                    preserve_identity=preserve_identity, fence=self._fence, stage=stage,
                 ),
             )
         except BaseException as exc:
@@ -245,6 +276,16 @@ class Transaction:
                 provenance=dict(provenance) if provenance is not None else None, flip_to=flip_to,
                 conn=self.lock,
             )
+        except BaseException as exc:
+            self.fail(exc)
+            _reraise(exc)
+
+    def stage(self, outcome: Outcome) -> LedgerEntry:
+        """The write is durable on its audit branch: record it ``staged`` (not published). Its
+        base is the published version it was staged on; publish refuses if that moved."""
+        try:
+            failpoint("commit.before_ledger")
+            return self.driver.control.stage_txn(self.entry, outcome, self.ds.snapshot_id, conn=self.lock)
         except BaseException as exc:
             self.fail(exc)
             _reraise(exc)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
@@ -45,6 +45,7 @@ class WriteRequest:
     # Called right before the sink's atomic commit: raises when this writer lost its dataset lock
     # (another writer may own the dataset now), so a fenced writer never commits.
     fence: Callable[[], None] = lambda: None
+    stage: bool = False  # write-audit-publish: commit on an audit branch, not the published version
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,7 @@ class Maintenance:
     key: str
     expired_snapshots: int
     deleted_files: int
+    discarded_staged: list[uuid.UUID] = field(default_factory=list)  # staged versions past their age
 
 
 class Removal(Protocol):
@@ -135,6 +137,7 @@ class Sink(ABC):
     name: ClassVar[str]
     tracks_files: ClassVar[bool] = False  # existing_keys carries __file; Removal.affected_files matters
     time_travel: ClassVar[bool] = True  # keeps past versions: ``as_of`` reaches scan as a snapshot id
+    stages: ClassVar[bool] = False  # can hold a staged (unpublished) version: write-audit-publish
 
     @abstractmethod
     def current(self, ds: DatasetRecord) -> StoredVersion:
@@ -153,6 +156,19 @@ class Sink(ABC):
     @abstractmethod
     def find_committed(self, ds: DatasetRecord, txn_id: uuid.UUID) -> Outcome | None:
         """The outcome of ``txn_id`` when its change is part of the dataset's current state."""
+
+    # -- write-audit-publish (sinks with ``stages``) -----------------------------------------
+    def publish(self, ds: DatasetRecord, txn_id: uuid.UUID, base_snapshot_id: int | None) -> Outcome:
+        """Make a staged version the published one, metadata only."""
+        raise NotImplementedError(self.name)
+
+    def staged_outcome(self, ds: DatasetRecord, txn_id: uuid.UUID) -> Outcome | None:
+        """What a staged transaction wrote, while it is staged."""
+        return None
+
+    def discard_staged(self, ds: DatasetRecord, txn_id: uuid.UUID, location: str | None = None) -> None:
+        """Drop a staged version and the storage only it used."""
+        raise NotImplementedError(self.name)
 
     # -- reads and upkeep ---------------------------------------------------------------------
     @abstractmethod

@@ -20,12 +20,15 @@ from pyiceberg.io import load_file_io
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table, Transaction
+from pyiceberg.table.refs import MAIN_BRANCH
 from pyiceberg.table.snapshots import Snapshot, ancestors_of
 
 from ...control_plane import DatasetRecord, Outcome
 from ...errors import (
     DatasetNotFoundError,
     InvalidReadError,
+    InvalidWriteError,
+    StagedVersionConflictError,
     StorageUnavailableError,
     TransactionConflictError,
 )
@@ -87,6 +90,21 @@ def _summary_outcome(snap: Snapshot, schema: pa.Schema) -> Outcome:
     )
 
 
+def audit_branch(txn_id: uuid.UUID) -> str:
+    """The branch a staged (write-audit-publish) transaction commits to."""
+    return f"trident-audit-{txn_id}"
+
+
+def published_schema(table: Table) -> pa.Schema:
+    """The schema of the version readers see (main's snapshot), which a staged write's schema
+    evolution on the table must not change."""
+    snap = table.current_snapshot()
+    schema = table.schema()
+    if snap is not None and snap.schema_id is not None:
+        schema = table.schemas().get(snap.schema_id, schema)
+    return schema_to_pyarrow(schema, include_field_ids=False)
+
+
 def _strip(schema: pa.Schema) -> pa.Schema:
     return pa.schema([pa.field(f.name, f.type, f.nullable) for f in schema])
 
@@ -99,7 +117,7 @@ class IcebergVersion(StoredVersion):
         self.sink = sink
         self.ds = ds
         self.table = table
-        self.schema = None if table is None else schema_to_pyarrow(table.schema(), include_field_ids=False)
+        self.schema = None if table is None else published_schema(table)
         self._files: list[DataFile] | None = None
 
     @property
@@ -186,6 +204,7 @@ class IcebergWrite(SinkWrite):
 class IcebergSink(Sink):
     name = "iceberg_native"
     tracks_files = True
+    stages = True
 
     def __init__(self, catalog: Catalog, settings: TridentSettings) -> None:
         self.catalog = catalog
@@ -221,7 +240,7 @@ class IcebergSink(Sink):
             self.catalog.create_namespace_if_not_exists(ident[:i])
 
     def schema(self, ds: DatasetRecord) -> pa.Schema:
-        return schema_to_pyarrow(self._existing_table(ds).schema(), include_field_ids=False)
+        return published_schema(self._existing_table(ds))
 
     # -- WRITE (storage only: the planner decides the rows) ------------------------------------
     def current(self, ds: DatasetRecord) -> IcebergVersion:
@@ -234,6 +253,10 @@ class IcebergSink(Sink):
             self._ensure_namespaces(ident)
             txn = self._create_transaction(ident, target)
         else:
+            head = table.current_snapshot()
+            if req.stage and head is not None:  # the audit branch starts at the published version
+                table.manage_snapshots().create_branch(head.snapshot_id, audit_branch(req.txn_id)).commit()
+                table = table.refresh()
             txn = table.transaction()
             current = schema_to_pyarrow(table.schema(), include_field_ids=False)
             if replace:
@@ -287,7 +310,7 @@ class IcebergSink(Sink):
         return [task.file for task in table.scan(snapshot_id=snapshot_id).plan_files()]
 
     def file_dataset(self, table: Table, paths: list[str], schema: pa.Schema | None = None) -> pads.Dataset:
-        schema = schema or schema_to_pyarrow(table.schema(), include_field_ids=False)
+        schema = schema or published_schema(table)
         if not paths:
             return pads.dataset(pa.Table.from_batches([], schema=schema))
         fs, _ = filesystem_for(table.io, paths[0])
@@ -298,14 +321,18 @@ class IcebergSink(Sink):
     ) -> Snapshot:
         """Commit ONE snapshot. pyiceberg itself retries a commit that conflicts with a concurrent
         one (table property ``commit.retry.num-retries``); what still conflicts is a named error."""
+        branch: str | None = MAIN_BRANCH
+        if req.stage:  # an audit branch; a table with no version yet takes an unreferenced snapshot
+            branch = audit_branch(req.txn_id) if txn.table_metadata.current_snapshot() is not None else None
         try:
-            update = txn.update_snapshot(snapshot_properties=props)
+            update = txn.update_snapshot(snapshot_properties=props, branch=branch)
             producer = update.overwrite() if to_delete else update.fast_append()
             with producer as p:
                 for f in to_delete:
                     p.delete_data_file(f)
                 for f in files:
                     p.append_data_file(f)
+            snapshot_id = producer.snapshot_id
             failpoint("commit.before_catalog")
             req.fence()
             committed = txn.commit_transaction()
@@ -314,7 +341,7 @@ class IcebergSink(Sink):
                 f"Iceberg commit of {req.dataset.key!r} conflicted with a concurrent change: {exc}. "
                 "Nothing was committed; retry the write"
             ) from exc
-        snap = committed.current_snapshot()
+        snap = committed.snapshot_by_id(snapshot_id)
         assert snap is not None and snap.summary is not None and snap.summary[TXN_PROPERTY] == str(req.txn_id)
         return snap
 
@@ -351,11 +378,74 @@ class IcebergSink(Sink):
         if table is not None and self._txn_snapshot(table, txn_id) is not None:
             return  # committed: its files are the dataset
         if table is not None and table.current_snapshot() is None:
-            self.catalog.drop_table(self.identifier(ds))  # created empty by an aborted first write
+            self.catalog.drop_table(self.identifier(ds))  # created empty (or staged only) by an aborted first write
+            table = None
+        elif table is not None and audit_branch(txn_id) in table.metadata.refs:
+            self._drop_branch(table, txn_id)
         io = table.io if table is not None else load_file_io(dict(self.catalog.properties), location)
         where = location or (table.location() if table is not None else None)
         if where:
             delete_paths(io, list_txn_files(io, where, txn_id))
+
+    # -- write-audit-publish ----------------------------------------------------------------
+    def publish(self, ds: DatasetRecord, txn_id: uuid.UUID, base_snapshot_id: int | None) -> Outcome:
+        """Make a staged version the published one: main moves to the audit branch's snapshot and
+        the branch goes, in ONE metadata-only commit (no data file is read or written). Refused
+        when main moved since staging: publishing would silently drop that change."""
+        table = self._existing_table(ds)
+        branch = audit_branch(txn_id)
+        staged = self._staged_snapshot(table, txn_id)
+        if staged is None:
+            raise InvalidWriteError(f"transaction {txn_id} has no staged version of {ds.key!r} (discarded or expired?)")
+        head = table.current_snapshot()
+        if (head.snapshot_id if head is not None else None) != base_snapshot_id:
+            raise StagedVersionConflictError(
+                f"{ds.key!r} changed since transaction {txn_id} was staged (published version "
+                f"{head.snapshot_id if head else None}, staged on {base_snapshot_id}); publishing would lose that "
+                f"change. Discard it (`trident discard {ds.key} {txn_id}`) and write again"
+            )
+        try:
+            update = table.manage_snapshots().set_current_snapshot(staged.snapshot_id)
+            if branch in table.metadata.refs:
+                update = update.remove_branch(branch)
+            update.commit()
+        except CommitFailedException as exc:
+            raise StagedVersionConflictError(f"{ds.key!r} changed while publishing {txn_id}: {exc}") from exc
+        table = table.refresh()
+        return _summary_outcome(staged, published_schema(table))
+
+    @staticmethod
+    def _staged_snapshot(table: Table, txn_id: uuid.UUID) -> Snapshot | None:
+        """The staged snapshot: the audit branch's head, or (first write of a table) the snapshot
+        carrying the txn id that no ref points to."""
+        ref = table.metadata.refs.get(audit_branch(txn_id))
+        if ref is not None:
+            return table.snapshot_by_id(ref.snapshot_id)
+        for snap in table.snapshots():
+            if snap.summary is not None and snap.summary.get(TXN_PROPERTY) == str(txn_id):
+                return snap
+        return None
+
+    def staged_outcome(self, ds: DatasetRecord, txn_id: uuid.UUID) -> Outcome | None:
+        """The outcome of a staged transaction while it is staged."""
+        table = self.table(ds)
+        snap = None if table is None else self._staged_snapshot(table, txn_id)
+        return None if snap is None or table is None else _summary_outcome(snap, published_schema(table))
+
+    def _drop_branch(self, table: Table, txn_id: uuid.UUID) -> None:
+        branch = audit_branch(txn_id)
+        ref = table.metadata.refs.get(branch)
+        if ref is None:
+            return
+        table.manage_snapshots().remove_branch(branch).commit()
+        table = table.refresh()
+        snap = table.snapshot_by_id(ref.snapshot_id)
+        if snap is not None and snap.summary is not None and snap.summary.get(TXN_PROPERTY) == str(txn_id):
+            table.maintenance.expire_snapshots().by_id(ref.snapshot_id).commit()  # only the staged one
+
+    def discard_staged(self, ds: DatasetRecord, txn_id: uuid.UUID, location: str | None = None) -> None:
+        """Drop a staged version: its branch, its snapshot and the files only it wrote."""
+        self.discard(ds, txn_id, location)
 
     # -- READ -------------------------------------------------------------------------------
     def scan(
@@ -374,7 +464,7 @@ class IcebergSink(Sink):
         current = table.current_snapshot()
         if as_of is not None and (current is None or as_of != current.snapshot_id):
             return self._scan_past(table, int(as_of), columns, row_filter)  # type: ignore[arg-type]
-        schema = schema_to_pyarrow(table.schema(), include_field_ids=False)
+        schema = published_schema(table)
         check_columns(columns, schema)
         expr = arrow_filter(schema, row_filter) if row_filter else None
         files = [
