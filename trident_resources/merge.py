@@ -19,7 +19,7 @@ import duckdb
 import pyarrow as pa
 
 from .errors import DuplicateKeyError, InvalidWriteError, NullKeyError, SchemaMismatchError
-from .identity import CREATED_AT, ROW_ID, ROW_INDEX
+from .identity import CREATED_AT, ROW_ID, ROW_INDEX, RowIdBlock
 
 FILE_COLUMN = "__file"
 BATCH_ROWS = 65_536
@@ -137,14 +137,12 @@ class KeyedMerge:
 
         user = ", ".join(f"s.{quote(c)}" for c in self.user_columns)
         created = f"TIMESTAMPTZ '{tau.isoformat()}'"
-        prefix = str(txn_id)[:19]
         matched_sql = f"SELECT e.{ROW_INDEX}, e.{ROW_ID}, {created} AS {CREATED_AT}, {user} FROM staged s JOIN survivors e ON {j}"
-        # New rows: dense indexes from first_index; ids are version-8 UUIDs of (txn id, sequence),
-        # the same scheme identity.row_ids uses for streamed appends.
+        # New rows: dense indexes from first_index; ids from a freshly minted block, the same
+        # scheme (identity.RowIdBlock) streamed writes use, never derived from the caller's txn id.
+        ids = RowIdBlock.mint().sql("row_number() OVER () - 1")
         fresh_sql = (
-            f"SELECT {first_index} - 1 + row_number() OVER () AS {ROW_INDEX}, "
-            f"'{prefix[:14]}8{prefix[15:]}' || lpad(to_hex((row_number() OVER () - 1) >> 48 | 32768), 4, '0') || '-' "
-            f"|| lpad(to_hex((row_number() OVER () - 1) & 281474976710655), 12, '0') AS {ROW_ID}, "
+            f"SELECT {first_index} - 1 + row_number() OVER () AS {ROW_INDEX}, {ids} AS {ROW_ID}, "
             f"{created} AS {CREATED_AT}, {user} FROM staged s ANTI JOIN survivors e ON {j}"
         )
         if mode == "upsert" or mode == "replace":
