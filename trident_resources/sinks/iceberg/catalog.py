@@ -10,6 +10,8 @@ from __future__ import annotations
 from urllib.parse import urlsplit, urlunsplit
 
 from pyiceberg.catalog import Catalog, load_catalog
+from pyiceberg.exceptions import NamespaceAlreadyExistsError
+from pyiceberg.typedef import Identifier
 
 from ...settings import TridentSettings
 
@@ -53,3 +55,25 @@ def catalog_properties(settings: TridentSettings, dsn: str) -> dict[str, str]:
 
 def open_catalog(settings: TridentSettings, dsn: str) -> Catalog:
     return load_catalog(CATALOG_NAME, **catalog_properties(settings, dsn))
+
+
+def ensure_namespace(catalog: Catalog, namespace: Identifier) -> None:
+    """Create ``namespace`` unless it exists; losing a race to another creator is success.
+
+    pyiceberg checks then inserts. Concurrent first writes into one new key folder (Dagster runs a
+    group's assets at once) race between the two: the REST catalog answers 409, which pyiceberg
+    maps to NamespaceAlreadyExistsError, but the SQL catalog's insert fails on its unique key
+    with a raw sqlalchemy IntegrityError. Whatever the error, if the namespace exists afterwards
+    the goal is met; only when it still does not is the error real.
+    """
+    try:
+        catalog.create_namespace(namespace)
+    except NamespaceAlreadyExistsError:
+        return
+    except Exception as exc:
+        try:
+            exists = catalog.namespace_exists(namespace)
+        except Exception:
+            raise exc from None  # the catalog is unreachable: report the first error, not the check's
+        if not exists:
+            raise

@@ -39,6 +39,7 @@ from ...merge import FILE_COLUMN, KeyedMerge
 from ...schemas import compatible, conform, describe_schema, plan_schema, to_iceberg, user_fields, with_identity
 from ...settings import TridentSettings
 from ..base import AsOf, Maintenance, Sink, WriteRequest
+from .catalog import ensure_namespace
 from .files import DataFileWriter, delete_paths, filesystem_for, list_txn_files
 from .maintenance import data_files_of, existing_under, once_referenced
 
@@ -127,7 +128,7 @@ class IcebergSink(Sink):
 
     def _ensure_namespaces(self, ident: tuple[str, ...]) -> None:
         for i in range(1, len(ident)):
-            self.catalog.create_namespace_if_not_exists(ident[:i])
+            ensure_namespace(self.catalog, ident[:i])
 
     def schema(self, ds: DatasetRecord) -> pa.Schema:
         return schema_to_pyarrow(self._existing_table(ds).schema(), include_field_ids=False)
