@@ -103,3 +103,11 @@ class StreamClosedError(TridentError):
 
 class KeyNotFoundError(TridentError, LookupError):
     """A row edit named a key the dataset does not have."""
+
+
+class SqlTimeoutError(TridentError):
+    """A read-only SQL query ran longer than ``TRIDENT_SQL_TIMEOUT_SECONDS`` and was interrupted."""
+
+
+class SqlResultTooLargeError(TridentError):
+    """A read-only SQL query's result exceeded ``TRIDENT_SQL_MAX_ROWS`` or ``TRIDENT_SQL_MAX_BYTES``."""

@@ -59,6 +59,9 @@ class TridentSettings(BaseSettings):
     duckdb_memory_limit: str = Field("1GB", description="DuckDB memory cap for merges and SQL; it spills past it.")
     duckdb_threads: int = Field(2, ge=1)
     flag_refresh_seconds: float = Field(5.0, ge=0, description="Router flag cache lifetime (flags apply within 2x this).")
+    sql_timeout_seconds: float = Field(300.0, gt=0, description="Trident.sql / `trident sql`: a statement running longer is interrupted.")
+    sql_max_rows: int | None = Field(10_000_000, ge=1, description="Trident.sql result row cap (the result is held in memory); unset = none.")
+    sql_max_bytes: int | None = Field(1024 * 1024 * 1024, ge=1, description="Trident.sql result byte cap (Arrow bytes); unset = none.")
 
     @field_validator("workspace", "namespace_root")
     @classmethod
