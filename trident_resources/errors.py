@@ -31,8 +31,8 @@ class InvalidFilterError(TridentError, ValueError):
 class ReservedColumnError(TridentError, ValueError):
     def __init__(self, columns: list[str]) -> None:
         super().__init__(
-            f"input carries reserved identity column(s) {columns}: the engine stamps "
-            "__row_index, __row_id and __created_at itself; drop them from the input"
+            f"input carries reserved column(s) {columns}: names starting with '__' belong to the engine "
+            "(it stamps __row_index, __row_id and __created_at itself); drop or rename them"
         )
 
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import pyarrow as pa
 
 from . import queries as q
+from . import validate
 from .control_plane import ControlPlane, DatasetRecord, LedgerEntry, Outcome
 from .embedded_pg import ensure_embedded_postgres
 from .errors import DatasetNotFoundError, InvalidWriteError, SinkMismatchError, StorageUnavailableError, TridentError
@@ -123,7 +124,7 @@ class Trident:
         reader = None if data is None else to_reader(data)
         if reader is not None:
             refuse_reserved(reader.schema)
-        txn = uuid.UUID(str(txn_id)) if txn_id is not None else uuid.uuid4()
+        txn = validate.txn_id(txn_id) or uuid.uuid4()
         existing = self.control.dataset(self.workspace, key)
         if mode == "delete" and (existing is None or not existing.exists):
             raise DatasetNotFoundError(key, self.workspace)
@@ -277,6 +278,7 @@ class Trident:
         self, key: str, columns: list[str] | None = None, row_filter: str | None = None, as_of: AsOf = None
     ) -> pa.RecordBatchReader:
         """The dataset's rows as a bounded-memory stream, from whichever sink holds them."""
+        columns = validate.read_columns(columns)
         ds = self._record(key)
         return self._sink(ds.sink).scan(ds, columns=columns, row_filter=row_filter, as_of=as_of)
 
@@ -449,9 +451,7 @@ class Trident:
 
 
 def _keys(keys: Iterable[str] | str | None) -> tuple[str, ...]:
-    if keys is None:
-        return ()
-    return (keys,) if isinstance(keys, str) else tuple(keys)
+    return validate.write_keys(keys)
 
 
 def _check_mode(mode: str, keys: tuple[str, ...], row_filter: str | None, data: Any) -> None:

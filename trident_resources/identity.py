@@ -12,7 +12,7 @@ from datetime import datetime
 import numpy as np
 import pyarrow as pa
 
-from .errors import ReservedColumnError
+from .errors import ReservedColumnError, SchemaMismatchError
 
 ROW_INDEX = "__row_index"
 ROW_ID = "__row_id"
@@ -27,11 +27,53 @@ IDENTITY_FIELDS: tuple[pa.Field, ...] = (
 )
 
 
+RESERVED_PREFIX = "__"
+# Engine columns that the engine's own layers write through the facade (model nodes' lineage).
+ENGINE_LINEAGE_COLUMNS = frozenset({"__source_row_index__"})
+
+
 def refuse_reserved(schema: pa.Schema) -> None:
-    """Raise when the producer sent any identity column (or anything in the ``__`` engine namespace)."""
-    reserved = [n for n in schema.names if n in IDENTITY_COLUMNS]
+    """Refuse an input whose column names the engine cannot store or would confuse with its own.
+
+    The whole ``__`` prefix is the engine's: identity columns, the merge's ``__file``, the pg
+    codec's ``__data``, and whatever comes next; a producer column there would collide
+    (ReservedColumnError). The only ``__`` names accepted are the engine's lineage columns,
+    which the Dagster layer writes through this same door. Empty names, names with NUL (neither
+    DuckDB nor Postgres' jsonb can hold them) and duplicate names (a row could not say which
+    value a name means) are a SchemaMismatchError, nested struct fields included.
+    """
+    reserved = [n for n in schema.names if n.startswith(RESERVED_PREFIX) and n not in ENGINE_LINEAGE_COLUMNS]
     if reserved:
         raise ReservedColumnError(reserved)
+    _check_names(list(schema), "")
+
+
+def _check_names(fields: list[pa.Field], parent: str) -> None:
+    seen: set[str] = set()
+    for f in fields:
+        where = f"{parent}{f.name!r}"
+        if f.name == "":
+            raise SchemaMismatchError(
+                f"a column{' of ' + parent.rstrip('.') if parent else ''} has an empty name; name every column"
+            )
+        if "\x00" in f.name:
+            raise SchemaMismatchError(f"column name {where} contains a NUL character; rename it")
+        if f.name in seen:
+            raise SchemaMismatchError(f"column name {where} appears more than once; each column needs its own name")
+        seen.add(f.name)
+        for child in _children(f.type):
+            _check_names(child, f"{where}.")
+
+
+def _children(t: pa.DataType) -> list[list[pa.Field]]:
+    """The nested fields of a struct, list or map type (one list per level)."""
+    if pa.types.is_struct(t):
+        return [[t.field(i) for i in range(t.num_fields)]]
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _children(t.value_type)
+    if pa.types.is_map(t):
+        return _children(t.key_type) + _children(t.item_type)
+    return []
 
 
 _LUT = np.array(

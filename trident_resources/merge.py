@@ -10,6 +10,7 @@ applies that in its own way.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -27,6 +28,26 @@ BATCH_ROWS = 65_536
 
 def quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
+
+
+def capture_errors(reader: pa.RecordBatchReader) -> tuple[pa.RecordBatchReader, list[BaseException]]:
+    """``reader`` as a reader that records the exception its producer raises, if any.
+
+    When DuckDB consumes a reader, a producer's exception (or the input's own
+    InvalidWriteError for a schema change mid-stream) reaches the caller only as text inside a
+    ``duckdb.InvalidInputException``. The caller must get the producer's exception itself, to
+    catch it by type: the recorded one is re-raised in place of DuckDB's.
+    """
+    caught: list[BaseException] = []
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        try:
+            yield from reader
+        except BaseException as exc:
+            caught.append(exc)
+            raise
+
+    return pa.RecordBatchReader.from_batches(reader.schema, batches()), caught
 
 
 @dataclass(frozen=True)
@@ -83,8 +104,13 @@ class KeyedMerge:
         self.keys = keys
         self.user_columns = list(keys) if keys_only else list(reader.schema.names)
         cols = ", ".join(quote(c) for c in self.user_columns)
-        staged_input = reader  # noqa: F841 - read by DuckDB's replacement scan
-        self.con.execute(f"CREATE TABLE staged AS SELECT {cols} FROM staged_input")
+        staged_input, producer_error = capture_errors(reader)  # noqa: F841 - read by DuckDB's replacement scan
+        try:
+            self.con.execute(f"CREATE TABLE staged AS SELECT {cols} FROM staged_input")
+        except duckdb.Error:
+            if producer_error:
+                raise producer_error[0] from None  # the producer's own exception, not DuckDB's wrapper
+            raise
         for k in keys:
             nulls = self.con.execute(f"SELECT count(*) FROM staged WHERE {quote(k)} IS NULL").fetchall()[0][0]
             if nulls:
