@@ -2,6 +2,7 @@
 
 from .errors import (
     ConcurrentWriteError,
+    ControlPlaneUnavailableError,
     DatasetNotFoundError,
     DuplicateKeyError,
     EmptyInputError,
@@ -35,6 +36,7 @@ __all__ = [
     "StreamClosedError",
     "UnsupportedBySinkError",
     "ConcurrentWriteError",
+    "ControlPlaneUnavailableError",
     "DatasetNotFoundError",
     "Description",
     "DuplicateKeyError",

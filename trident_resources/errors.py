@@ -111,3 +111,8 @@ class SqlTimeoutError(TridentError):
 
 class SqlResultTooLargeError(TridentError):
     """A read-only SQL query's result exceeded ``TRIDENT_SQL_MAX_ROWS`` or ``TRIDENT_SQL_MAX_BYTES``."""
+
+
+class ControlPlaneUnavailableError(StorageUnavailableError):
+    """The control-plane Postgres refused or could not be reached (authentication failed, no such
+    database, nobody listening); the message says which, and the driver's error is the cause."""

@@ -43,7 +43,11 @@ class Trident:
         s = self.settings
         dsn = s.pg_dsn.get_secret_value() if s.pg_dsn else ensure_embedded_postgres(s.home / "pg")
         self.control = ControlPlane(dsn, pool_max=s.pg_pool_max)
-        self.catalog = open_catalog(s, dsn)
+        try:
+            self.catalog = open_catalog(s, dsn)
+        except BaseException:
+            self.control.close()  # a Trident that failed to open owns no pool
+            raise
         self.router = Router(self.control, s.workspace, s.flag_refresh_seconds)
         self.sinks: dict[str, Sink] = {IcebergSink.name: IcebergSink(self.catalog, s)}
         self._register_extra_sinks()

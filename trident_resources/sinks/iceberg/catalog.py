@@ -13,6 +13,7 @@ from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.exceptions import NamespaceAlreadyExistsError
 from pyiceberg.typedef import Identifier
 
+from ...errors import StorageUnavailableError
 from ...settings import TridentSettings
 
 CATALOG_NAME = "trident"
@@ -54,7 +55,20 @@ def catalog_properties(settings: TridentSettings, dsn: str) -> dict[str, str]:
 
 
 def open_catalog(settings: TridentSettings, dsn: str) -> Catalog:
-    return load_catalog(CATALOG_NAME, **catalog_properties(settings, dsn))
+    """Open the catalog; one that cannot be reached is StorageUnavailableError, as promised.
+
+    pyiceberg's REST catalog fetches its config while opening, so an unreachable URI raised a raw
+    ``requests.ConnectionError`` (an OSError) from the Trident constructor. The message names the
+    URI (never the token or credential, which are not part of it) and chains the cause.
+    """
+    try:
+        return load_catalog(CATALOG_NAME, **catalog_properties(settings, dsn))
+    except (OSError, ConnectionError) as exc:
+        where = settings.catalog_uri or "the SQL catalog in the control-plane Postgres"
+        raise StorageUnavailableError(
+            f"Iceberg catalog unavailable at {where}: {type(exc).__name__}; check TRIDENT_CATALOG_URI "
+            "and that the catalog is running"
+        ) from exc
 
 
 def ensure_namespace(catalog: Catalog, namespace: Identifier) -> None:
