@@ -36,7 +36,9 @@ def test_concurrent_first_writes_under_one_new_folder(shared_settings: TridentSe
             barrier = threading.Barrier(WRITERS)
             errors: list[BaseException] = []
 
-            def run(i: int) -> None:
+            def run(
+                i: int, barrier: threading.Barrier = barrier, folder: str = folder, errors: list[BaseException] = errors
+            ) -> None:
                 try:
                     barrier.wait(timeout=60)
                     tridents[i].write(f"{folder}/d{i}", table(k=[i, i + 1]))

@@ -4,10 +4,23 @@ what to do, and leaves nothing behind."""
 
 from __future__ import annotations
 
+import datetime as dt
+import decimal
+import uuid
+
+import pyarrow as pa
 import pytest
 
 from tests.helpers import table
-from trident_resources import InvalidDatasetKeyError, Trident, TridentSettings
+from trident_resources import (
+    InvalidDatasetKeyError,
+    InvalidReadError,
+    InvalidWriteError,
+    ReservedColumnError,
+    SchemaMismatchError,
+    Trident,
+    TridentSettings,
+)
 
 # -- item 1: names are validated with a full match ------------------------------------------------
 TRAILING = ["sales/orders\n", "sales\n", "orders\r\n", "a/b\n\n"]
@@ -45,19 +58,6 @@ def test_a_pin_is_for_a_valid_key_only(trident: Trident) -> None:
 
 
 # -- item 12: raw errors where named ones are promised ----------------------------------------------
-import datetime as dt  # noqa: E402
-import decimal  # noqa: E402
-import uuid  # noqa: E402
-
-import pyarrow as pa  # noqa: E402
-
-from trident_resources import (  # noqa: E402
-    InvalidReadError,
-    InvalidWriteError,
-    ReservedColumnError,
-    SchemaMismatchError,
-)
-
 SINKS = ("iceberg_native", "pg")
 UNSUPPORTED = {
     "duration": (pa.array([1], pa.duration("us")), "duration"),
@@ -100,7 +100,7 @@ def test_non_utc_timestamps_are_stored_as_the_same_instants_in_utc(trident: Trid
     })
     t.write(key, data, mode=mode, keys=["k"] if mode == "upsert" else None)
     row = t.read(key).to_pylist()[0]
-    utc = dt.datetime(2024, 1, 1, 11, tzinfo=dt.timezone.utc)
+    utc = dt.datetime(2024, 1, 1, 11, tzinfo=dt.UTC)
     assert row["rome"] == row["plus2"] == row["nested"]["at"] == utc
     assert t.schema(key).field("rome").type == pa.timestamp("us", tz="UTC")
     t.write(key, data, mode="append" if mode == "replace" else "upsert", keys=None if mode == "replace" else ["k"])

@@ -115,7 +115,7 @@ def probe_connection(dsn: str, timeout_s: int = 10) -> None:
             f"cannot reach the control-plane Postgres: {reason}. Check TRIDENT_PG_DSN (host, port, "
             "database) and that the server is running"
         ) from exc
-    except psycopg.ProgrammingError as exc:  # a malformed DSN: its text may hold the password, so not shown
+    except psycopg.ProgrammingError:  # a malformed DSN: its text may hold the password, so not shown
         raise ControlPlaneUnavailableError(
             "the control-plane DSN (TRIDENT_PG_DSN) is malformed; use postgresql://user:password@host:port/db"
         ) from None

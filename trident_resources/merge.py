@@ -104,7 +104,7 @@ class KeyedMerge:
         self.keys = keys
         self.user_columns = list(keys) if keys_only else list(reader.schema.names)
         cols = ", ".join(quote(c) for c in self.user_columns)
-        staged_input, producer_error = capture_errors(reader)  # noqa: F841 - read by DuckDB's replacement scan
+        staged_input, producer_error = capture_errors(reader)  # noqa: RUF059 - read by DuckDB's replacement scan
         try:
             self.con.execute(f"CREATE TABLE staged AS SELECT {cols} FROM staged_input")
         except duckdb.Error:

@@ -84,10 +84,10 @@ def ensure_namespace(catalog: Catalog, namespace: Identifier) -> None:
         catalog.create_namespace(namespace)
     except NamespaceAlreadyExistsError:
         return
-    except Exception as exc:
+    except Exception as exc:  # any error: whether the namespace exists now decides
         try:
             exists = catalog.namespace_exists(namespace)
-        except Exception:
-            raise exc from None  # the catalog is unreachable: report the first error, not the check's
+        except Exception:  # noqa: BLE001 - unreachable: report the first error, not the check's
+            raise exc from None
         if not exists:
             raise

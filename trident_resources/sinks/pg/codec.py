@@ -101,7 +101,7 @@ class JsonCodec:
         """Rows fetched as (row_index, row_id, created_at micros, data text) -> a batch in ``target``
         (a projection of identity + user columns, in the caller's order)."""
         index, ids, created, data = zip(*rows) if rows else ((), (), (), ())
-        chunk = pa.table(  # noqa: F841
+        chunk = pa.table(
             {
                 ROW_INDEX: pa.array(index, pa.int64()),
                 ROW_ID: pa.array(ids, pa.large_string()),
