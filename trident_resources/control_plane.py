@@ -17,11 +17,12 @@ from importlib import resources
 from typing import Any
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from . import queries as q
-from .errors import ConcurrentWriteError, StorageUnavailableError, WriterLockLostError
+from .errors import ConcurrentWriteError, ControlPlaneUnavailableError, StorageUnavailableError, WriterLockLostError
 
 log = logging.getLogger("trident")
 
@@ -95,6 +96,44 @@ class Outcome:
     deleted: int = 0
 
 
+_AUTH_FAILURES = ("authentication failed", "no pg_hba.conf entry", "role ", "password")
+
+
+def probe_connection(dsn: str, timeout_s: int = 10) -> None:
+    """Connect once, directly, before the pool does: a fault is then named at once, with its reason.
+
+    The pool retries a failing connection in the background until its 30 s timeout, then reports a
+    PoolTimeout that hides why (a wrong password looked like an unreachable server, 30 s later).
+    The server's reason is kept (it never contains the password, which is also masked here, in
+    case a driver message ever echoed the DSN) and the driver's error is chained as the cause.
+    """
+    try:
+        psycopg.connect(dsn, connect_timeout=timeout_s).close()
+    except psycopg.OperationalError as exc:
+        reason = _masked(str(exc).strip(), dsn)
+        if any(marker in reason for marker in _AUTH_FAILURES):
+            raise ControlPlaneUnavailableError(
+                f"authentication failed for the control-plane Postgres: {reason}. Check the user and "
+                "password in TRIDENT_PG_DSN (and the server's pg_hba.conf)"
+            ) from exc
+        raise ControlPlaneUnavailableError(
+            f"cannot reach the control-plane Postgres: {reason}. Check TRIDENT_PG_DSN (host, port, "
+            "database) and that the server is running"
+        ) from exc
+    except psycopg.ProgrammingError:  # a malformed DSN: its text may hold the password, so not shown
+        raise ControlPlaneUnavailableError(
+            "the control-plane DSN (TRIDENT_PG_DSN) is malformed; use postgresql://user:password@host:port/db"
+        ) from None
+
+
+def _masked(text: str, dsn: str) -> str:
+    try:
+        password = conninfo_to_dict(dsn).get("password")
+    except psycopg.Error:
+        return text
+    return text.replace(str(password), "***") if password else text
+
+
 def _migrations() -> list[tuple[int, str, str]]:
     files = sorted(p for p in resources.files("trident_resources.migrations").iterdir() if p.name.endswith(".sql"))
     return [(int(p.name.split("_", 1)[0]), p.name, p.read_text()) for p in files]
@@ -106,6 +145,7 @@ class ControlPlane:
 
     def __init__(self, dsn: str, *, pool_max: int = 8) -> None:
         self._dsn = dsn
+        probe_connection(dsn)
         try:
             self.pool = ConnectionPool(
                 dsn, min_size=1, max_size=pool_max, open=True, timeout=30,

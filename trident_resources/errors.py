@@ -31,8 +31,8 @@ class InvalidFilterError(TridentError, ValueError):
 class ReservedColumnError(TridentError, ValueError):
     def __init__(self, columns: list[str]) -> None:
         super().__init__(
-            f"input carries reserved identity column(s) {columns}: the engine stamps "
-            "__row_index, __row_id and __created_at itself; drop them from the input"
+            f"input carries reserved column(s) {columns}: names starting with '__' belong to the engine "
+            "(it stamps __row_index, __row_id and __created_at itself); drop or rename them"
         )
 
 
@@ -77,11 +77,6 @@ class StorageUnavailableError(TridentError):
     """Object storage, the catalog or Postgres could not be reached; nothing was changed."""
 
 
-class ControlPlaneUnavailableError(StorageUnavailableError):
-    """The control-plane Postgres went away (server stopped, connection cut) during an operation;
-    a write that met it committed nothing."""
-
-
 class WriterLockLostError(ConcurrentWriteError):
     """The session holding this writer's dataset lock died, so another writer may own the dataset
     now: the write stops before its commit instead of racing it."""
@@ -123,3 +118,18 @@ class StreamClosedError(TridentError):
 
 class KeyNotFoundError(TridentError, LookupError):
     """A row edit named a key the dataset does not have."""
+
+
+class SqlTimeoutError(TridentError):
+    """A read-only SQL query ran longer than ``TRIDENT_SQL_TIMEOUT_SECONDS`` and was interrupted."""
+
+
+class SqlResultTooLargeError(TridentError):
+    """A read-only SQL query's result exceeded ``TRIDENT_SQL_MAX_ROWS`` or ``TRIDENT_SQL_MAX_BYTES``."""
+
+
+class ControlPlaneUnavailableError(StorageUnavailableError):
+    """The control-plane Postgres refused or could not be reached (authentication failed, no such
+    database, nobody listening), or went away during an operation (server stopped, connection
+    cut); the message says which, the driver's error is the cause, and a write that met it
+    committed nothing."""

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from . import queries as q
+from . import validate
 from .control_plane import ControlPlane, DatasetRecord, LedgerEntry, Outcome
 from .embedded_pg import ensure_embedded_postgres
 from .errors import DatasetNotFoundError, InvalidReadError, InvalidWriteError, SinkMismatchError, UnsupportedBySinkError
@@ -42,7 +43,11 @@ class Trident:
         dsn = s.pg_dsn.get_secret_value() if s.pg_dsn else ensure_embedded_postgres(s.home / "pg")
         self.control = ControlPlane(dsn, pool_max=s.pg_pool_max)
         self.router = Router(self.control, s.workspace, s.flag_refresh_seconds)
-        self.driver = TransactionDriver(self.control, open_sinks(s, self.control, dsn), s)
+        try:
+            self.driver = TransactionDriver(self.control, open_sinks(s, self.control, dsn), s)
+        except BaseException:
+            self.control.close()  # a Trident that failed to open owns no pool
+            raise
 
     @classmethod
     def from_env(cls) -> Trident:
@@ -111,7 +116,7 @@ class Trident:
         reader = None if data is None else to_reader(data)
         if reader is not None:
             refuse_reserved(reader.schema)
-        txn = uuid.UUID(str(txn_id)) if txn_id is not None else uuid.uuid4()
+        txn = validate.txn_id(txn_id) or uuid.uuid4()
         existing = self.control.dataset(self.workspace, key)
         if mode == "delete" and (existing is None or not existing.exists):
             raise DatasetNotFoundError(key, self.workspace)
@@ -170,6 +175,7 @@ class Trident:
     ) -> pa.RecordBatchReader:
         """The dataset's rows as a bounded-memory stream, from whichever sink holds them.
         ``staged=txn_id`` reads a staged (not yet published) version, for audits."""
+        columns = validate.read_columns(columns)
         if staged is not None:
             if as_of is not None:
                 raise InvalidReadError("read either a staged version or a past one (as_of), not both")
@@ -441,9 +447,7 @@ class Trident:
 
 
 def _keys(keys: Iterable[str] | str | None) -> tuple[str, ...]:
-    if keys is None:
-        return ()
-    return (keys,) if isinstance(keys, str) else tuple(keys)
+    return validate.write_keys(keys)
 
 
 def _check_mode(mode: str, keys: tuple[str, ...], row_filter: str | None, data: Any) -> None:

@@ -3,13 +3,16 @@ the engine's, so that a row's ``__row_id`` means the same thing whoever wrote it
 
 from __future__ import annotations
 
+import os
+import time
 import uuid
+from dataclasses import dataclass
 from datetime import datetime
 
 import numpy as np
 import pyarrow as pa
 
-from .errors import ReservedColumnError
+from .errors import ReservedColumnError, SchemaMismatchError
 
 ROW_INDEX = "__row_index"
 ROW_ID = "__row_id"
@@ -24,40 +27,123 @@ IDENTITY_FIELDS: tuple[pa.Field, ...] = (
 )
 
 
+RESERVED_PREFIX = "__"
+# Engine columns that the engine's own layers write through the facade (model nodes' lineage).
+ENGINE_LINEAGE_COLUMNS = frozenset({"__source_row_index__"})
+
+
 def refuse_reserved(schema: pa.Schema) -> None:
-    """Raise when the producer sent any identity column (or anything in the ``__`` engine namespace)."""
-    reserved = [n for n in schema.names if n in IDENTITY_COLUMNS]
+    """Refuse an input whose column names the engine cannot store or would confuse with its own.
+
+    The whole ``__`` prefix is the engine's: identity columns, the merge's ``__file``, the pg
+    codec's ``__data``, and whatever comes next; a producer column there would collide
+    (ReservedColumnError). The only ``__`` names accepted are the engine's lineage columns,
+    which the Dagster layer writes through this same door. Empty names, names with NUL (neither
+    DuckDB nor Postgres' jsonb can hold them) and duplicate names (a row could not say which
+    value a name means) are a SchemaMismatchError, nested struct fields included.
+    """
+    reserved = [n for n in schema.names if n.startswith(RESERVED_PREFIX) and n not in ENGINE_LINEAGE_COLUMNS]
     if reserved:
         raise ReservedColumnError(reserved)
+    _check_names(list(schema), "")
+
+
+def _check_names(fields: list[pa.Field], parent: str) -> None:
+    seen: set[str] = set()
+    for f in fields:
+        where = f"{parent}{f.name!r}"
+        if f.name == "":
+            raise SchemaMismatchError(
+                f"a column{' of ' + parent.rstrip('.') if parent else ''} has an empty name; name every column"
+            )
+        if "\x00" in f.name:
+            raise SchemaMismatchError(f"column name {where} contains a NUL character; rename it")
+        if f.name in seen:
+            raise SchemaMismatchError(f"column name {where} appears more than once; each column needs its own name")
+        seen.add(f.name)
+        for child in _children(f.type):
+            _check_names(child, f"{where}.")
+
+
+def _children(t: pa.DataType) -> list[list[pa.Field]]:
+    """The nested fields of a struct, list or map type (one list per level)."""
+    if pa.types.is_struct(t):
+        return [[t.field(i) for i in range(t.num_fields)]]
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _children(t.value_type)
+    if pa.types.is_map(t):
+        return _children(t.key_type) + _children(t.item_type)
+    return []
 
 
 _LUT = np.array(
     [ord(a) | (ord(b) << 8) for a in "0123456789abcdef" for b in "0123456789abcdef"], dtype=np.uint16
 )
 
+SEQ_BITS = 40  # rows one block can number: 2**40 (a trillion) per minted block
+_BLOCK_BITS = 48  # the last UUID group: 8 random bits above the 40-bit sequence
+
+
+@dataclass(frozen=True)
+class RowIdBlock:
+    """The row-id scheme, defined once for the numpy generator (streamed writes) and the SQL one
+    (keyed merges in DuckDB).
+
+    A row id is an RFC 9562 version-8 UUID laid out like a UUIDv7: a 48-bit Unix millisecond
+    timestamp, the version, 12 random bits, the variant, 22 random bits, then a 40-bit sequence
+    number of the row within the block. A block is minted by the engine for each set of rows it
+    numbers, from ``os.urandom`` and the clock, NEVER from the caller's transaction id: callers
+    may pass any txn id (two UUIDv7s of one millisecond share their first 64 bits; a txn id may
+    be reused on another dataset), so an id derived from it was not unique. Two blocks collide
+    only when minted in the same millisecond with the same 34 random bits and overlapping
+    sequences. Ids stay time-ordered, which keeps index inserts local, and cost nothing per row.
+
+    ``head`` is the fixed first 24 characters (``xxxxxxxx-xxxx-8xxx-yyyy-``); the last group is
+    12 hex digits of ``low + seq``.
+    """
+
+    head: str
+    low: int  # 8 random bits << 40: added to the sequence to form the last 48 bits
+
+    @classmethod
+    def mint(cls) -> RowIdBlock:
+        rand = int.from_bytes(os.urandom(5), "big")  # 40 bits: 12 + 22 + 6 spare
+        ms = time.time_ns() // 1_000_000 & ((1 << 48) - 1)
+        rand_a = rand & 0xFFF
+        rand_b = (rand >> 12) & ((1 << 22) - 1)
+        hi = (ms << 16) | 0x8000 | rand_a
+        group4 = 0x8000 | (rand_b >> 8)  # variant 10, then 14 random bits
+        h = f"{hi:016x}"
+        return cls(head=f"{h[:8]}-{h[8:12]}-{h[12:16]}-{group4:04x}-", low=(rand_b & 0xFF) << SEQ_BITS)
+
+    def arrow(self, first_seq: int, n: int) -> pa.Array:
+        """``n`` ids for sequence numbers ``first_seq ..``, built with numpy in one pass:
+        ``uuid.uuid4()`` per row costs seconds per million rows."""
+        if first_seq < 0 or first_seq + n > 1 << SEQ_BITS:
+            raise ValueError(f"row-id sequence {first_seq}+{n} exceeds {SEQ_BITS} bits; mint another block")
+        if n == 0:
+            return pa.array([], type=pa.large_string())
+        last = np.arange(first_seq + self.low, first_seq + self.low + n, dtype=np.uint64)
+        # 16 hex digits of each big-endian value; the last 12 are the 48-bit last group
+        hexed = _LUT[last.astype(">u8").view(np.uint8).reshape(n, 8)].view(np.uint8).reshape(n, 16)
+        out = np.empty((n, 36), dtype=np.uint8)
+        out[:, :24] = np.frombuffer(self.head.encode(), dtype=np.uint8)
+        out[:, 24:] = hexed[:, 4:]
+        offsets = np.arange(0, 36 * (n + 1), 36, dtype=np.int64)
+        return pa.LargeStringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(out))
+
+    def sql(self, seq: str) -> str:
+        """The same ids as a DuckDB expression of a 0-based BIGINT sequence expression ``seq``."""
+        return f"('{self.head}' || printf('%012x', ({self.low}::BIGINT + ({seq}))::BIGINT))"
+
 
 def row_ids(txn_id: uuid.UUID, first_seq: int, n: int) -> pa.Array:
-    """``n`` row ids for the rows a transaction creates, as canonical UUID strings.
+    """``n`` fresh row ids for rows a transaction creates (see ``RowIdBlock``).
 
-    A row id is an RFC 9562 version-8 UUID: the transaction id's first 64 bits, then a 62-bit
-    sequence number of the row within the transaction. Unique because transaction ids are, and
-    built with numpy in one pass: ``uuid.uuid4()`` per row costs seconds per million rows.
+    ``txn_id`` is accepted for the callers' sake and deliberately not used: row ids must be
+    unique whatever transaction ids callers pass. Each call mints its own block.
     """
-    if n == 0:
-        return pa.array([], type=pa.large_string())
-    head = bytearray(txn_id.bytes[:8])
-    head[6] = (head[6] & 0x0F) | 0x80  # version 8
-    prefix = head.hex()
-    prefix = f"{prefix[:8]}-{prefix[8:12]}-{prefix[12:16]}-".encode()
-    seq = np.arange(first_seq, first_seq + n, dtype=np.uint64) | np.uint64(0x8000000000000000)  # variant 10
-    hexed = _LUT[seq.astype(">u8").view(np.uint8).reshape(n, 8)].view(np.uint8).reshape(n, 16)
-    out = np.empty((n, 36), dtype=np.uint8)
-    out[:, :19] = np.frombuffer(prefix, dtype=np.uint8)
-    out[:, 19:23] = hexed[:, :4]
-    out[:, 23] = ord("-")
-    out[:, 24:] = hexed[:, 4:]
-    offsets = np.arange(0, 36 * (n + 1), 36, dtype=np.int64)
-    return pa.LargeStringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(out))
+    return RowIdBlock.mint().arrow(first_seq, n)
 
 
 def stamp(

@@ -10,6 +10,7 @@ applies that in its own way.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -19,7 +20,7 @@ import duckdb
 import pyarrow as pa
 
 from .errors import DuplicateKeyError, InvalidWriteError, NullKeyError, SchemaMismatchError
-from .identity import CREATED_AT, ROW_ID, ROW_INDEX
+from .identity import CREATED_AT, ROW_ID, ROW_INDEX, RowIdBlock
 
 FILE_COLUMN = "__file"
 BATCH_ROWS = 65_536
@@ -27,6 +28,26 @@ BATCH_ROWS = 65_536
 
 def quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
+
+
+def capture_errors(reader: pa.RecordBatchReader) -> tuple[pa.RecordBatchReader, list[BaseException]]:
+    """``reader`` as a reader that records the exception its producer raises, if any.
+
+    When DuckDB consumes a reader, a producer's exception (or the input's own
+    InvalidWriteError for a schema change mid-stream) reaches the caller only as text inside a
+    ``duckdb.InvalidInputException``. The caller must get the producer's exception itself, to
+    catch it by type: the recorded one is re-raised in place of DuckDB's.
+    """
+    caught: list[BaseException] = []
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        try:
+            yield from reader
+        except BaseException as exc:
+            caught.append(exc)
+            raise
+
+    return pa.RecordBatchReader.from_batches(reader.schema, batches()), caught
 
 
 @dataclass(frozen=True)
@@ -85,8 +106,13 @@ class KeyedMerge:
         self.keys = keys
         self.user_columns = list(keys) if keys_only else list(reader.schema.names)
         cols = ", ".join(quote(c) for c in self.user_columns)
-        staged_input = reader  # noqa: F841 - read by DuckDB's replacement scan
-        self.con.execute(f"CREATE TABLE staged AS SELECT {cols} FROM staged_input")
+        staged_input, producer_error = capture_errors(reader)  # noqa: RUF059 - read by DuckDB's replacement scan
+        try:
+            self.con.execute(f"CREATE TABLE staged AS SELECT {cols} FROM staged_input")
+        except duckdb.Error:
+            if producer_error:
+                raise producer_error[0] from None  # the producer's own exception, not DuckDB's wrapper
+            raise
         for k in keys:
             nulls = self.con.execute(f"SELECT count(*) FROM staged WHERE {quote(k)} IS NULL").fetchall()[0][0]
             if nulls:
@@ -139,14 +165,12 @@ class KeyedMerge:
 
         user = ", ".join(f"s.{quote(c)}" for c in self.user_columns)
         created = f"TIMESTAMPTZ '{tau.isoformat()}'"
-        prefix = str(txn_id)[:19]
         matched_sql = f"SELECT e.{ROW_INDEX}, e.{ROW_ID}, {created} AS {CREATED_AT}, {user} FROM staged s JOIN survivors e ON {j}"
-        # New rows: dense indexes from first_index; ids are version-8 UUIDs of (txn id, sequence),
-        # the same scheme identity.row_ids uses for streamed appends.
+        # New rows: dense indexes from first_index; ids from a freshly minted block, the same
+        # scheme (identity.RowIdBlock) streamed writes use, never derived from the caller's txn id.
+        ids = RowIdBlock.mint().sql("row_number() OVER () - 1")
         fresh_sql = (
-            f"SELECT {first_index} - 1 + row_number() OVER () AS {ROW_INDEX}, "
-            f"'{prefix[:14]}8{prefix[15:]}' || lpad(to_hex((row_number() OVER () - 1) >> 48 | 32768), 4, '0') || '-' "
-            f"|| lpad(to_hex((row_number() OVER () - 1) & 281474976710655), 12, '0') AS {ROW_ID}, "
+            f"SELECT {first_index} - 1 + row_number() OVER () AS {ROW_INDEX}, {ids} AS {ROW_ID}, "
             f"{created} AS {CREATED_AT}, {user} FROM staged s ANTI JOIN survivors e ON {j}"
         )
         if mode == "upsert" or mode == "replace":

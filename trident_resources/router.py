@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from . import queries as q
 from .control_plane import ControlPlane, DatasetRecord
 from .errors import InvalidWriteError
+from .keys import validate_key
 
 from .sinks import SINK_NAMES as SINKS  # ordered by capability: a clamp moves left
 DATASET_SINK = "dataset"  # tier-3 default: wherever the dataset already lives
@@ -120,11 +121,13 @@ class Router:
         self.invalidate()
 
     def set_pin(self, key: str, sink: str) -> None:
+        validate_key(key)  # a pin on a key no dataset can have would silently never apply
         _check_sink(sink)
         self._control.execute(q.UPSERT_PIN, (self._workspace, key, sink))
         self.invalidate()
 
     def clear_pin(self, key: str) -> None:
+        validate_key(key)
         self._control.execute(q.DELETE_PIN, (self._workspace, key))
         self.invalidate()
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pyarrow as pa
-from pyiceberg.io.pyarrow import schema_to_pyarrow
+from pyiceberg.io.pyarrow import UnsupportedPyArrowTypeException, schema_to_pyarrow
 from pyiceberg.schema import Schema, assign_fresh_schema_ids
 
 from .errors import SchemaMismatchError
@@ -21,12 +21,23 @@ _PROMOTIONS = {(pa.int32(), pa.int64()), (pa.float32(), pa.float64())}
 
 
 def _pre_normalise(t: pa.DataType) -> pa.DataType:
+    """The storable type for ``t``, nested types included.
+
+    Timestamps become microseconds (Iceberg's unit). A timestamp with ANY zone becomes UTC:
+    Iceberg's ``timestamptz`` stores an instant and no zone, so a ``Europe/Rome`` column is kept
+    as the same instants and reads back in UTC (the zone is presentation, not data); refusing it
+    would only make every producer do this cast itself. Times become ``time64[us]``; a
+    ``decimal256`` that fits Iceberg's 38 digits becomes ``decimal128``. Values are cast safely
+    (``conform``), so a conversion that would lose data (sub-microsecond values) fails loudly.
+    """
     if pa.types.is_dictionary(t):
         return _pre_normalise(t.value_type)
-    if pa.types.is_timestamp(t) and t.unit == "ns":
-        return pa.timestamp("us", tz=t.tz)
-    if pa.types.is_timestamp(t) and t.unit in ("s", "ms"):
-        return pa.timestamp("us", tz=t.tz)
+    if pa.types.is_timestamp(t):
+        return pa.timestamp("us", tz="UTC" if t.tz is not None else None)
+    if pa.types.is_time(t):
+        return pa.time64("us")
+    if pa.types.is_decimal256(t) and t.precision <= 38:
+        return pa.decimal128(t.precision, t.scale)
     if pa.types.is_date64(t):
         return pa.date32()
     if pa.types.is_string_view(t):
@@ -39,7 +50,54 @@ def _pre_normalise(t: pa.DataType) -> pa.DataType:
         return pa.int64()
     if pa.types.is_null(t):
         return pa.large_string()
+    if pa.types.is_struct(t):
+        return pa.struct([t.field(i).with_type(_pre_normalise(t.field(i).type)) for i in range(t.num_fields)])
+    if pa.types.is_list(t):
+        return pa.list_(t.value_field.with_type(_pre_normalise(t.value_type)))
+    if pa.types.is_large_list(t):
+        return pa.large_list(t.value_field.with_type(_pre_normalise(t.value_type)))
+    if pa.types.is_fixed_size_list(t):
+        return pa.list_(t.value_field.with_type(_pre_normalise(t.value_type)), t.list_size)
+    if pa.types.is_map(t):
+        return pa.map_(t.key_field.with_type(_pre_normalise(t.key_type)), t.item_field.with_type(_pre_normalise(t.item_type)))
     return t
+
+
+def _hint(t: pa.DataType) -> str:
+    """What to do with a type Iceberg cannot store (the first culprit found, nested or not)."""
+    if pa.types.is_duration(t):
+        return f"{t}: Iceberg has no duration type; cast it to int64 (a count of its unit) or store it as a string"
+    if pa.types.is_interval(t):
+        return f"{t}: Iceberg has no interval type; store its months/days/nanoseconds as int columns, or as a string"
+    if pa.types.is_decimal(t) and t.precision > 38:
+        return f"{t}: Iceberg decimals have at most 38 digits; cast to decimal128(38, {t.scale}) if the values fit, or to string"
+    for child in _nested(t):
+        hint = _hint(child)
+        if hint:
+            return hint
+    return ""
+
+
+def _nested(t: pa.DataType) -> list[pa.DataType]:
+    if pa.types.is_struct(t):
+        return [t.field(i).type for i in range(t.num_fields)]
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return [t.value_type]
+    if pa.types.is_map(t):
+        return [t.key_type, t.item_type]
+    return []
+
+
+def _unsupported(schema: pa.Schema, exc: Exception) -> SchemaMismatchError:
+    """A SchemaMismatchError naming each top-level column whose type Iceberg cannot store."""
+    bad = []
+    for f in schema:
+        try:
+            arrow_to_iceberg_without_ids(pa.schema([f]))
+        except Exception:  # noqa: BLE001 - we only want to know which column fails
+            bad.append(f"column {f.name!r} has type {_hint(f.type) or f'{f.type}: cast it to a type Iceberg supports'}")
+    detail = "; ".join(bad) if bad else str(exc)
+    return SchemaMismatchError(f"unsupported column type: {detail}")
 
 
 def to_iceberg(schema: pa.Schema) -> Schema:
@@ -47,6 +105,8 @@ def to_iceberg(schema: pa.Schema) -> Schema:
     pre = pa.schema([pa.field(f.name, _pre_normalise(f.type), nullable=True) for f in schema])
     try:
         converted = arrow_to_iceberg_without_ids(pre)
+    except UnsupportedPyArrowTypeException as exc:
+        raise _unsupported(pre, exc) from exc
     except (TypeError, ValueError) as exc:
         raise SchemaMismatchError(f"unsupported column type: {exc}") from exc
     return assign_fresh_schema_ids(converted)

@@ -10,19 +10,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-_NAME = r"^[a-z0-9_]+$"
+from .keys import validate_name
 
 
 class TridentSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TRIDENT_", extra="ignore", frozen=True)
 
     home: Path = Field(Path(".trident"), description="Local state: embedded Postgres, warehouse, spill files.")
-    workspace: str = Field("default", pattern=_NAME, description="Datasets are isolated per workspace.")
+    workspace: str = Field("default", description="Datasets are isolated per workspace; one word of [a-z0-9_].")
     namespace_root: str = Field(
-        "trident", pattern=_NAME, description="Top Iceberg namespace; some catalogs only allow a fixed set."
+        "trident", description="Top Iceberg namespace (one word of [a-z0-9_]); some catalogs only allow a fixed set."
     )
 
     # Postgres control plane
@@ -62,6 +62,16 @@ class TridentSettings(BaseSettings):
     duckdb_memory_limit: str = Field("1GB", description="DuckDB memory cap for merges and SQL; it spills past it.")
     duckdb_threads: int = Field(2, ge=1)
     flag_refresh_seconds: float = Field(5.0, ge=0, description="Router flag cache lifetime (flags apply within 2x this).")
+    sql_timeout_seconds: float = Field(300.0, gt=0, description="Trident.sql / `trident sql`: a statement running longer is interrupted.")
+    sql_max_rows: int | None = Field(10_000_000, ge=1, description="Trident.sql result row cap (the result is held in memory); unset = none.")
+    sql_max_bytes: int | None = Field(1024 * 1024 * 1024, ge=1, description="Trident.sql result byte cap (Arrow bytes); unset = none.")
+
+    @field_validator("workspace", "namespace_root")
+    @classmethod
+    def _one_word(cls, v: str, info: ValidationInfo) -> str:
+        """Full-match validation (``re.fullmatch``), the same rule as dataset keys' segments: a
+        pattern anchored with ``$`` would let a trailing newline through on a Python regex engine."""
+        return validate_name(v, (info.field_name or "name").replace("_", " "))
 
     @field_validator("home")
     @classmethod

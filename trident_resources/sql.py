@@ -9,15 +9,19 @@ query works whichever sink a dataset lives in.
 from __future__ import annotations
 
 import re
+import threading
 from typing import TYPE_CHECKING
 
 import duckdb
 import pyarrow as pa
 
-from .errors import SqlNotAllowedError
+from .errors import SqlNotAllowedError, SqlResultTooLargeError, SqlTimeoutError
 
 if TYPE_CHECKING:
     from .facade import Trident
+    from .settings import TridentSettings
+
+RESULT_BATCH_ROWS = 65_536
 
 _NAME = re.compile(r'"([a-z0-9_]+(?:/[a-z0-9_]+)*)"|\b([a-z0-9_]+)\b')
 
@@ -67,7 +71,7 @@ def run_sql(t: Trident, query: str) -> pa.Table:
             con.register(key, t.arrow_source(key))
         con.execute("SET lock_configuration = true")
         try:
-            return con.sql(query).to_arrow_table()
+            return bounded_result(con, query, t.settings)
         except duckdb.PermissionException as exc:
             raise SqlNotAllowedError(f"the query tried to reach outside the datasets: {exc}") from exc
         except duckdb.CatalogException as exc:  # e.g. FROM '/etc/hosts': not a dataset, and files are off limits
@@ -77,3 +81,56 @@ def run_sql(t: Trident, query: str) -> pa.Table:
             ) from exc
     finally:
         con.close()
+
+
+def bounded_result(con: duckdb.DuckDBPyConnection, query: str, settings: TridentSettings) -> pa.Table:
+    """Run ``query`` on ``con`` under the statement timeout and the result caps.
+
+    DuckDB has no statement timeout of its own, so a timer thread calls ``con.interrupt()`` after
+    ``sql_timeout_seconds`` (the query then fails with an InterruptException, named here as
+    SqlTimeoutError). The result is read in batches and refused as soon as it passes
+    ``sql_max_rows`` or ``sql_max_bytes``: it is returned as one in-memory table, so a cap is what
+    keeps a careless ``select *`` over a cross join from exhausting the caller's memory.
+    """
+    timeout = settings.sql_timeout_seconds
+    fired = threading.Event()
+
+    def stop() -> None:
+        fired.set()
+        con.interrupt()
+
+    timer = threading.Timer(timeout, stop)
+    timer.daemon = True
+    timer.start()
+    try:
+        reader = con.sql(query).to_arrow_reader(RESULT_BATCH_ROWS)
+        batches: list[pa.RecordBatch] = []
+        rows = size = 0
+        for batch in reader:
+            rows += batch.num_rows
+            size += batch.nbytes
+            _check_caps(rows, size, settings)
+            batches.append(batch)
+        return pa.Table.from_batches(batches, schema=reader.schema)
+    except duckdb.InterruptException as exc:
+        if not fired.is_set():
+            raise
+        raise SqlTimeoutError(
+            f"the query ran longer than {timeout:g}s and was interrupted; narrow it (filters, LIMIT, "
+            "fewer joins) or raise TRIDENT_SQL_TIMEOUT_SECONDS"
+        ) from exc
+    finally:
+        timer.cancel()
+
+
+def _check_caps(rows: int, size: int, settings: TridentSettings) -> None:
+    if settings.sql_max_rows is not None and rows > settings.sql_max_rows:
+        raise SqlResultTooLargeError(
+            f"the result has more than {settings.sql_max_rows} rows (TRIDENT_SQL_MAX_ROWS); aggregate, "
+            "add a LIMIT, or read the dataset with Trident.stream / `trident export` instead"
+        )
+    if settings.sql_max_bytes is not None and size > settings.sql_max_bytes:
+        raise SqlResultTooLargeError(
+            f"the result is larger than {settings.sql_max_bytes} bytes (TRIDENT_SQL_MAX_BYTES); select "
+            "fewer columns, aggregate or add a LIMIT, or use Trident.stream / `trident export` instead"
+        )

@@ -10,7 +10,10 @@ from __future__ import annotations
 from urllib.parse import urlsplit, urlunsplit
 
 from pyiceberg.catalog import Catalog, load_catalog
+from pyiceberg.exceptions import NamespaceAlreadyExistsError
+from pyiceberg.typedef import Identifier
 
+from ...errors import StorageUnavailableError
 from ...settings import TridentSettings
 
 CATALOG_NAME = "trident"
@@ -52,4 +55,39 @@ def catalog_properties(settings: TridentSettings, dsn: str) -> dict[str, str]:
 
 
 def open_catalog(settings: TridentSettings, dsn: str) -> Catalog:
-    return load_catalog(CATALOG_NAME, **catalog_properties(settings, dsn))
+    """Open the catalog; one that cannot be reached is StorageUnavailableError, as promised.
+
+    pyiceberg's REST catalog fetches its config while opening, so an unreachable URI raised a raw
+    ``requests.ConnectionError`` (an OSError) from the Trident constructor. The message names the
+    URI (never the token or credential, which are not part of it) and chains the cause.
+    """
+    try:
+        return load_catalog(CATALOG_NAME, **catalog_properties(settings, dsn))
+    except (OSError, ConnectionError) as exc:
+        where = settings.catalog_uri or "the SQL catalog in the control-plane Postgres"
+        raise StorageUnavailableError(
+            f"Iceberg catalog unavailable at {where}: {type(exc).__name__}; check TRIDENT_CATALOG_URI "
+            "and that the catalog is running"
+        ) from exc
+
+
+def ensure_namespace(catalog: Catalog, namespace: Identifier) -> None:
+    """Create ``namespace`` unless it exists; losing a race to another creator is success.
+
+    pyiceberg checks then inserts. Concurrent first writes into one new key folder (Dagster runs a
+    group's assets at once) race between the two: the REST catalog answers 409, which pyiceberg
+    maps to NamespaceAlreadyExistsError, but the SQL catalog's insert fails on its unique key
+    with a raw sqlalchemy IntegrityError. Whatever the error, if the namespace exists afterwards
+    the goal is met; only when it still does not is the error real.
+    """
+    try:
+        catalog.create_namespace(namespace)
+    except NamespaceAlreadyExistsError:
+        return
+    except Exception as exc:  # any error: whether the namespace exists now decides
+        try:
+            exists = catalog.namespace_exists(namespace)
+        except Exception:  # noqa: BLE001 - unreachable: report the first error, not the check's
+            raise exc from None
+        if not exists:
+            raise

@@ -12,7 +12,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as pads
-import pyarrow.fs as pafs
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, RESTError
 from pyiceberg.expressions import AlwaysTrue
@@ -41,7 +40,9 @@ from ...schemas import compatible, conform, describe_schema, to_iceberg, with_id
 from ...settings import TridentSettings
 from ..base import AsOf, Maintenance, Removal, Sink, SinkWrite, StoredVersion, WriteCounts, WriteRequest
 from ...pyiceberg_compat import transaction_io
+from .catalog import ensure_namespace
 from .files import DataFileWriter, delete_paths, filesystem_for, list_txn_files
+from .maintenance import data_files_of, existing_under, once_referenced
 
 TXN_PROPERTY = "trident.txn-id"
 TABLE_PROPERTIES = {"format-version": "2", "write.parquet.compression-codec": "zstd"}
@@ -237,7 +238,7 @@ class IcebergSink(Sink):
 
     def _ensure_namespaces(self, ident: tuple[str, ...]) -> None:
         for i in range(1, len(ident)):
-            self.catalog.create_namespace_if_not_exists(ident[:i])
+            ensure_namespace(self.catalog, ident[:i])
 
     def schema(self, ds: DatasetRecord) -> pa.Schema:
         return published_schema(self._existing_table(ds))
@@ -495,8 +496,10 @@ class IcebergSink(Sink):
 
     def maintain(self, ds: DatasetRecord, *, older_than: datetime, retain_last: int) -> Maintenance:
         """Expire snapshots older than ``older_than`` (always keeping the newest ``retain_last`` and
-        the current one), then delete data files no remaining snapshot references. The caller holds
-        the dataset's writer lock, so no Trident write has files in flight."""
+        the current one), then delete the data files this table's own metadata once referenced and
+        no remaining snapshot reads. Never "every unused file in the folder": a folder may hold
+        another dataset's files (see ``maintenance.py``). The caller holds the dataset's writer
+        lock, so no Trident write has files in flight."""
         table = self._existing_table(ds)
         keep = {s.snapshot_id for s in sorted(table.snapshots(), key=lambda s: s.timestamp_ms)[-max(retain_last, 1):]}
         cutoff = int(older_than.timestamp() * 1000)
@@ -506,17 +509,11 @@ class IcebergSink(Sink):
         if expire:
             table.maintenance.expire_snapshots().by_ids(expire).commit()
             table = table.refresh()
-        referenced = {t.file.file_path for s in table.snapshots() for t in table.scan(snapshot_id=s.snapshot_id).plan_files()}
-        data_dir = f"{table.location().rstrip('/')}/data"
-        fs, path = filesystem_for(table.io, data_dir)
-        scheme = data_dir.split("://", 1)[0]
-        orphans = [
-            f"{scheme}://{info.path}"
-            for info in fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
-            if info.type == pafs.FileType.File and f"{scheme}://{info.path}" not in referenced
-        ]
-        delete_paths(table.io, orphans)
-        return Maintenance(key=ds.key, expired_snapshots=len(expire), deleted_files=len(orphans))
+        ours = once_referenced(table)
+        still_read = data_files_of(table.io, table.snapshots(), live_only=True)
+        garbage = existing_under(table, ours - still_read)
+        delete_paths(table.io, garbage)
+        return Maintenance(key=ds.key, expired_snapshots=len(expire), deleted_files=len(garbage))
 
     def drop(self, ds: DatasetRecord) -> None:
         try:

@@ -4,7 +4,8 @@ jsonb has no types of its own beyond JSON's, so every value is written in a form
 exactly to the column's Arrow type recorded with the commit: decimals as JSON numbers (jsonb keeps
 numeric text exactly), floats in shortest round-trip form with NaN/Infinity as strings (JSON has
 no such numbers), binary as base64, temporal types as ISO strings. Reading casts through
-``json_transform_strict`` with the recorded schema, so a value that does not fit fails loudly.
+``json_transform_strict`` with the recorded schema, so a value that does not fit fails loudly; a
+key that is absent (the row was written before its column was added) reads as null, as in Iceberg.
 """
 
 from __future__ import annotations
@@ -100,7 +101,7 @@ class JsonCodec:
         """Rows fetched as (row_index, row_id, created_at micros, data text) -> a batch in ``target``
         (a projection of identity + user columns, in the caller's order)."""
         index, ids, created, data = zip(*rows) if rows else ((), (), (), ())
-        chunk = pa.table(  # noqa: F841
+        chunk = pa.table(
             {
                 ROW_INDEX: pa.array(index, pa.int64()),
                 ROW_ID: pa.array(ids, pa.large_string()),
@@ -122,11 +123,37 @@ class JsonCodec:
         sql = f"SELECT {', '.join(parts) or '1 AS __none'} FROM (SELECT *, {inner} FROM chunk)"
         try:
             table = self.con.sql(sql).to_arrow_table()
-        except duckdb.Error as exc:
-            raise SchemaMismatchError(
-                f"a stored row does not decode with the dataset's recorded schema: {exc}"
-            ) from exc
+        except duckdb.Error:
+            # Rows written before a column was added lack its key: decode member by member.
+            table = self._decode_tolerant(chunk, parts, structure)
         if not len(target):
             return pa.RecordBatch.from_arrays([], schema=target)  # type: ignore[call-arg]
         batch = table.combine_chunks().to_batches()[0] if table.num_rows else pa.RecordBatch.from_pylist([], schema=table.schema)
         return conform(batch, target)
+
+    def _decode_tolerant(self, chunk: pa.Table, parts: list[str], structure: dict[str, str]) -> pa.Table:
+        """Decode ``chunk`` (read by DuckDB's replacement scan) where a stored row may lack keys: a missing key is null.
+
+        A pg dataset's rows are never rewritten when a column is added (an append only adds
+        rows), so older rows' jsonb has no key for it; Iceberg reads such rows as null, and so
+        must this sink. The single-struct ``json_transform_strict`` (the fast path) refuses a
+        missing key, so this slower path, taken only for chunks that need it, extracts every
+        member with one JSON-pointer list (parsed once per row) and casts each one strictly: a
+        value of the wrong type still fails loudly; only absence becomes null.
+        """
+        names = list(structure)
+        pointers = ", ".join(_sql_literal("/" + n.replace("~", "~0").replace("/", "~1")) for n in names)
+        members = ", ".join(
+            f"{quote(n)} := json_transform_strict(__m[{i + 1}], {_sql_literal(json.dumps(structure[n]))})"
+            for i, n in enumerate(names)
+        )
+        sql = (
+            f"SELECT {', '.join(parts) or '1 AS __none'} FROM (SELECT *, struct_pack({members}) AS s "
+            f"FROM (SELECT *, json_extract(__data, [{pointers}]) AS __m FROM chunk))"
+        )
+        try:
+            return self.con.sql(sql).to_arrow_table()
+        except duckdb.Error as exc:
+            raise SchemaMismatchError(
+                f"a stored row does not decode with the dataset's recorded schema: {exc}"
+            ) from exc

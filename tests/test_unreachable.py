@@ -1,0 +1,79 @@
+"""Parts of the trident that cannot be reached are named at once (issue 8, item 12): an Iceberg
+REST catalog nobody answers is StorageUnavailableError (not a raw requests.ConnectionError), and a
+control-plane Postgres that refuses the credentials says "authentication failed" immediately
+(not a pool timeout after 30 s with the cause hidden)."""
+
+from __future__ import annotations
+
+import re
+import socket
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from tests.conftest import make_settings
+from trident_resources import ControlPlaneUnavailableError, StorageUnavailableError, Trident, TridentError
+
+
+def _dead_port() -> int:
+    with socket.socket() as s:  # a loopback port with nobody listening
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_an_unreachable_rest_catalog_is_storage_unavailable(trident_home: Path, pg_dsn: str) -> None:
+    settings = make_settings(trident_home, pg_dsn, catalog_uri=f"http://127.0.0.1:{_dead_port()}/catalog",
+                             catalog_warehouse="wh", catalog_token="s3cr3t-token")
+    started = time.monotonic()
+    with pytest.raises(StorageUnavailableError, match="Iceberg catalog") as info:
+        Trident(settings)
+    assert time.monotonic() - started < 20
+    assert info.value.__cause__ is not None
+    assert "s3cr3t-token" not in str(info.value)
+
+
+@pytest.fixture
+def password_role(pg_dsn: str) -> Iterator[str]:
+    """A login role that must authenticate with a password (scram), on the session's real Postgres:
+    a pg_hba line for this role only, ahead of the embedded server's trust lines."""
+    role = f"pw_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN PASSWORD 'right-password'")
+        hba = Path(conn.execute("SHOW hba_file").fetchone()[0])  # type: ignore[index]
+        original = hba.read_text()
+        hba.write_text(f"host all {role} 127.0.0.1/32 scram-sha-256\n" + original)
+        conn.execute("SELECT pg_reload_conf()")
+    time.sleep(0.3)
+    try:
+        yield role
+    finally:
+        hba.write_text(original)
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute("SELECT pg_reload_conf()")
+            conn.execute(f"DROP ROLE IF EXISTS {role}")
+
+
+def test_a_wrong_postgres_password_says_authentication_failed_at_once(
+    trident_home: Path, pg_dsn: str, password_role: str
+) -> None:
+    dsn = re.sub(r"//[^@]*@", f"//{password_role}:wrong-password@", pg_dsn)
+    started = time.monotonic()
+    with pytest.raises(ControlPlaneUnavailableError, match="authentication failed") as info:
+        Trident(make_settings(trident_home, dsn))
+    assert time.monotonic() - started < 10
+    assert isinstance(info.value, StorageUnavailableError) and isinstance(info.value, TridentError)
+    assert isinstance(info.value.__cause__, psycopg.OperationalError)
+    assert "wrong-password" not in str(info.value)
+
+
+@pytest.mark.parametrize("what", ["no_database", "no_server"])
+def test_other_control_plane_faults_are_named_at_once_with_their_reason(trident_home: Path, pg_dsn: str, what: str) -> None:
+    dsn = pg_dsn.rsplit("/", 1)[0] + "/no_such_db" if what == "no_database" else f"postgresql://x@127.0.0.1:{_dead_port()}/db"
+    started = time.monotonic()
+    with pytest.raises(ControlPlaneUnavailableError, match="does not exist" if what == "no_database" else "refused"):
+        Trident(make_settings(trident_home, dsn))
+    assert time.monotonic() - started < 10

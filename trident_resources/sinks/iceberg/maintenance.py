@@ -1,0 +1,82 @@
+"""Which data files table maintenance may delete: only files the table's OWN metadata once
+referenced and no retained snapshot still reads.
+
+Deleting "every file in the table's folder that my snapshots don't use" is how a dataset that
+shared a folder with another (the trailing-newline key of issue 8) lost all its files: a folder
+is not a table. A table's metadata is: its snapshots, and the snapshots of the metadata files in
+its ``metadata_log`` (which remember snapshots expired by an earlier run that died before it
+deleted their files). The log is bounded by ``write.metadata.previous-versions-max``; files of
+snapshots expired longer ago than that and never deleted are left alone rather than guessed at.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+import pyarrow.fs as pafs
+from pyiceberg.io import FileIO
+from pyiceberg.serializers import FromInputFile
+from pyiceberg.table import Table
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.snapshots import Snapshot
+
+from .files import filesystem_for
+
+log = logging.getLogger("trident")
+
+
+def logged_metadata(table: Table) -> list[TableMetadata]:
+    """The table's current metadata and every earlier version its metadata log still names
+    (earlier versions whose files are gone are skipped: they cannot be read, so not trusted)."""
+    out = [table.metadata]
+    for entry in table.metadata.metadata_log:
+        try:
+            out.append(FromInputFile.table_metadata(table.io.new_input(entry.metadata_file)))
+        except FileNotFoundError:
+            continue
+        except OSError as exc:  # unreadable: its files are simply not candidates this time
+            log.warning("maintenance skipped metadata file %s (%s)", entry.metadata_file, exc)
+    return out
+
+
+def data_files_of(io: FileIO, snapshots: Iterable[Snapshot], *, live_only: bool) -> set[str]:
+    """Paths of the data files the snapshots' manifests list; ``live_only`` skips entries that
+    record a deletion (what a snapshot reads), else every file the manifests ever named.
+    Manifests shared by several snapshots are read once."""
+    paths: set[str] = set()
+    seen: set[str] = set()
+    for snap in snapshots:
+        for manifest in snap.manifests(io):
+            if manifest.manifest_path in seen:
+                continue
+            seen.add(manifest.manifest_path)
+            for entry in manifest.fetch_manifest_entry(io, discard_deleted=live_only):
+                paths.add(entry.data_file.file_path)
+    return paths
+
+
+def once_referenced(table: Table) -> set[str]:
+    """Every data file any snapshot in the table's metadata (current or logged) ever listed."""
+    snapshots: dict[int, Snapshot] = {}
+    for meta in logged_metadata(table):
+        for snap in meta.snapshots:
+            snapshots.setdefault(snap.snapshot_id, snap)
+    return data_files_of(table.io, snapshots.values(), live_only=False)
+
+
+def existing_under(table: Table, paths: set[str]) -> list[str]:
+    """The ``paths`` that exist under the table's own data folder: one listing instead of a
+    request per file, so a file deleted by an earlier run is not counted (or deleted) again, and a
+    path outside the table's folder is never touched."""
+    if not paths:
+        return []
+    data_dir = f"{table.location().rstrip('/')}/data"
+    fs, path = filesystem_for(table.io, data_dir)
+    scheme = data_dir.split("://", 1)[0] if "://" in data_dir else "file"
+    listed = {
+        f"{scheme}://{info.path}"
+        for info in fs.get_file_info(pafs.FileSelector(path, allow_not_found=True, recursive=True))
+        if info.type == pafs.FileType.File
+    }
+    return sorted(paths & listed)

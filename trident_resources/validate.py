@@ -1,0 +1,55 @@
+"""Argument checks for the facade's doors: a malformed argument is a named error at the call,
+never a raw ``TypeError`` from deep inside (``keys=5`` used to fail as "'int' object is not
+iterable", ``columns='a'`` inside pyarrow, ``txn_id='nope'`` in ``uuid.UUID``)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+from .errors import InvalidReadError, InvalidWriteError
+
+
+def write_keys(keys: Iterable[str] | str | None) -> tuple[str, ...]:
+    """Key column names as a tuple: ``None``, one name, or an iterable of non-empty names."""
+    if keys is None:
+        return ()
+    if isinstance(keys, str):
+        keys = (keys,)
+    elif isinstance(keys, (bytes, dict, set, frozenset)) or not isinstance(keys, Iterable):
+        raise InvalidWriteError(
+            f"keys must be a column name or a list of column names, e.g. keys=['order_id'], got {keys!r}"
+        )
+    out = tuple(keys)
+    bad = [k for k in out if not isinstance(k, str) or not k]
+    if bad:
+        raise InvalidWriteError(f"keys must be non-empty column names (strings); got {bad!r} in keys={list(out)!r}")
+    return out
+
+
+def txn_id(value: Any) -> uuid.UUID | None:
+    """A caller's transaction id as a UUID (a UUID or its text), or None when not given."""
+    if value is None or isinstance(value, uuid.UUID):
+        return value
+    if isinstance(value, str):
+        try:
+            return uuid.UUID(value)
+        except ValueError as exc:
+            raise InvalidWriteError(f"txn_id must be a UUID (or its text), got {value!r}") from exc
+    raise InvalidWriteError(f"txn_id must be a UUID (or its text), got a {type(value).__name__}: {value!r}")
+
+
+def read_columns(columns: Any) -> list[str] | None:
+    """Columns to read: ``None`` (all) or a list/tuple of names. A bare string is refused rather
+    than guessed at (``'ab'`` is not ``['a', 'b']``, and ``['ab']`` may not be what was meant)."""
+    if columns is None:
+        return None
+    if isinstance(columns, str) or not isinstance(columns, (list, tuple)):
+        raise InvalidReadError(
+            f"columns must be a list of column names, e.g. columns=['a', 'b'], got {columns!r}"
+        )
+    bad = [c for c in columns if not isinstance(c, str)]
+    if bad:
+        raise InvalidReadError(f"columns must be column names (strings); got {bad!r}")
+    return list(columns)
