@@ -23,7 +23,7 @@ from trident_resources.sinks.iceberg.sink import IcebergSink
 
 
 def _sink(t: Trident) -> IcebergSink:
-    sink = t.sinks["iceberg_native"]
+    sink = t.driver.sinks["iceberg_native"]
     assert isinstance(sink, IcebergSink)
     return sink
 
@@ -65,7 +65,7 @@ def test_maintain_leaves_a_folder_neighbours_files_alone(folder_trident: Trident
     b = t.control.ensure_dataset(t.workspace, "shared/b", "iceberg_native", None)
     ident = sink.identifier(b)
     sink._ensure_namespaces(ident)
-    t.catalog.create_table(ident, schema=to_iceberg(with_identity(pa.schema([("k", pa.int64())]))), location=location)
+    t.driver.sinks["iceberg_native"].catalog.create_table(ident, schema=to_iceberg(with_identity(pa.schema([("k", pa.int64())]))), location=location)
     t.write("shared/b", table(k=[7, 8, 9]))
     t.write("shared/b", table(k=[10]), mode="append")
     a_txns = {str(e.txn_id) for e in t.history("shared/a")}

@@ -80,7 +80,12 @@ class KeyedMerge:
             stale.unlink(missing_ok=True)
         self.con = duckdb.connect(
             str(self._path),
-            config={"memory_limit": memory_limit, "threads": threads, "temp_directory": str(spill_dir / "tmp")},
+            # Insertion order is never relied on (fresh rows only need dense indexes), and keeping it
+            # makes CREATE TABLE AS hold more than the memory limit on big inputs.
+            config={
+                "memory_limit": memory_limit, "threads": threads, "temp_directory": str(spill_dir / "tmp"),
+                "preserve_insertion_order": False,
+            },
         )
         self.con.execute("SET TimeZone = 'UTC'")
         self.keys: tuple[str, ...] = ()
