@@ -41,3 +41,7 @@ _register()
 
 def main() -> None:
     cli()
+
+
+if __name__ == "__main__":
+    main()
