@@ -103,3 +103,8 @@ class StreamClosedError(TridentError):
 
 class KeyNotFoundError(TridentError, LookupError):
     """A row edit named a key the dataset does not have."""
+
+
+class SqlError(TridentError, ValueError):
+    """A read-only SQL query that DuckDB could not run (binder, conversion, runtime...); the
+    DuckDB error is chained as the cause, and the message is its first line."""
