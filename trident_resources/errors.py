@@ -108,3 +108,13 @@ class KeyNotFoundError(TridentError, LookupError):
 class SqlError(TridentError, ValueError):
     """A read-only SQL query that DuckDB could not run (binder, conversion, runtime...); the
     DuckDB error is chained as the cause, and the message is its first line."""
+
+
+class EmbeddedPostgresBusyError(TridentError):
+    """``trident pg stop`` refused: a write holds a dataset's writer lock on the embedded Postgres
+    (stopping would abort it); the message names the write and the way out (wait, or ``--force``)."""
+
+
+class NotEmbeddedPostgresError(TridentError):
+    """``trident pg start/stop`` while ``TRIDENT_PG_DSN`` names the control plane: that server is
+    not Trident's to start or stop, so nothing was done."""
