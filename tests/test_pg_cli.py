@@ -233,3 +233,24 @@ def test_idle_shutdown_stops_the_server_and_the_next_use_restarts_it(home: Path)
         time.sleep(idle_s * 2.5)
         assert conn.execute("select 1").fetchone() == (1,)
     _wait_gone(data_dir, 60.0)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only under root does the server run as another OS user")
+def test_stop_works_when_the_cluster_owner_lost_its_way_to_the_data_dir(tmp_path: Path) -> None:
+    """Under root the server runs as the cluster's owner; when an ancestor directory loses o+x
+    (pytest resets /tmp/pytest-of-<user> to 0700 at each session start) pg_ctl, run as that owner,
+    cannot reach the data dir. Stopping must still work."""
+    fenced = tmp_path / "fenced"
+    data_dir = fenced / "pg"
+    from trident_resources.embedded_pg import ensure_embedded_postgres
+
+    dsn = ensure_embedded_postgres(data_dir, idle_minutes=float("inf"))
+    try:
+        fenced.chmod(0o700)
+        assert stop_embedded_postgres(data_dir) is True
+        assert _processes(data_dir) == []
+        with pytest.raises(psycopg.OperationalError):
+            _select_one(dsn)
+    finally:
+        fenced.chmod(0o711)
+        stop_embedded_postgres(data_dir)
