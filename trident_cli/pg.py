@@ -133,9 +133,15 @@ def status(as_json: bool) -> None:
         click.echo(json.dumps({"embedded": False, "message": msg}) if as_json else msg)
         return
     st = embedded_status(_data_dir(settings))
-    holds = writer_holds(st.port) if st.running and st.port is not None and st.clients is not None else []
+    holds: list[WriterHold] | None = []
+    if st.running and st.port is not None and st.clients is not None:
+        try:
+            holds = writer_holds(st.port)
+        except psycopg.Error:  # stopping or recovering between the two looks: unknown, not an error
+            holds = None
     if as_json:
-        out: dict[str, Any] = {"embedded": True, **asdict(st), "dsn": st.dsn, "writes": [asdict(h) for h in holds]}
+        out: dict[str, Any] = {"embedded": True, **asdict(st), "dsn": st.dsn,
+                               "writes": None if holds is None else [asdict(h) for h in holds]}
         click.echo(json.dumps(out, default=str))
         return
     state = ("running" + (f" (pid {st.pid})" if st.pid else "") if st.running
@@ -147,7 +153,8 @@ def status(as_json: bool) -> None:
         ("size", _human(st.size_bytes)),
         ("postgres", st.version or ""),
         ("clients connected", "" if not st.running else "?" if st.clients is None else str(st.clients)),
-        ("writes in progress", "; ".join(h.describe() for h in holds) if holds else ("0" if st.running else "")),
+        ("writes in progress", "?" if holds is None else "; ".join(h.describe() for h in holds) if holds
+         else ("0" if st.running else "")),
         ("idle shutdown", _policy(st.idle_minutes) + (f" (watchdog pid {st.watchdog_pid})" if st.watchdog_pid else "")
          if st.running else ""),
         ("last use", f"{st.last_use:%Y-%m-%d %H:%M:%S %Z}" if st.last_use else ""),
@@ -195,7 +202,16 @@ def stop(force: bool) -> None:
     if not st.running:
         click.echo(f"the embedded Postgres is not running (data in {st.data_dir})")
         return
-    holds = writer_holds(st.port) if st.port is not None and st.clients is not None else []
+    holds: list[WriterHold] = []
+    if st.port is not None and st.clients is not None:
+        try:
+            holds = writer_holds(st.port)
+        except psycopg.Error as exc:
+            if not force:
+                raise EmbeddedPostgresBusyError(
+                    f"cannot tell whether a write is in progress ({type(exc).__name__}: {exc}); "
+                    "pass --force to stop the embedded Postgres anyway"
+                ) from exc
     if holds and not force:
         raise EmbeddedPostgresBusyError(
             f"refusing to stop the embedded Postgres: {'; '.join(h.describe() for h in holds)}. Stopping would abort "
