@@ -113,12 +113,14 @@ def main() -> None:
         return
 
     from trident_assets.tpch import ensure_tpch
+    from trident_resources.embedded_pg import leave_as_found
 
     t0 = time.perf_counter()
     ensure_tpch(Path(args.home), args.scale)
     print(f"TPC-H sf{args.scale} ready in {args.home} ({time.perf_counter() - t0:.1f}s, excluded)")
     duck = measure("duckdb", args.home, args.scale)
-    trident = measure("trident", args.home, args.scale)
+    with leave_as_found(Path(args.home).resolve() / "pg"):  # the measured child starts the embedded Postgres
+        trident = measure("trident", args.home, args.scale)
     if not trident["ok"]:
         raise SystemExit("the Trident run failed; run `trident demo` to see why")
     mismatched = {k: (trident["rows"].get(k), v) for k, v in duck["rows"].items() if trident["rows"].get(k) != v}

@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT.parent))
 
 from trident_resources import Trident, TridentSettings  # noqa: E402
-from trident_resources.embedded_pg import ensure_embedded_postgres  # noqa: E402
+from trident_resources.embedded_pg import ensure_embedded_postgres, leave_as_found  # noqa: E402
 
 
 def lineitem(sf: str) -> Path:
@@ -70,8 +70,13 @@ def main() -> None:
     path = lineitem(args.sf)
     rows = pq.ParquetFile(path).metadata.num_rows
     home = ROOT / "data" / "home"
+    with leave_as_found(home / "pg"):  # stop the embedded Postgres if this run started it
+        run(args.sf, path, rows, home)
+
+
+def run(sf: str, path: Path, rows: int, home: Path) -> None:
     settings = TridentSettings(home=home, pg_dsn=ensure_embedded_postgres(home / "pg"), workspace=f"sinkbench_{uuid.uuid4().hex[:8]}")  # type: ignore[arg-type]
-    print(f"lineitem SF{args.sf}: {rows:,} rows, workspace {settings.workspace}")
+    print(f"lineitem SF{sf}: {rows:,} rows, workspace {settings.workspace}")
     with Trident(settings) as t:
         t.router.set_pin("bench/lineitem_ice", "iceberg_native")
         t.router.set_pin("bench/lineitem_pg", "pg")
@@ -84,7 +89,7 @@ def main() -> None:
         assert n_ice == n_pg == rows and report.parity, (n_ice, n_pg, report)  # type: ignore[attr-defined]
         for key in ("bench/lineitem_ice", "bench/lineitem_pg"):
             t.drop(key)
-    print(f"\nSF{args.sf} lineitem, {rows:,} rows (one run)\n")
+    print(f"\nSF{sf} lineitem, {rows:,} rows (one run)\n")
     print(f"{'operation':<16}{'seconds':>10}{'k rows/s':>12}")
     for k, s in res.items():
         print(f"{k:<16}{s:>10.1f}{rows / s / 1000:>12.0f}")

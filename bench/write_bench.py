@@ -520,7 +520,10 @@ def main() -> None:
     if args.child:
         child_main(args)
     else:
-        parent_main(args)
+        from trident_resources.embedded_pg import leave_as_found
+
+        with leave_as_found(args.home / "pg"):  # stop the embedded Postgres if this run started it
+            parent_main(args)
 
 
 if __name__ == "__main__":

@@ -22,8 +22,9 @@ import pyarrow.parquet as pq
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
-from trident_resources import Trident
+from trident_resources import InvalidFilterError, Trident
 from trident_resources.router import SINKS, WRITERS
 
 from .render import console, print_table
@@ -43,12 +44,34 @@ def _progress() -> Progress:
 
 
 def _kv(title: str, rows: list[tuple[str, Any]]) -> None:
+    """A two-column table. Values are data, so their brackets are escaped; a value that is meant
+    to be styled is passed as a rich ``Text`` (escaping markup would print it literally)."""
     out = Table(title=title, show_header=False)
     out.add_column("field", style="bold")
     out.add_column("value", overflow="fold")
     for k, v in rows:
-        out.add_row(k, "" if v is None else escape(str(v)))
+        out.add_row(k, v if isinstance(v, Text) else "" if v is None else escape(str(v)))
     console.print(out)
+
+
+def _where_error(where: str, exc: InvalidFilterError) -> InvalidFilterError | None:
+    """One clear line for a ``--where`` that does not parse. The filter parser (pyparsing, under
+    pyiceberg) reports a failure as its whole grammar, which tells a CLI user nothing; other filter
+    errors (an unknown column...) are already one readable line: None, and the caller re-raises."""
+    from pyparsing import ParseBaseException
+
+    cause: BaseException | None = exc
+    seen: set[int] = set()
+    while cause is not None and not isinstance(cause, ParseBaseException) and id(cause) not in seen:
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    if not isinstance(cause, ParseBaseException):
+        return None
+    near = where[cause.loc:cause.loc + 30]
+    return InvalidFilterError(
+        f"invalid --where {where!r}: it does not parse at column {cause.col} (near {near!r}); write comparisons "
+        "such as \"amount > 100\", \"region = 'eu'\", \"note is null\" or \"id in (1, 2)\", joined by and / or / not"
+    )
 
 
 # -- readers --------------------------------------------------------------------------------------
@@ -57,8 +80,9 @@ def datasets() -> None:
     """List this workspace's datasets: sink, rows, schema version, last commit."""
     with _trident() as t:
         out = Table(title=f"datasets in workspace {t.workspace!r}")
+        # a key or id is never cut: in a narrow terminal it folds onto the next line instead
         for col in ("key", "sink", "rows", "schema v", "committed at", "last txn"):
-            out.add_column(col, justify="right" if col in ("rows", "schema v") else "left")
+            out.add_column(col, justify="right" if col in ("rows", "schema v") else "left", overflow="fold")
         for d in t.datasets():
             out.add_row(d.key, d.sink, f"{d.row_count:,}", str(d.schema_version),
                         f"{d.committed_at:%Y-%m-%d %H:%M:%S}" if d.committed_at else "", str(d.last_txn_id))
@@ -131,7 +155,12 @@ def export(key: str, fmt: str, out: Path, columns: str | None, where: str | None
     cols = [c.strip() for c in columns.split(",")] if columns else None
     with _trident() as t:
         total = t.describe(key).row_count
-        reader = t.stream(key, columns=cols, row_filter=where)
+        try:
+            reader = t.stream(key, columns=cols, row_filter=where)
+        except InvalidFilterError as exc:
+            if (clear := _where_error(where or "", exc)) is None:
+                raise
+            raise clear from exc
         tmp = out.with_name(f".{out.name}.partial-{os.getpid()}")
         done = 0
         try:
@@ -256,7 +285,7 @@ def canary(key: str, to_sink: str) -> None:
             ("source checksum", report.source_checksum), ("copy checksum", report.target_checksum),
             ("schema equal", report.schema_equal), ("copy", f"{report.copy_seconds:.1f}s"),
             ("verify", f"{report.verify_seconds:.1f}s"),
-            ("result", "[green]FLIPPED" if report.flipped else "[red]REVERTED"), ("detail", report.message),
+            ("result", Text("FLIPPED", style="green") if report.flipped else Text("REVERTED", style="red")), ("detail", report.message),
         ])
         if not report.flipped:
             sys.exit(1)

@@ -29,9 +29,9 @@ def cli(verbose: bool) -> None:
 
 
 def _register() -> None:
-    from . import admin, check, demo
+    from . import admin, check, demo, pg
 
-    for module in (demo, check, admin):
+    for module in (demo, check, admin, pg):
         for command in module.COMMANDS:
             cli.add_command(command)
 
@@ -41,3 +41,7 @@ _register()
 
 def main() -> None:
     cli()
+
+
+if __name__ == "__main__":
+    main()

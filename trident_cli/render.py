@@ -1,12 +1,36 @@
-"""Readable terminal output: Arrow tables as rich tables, long work as progress bars."""
+"""Readable terminal output: Arrow tables as rich tables, long work as progress bars.
+
+Outside a terminal (a pipe, a CI log, a file) rich would lay tables out for 80 columns and cut
+cells with an ellipsis, so a dataset key or a transaction id in a log would be unusable. There
+the console is as wide as the content needs (``COLUMNS`` still wins when set)."""
 
 from __future__ import annotations
 
+import os
+
 import pyarrow as pa
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
 from rich.table import Table
 
-console = Console()
+UNBOUNDED_WIDTH = 10_000  # wide enough for any row we print; tables are not expanded to it
+
+
+class _Console(Console):
+    """A rich Console that does not wrap or cut output that is not going to a terminal."""
+
+    @property  # type: ignore[override]
+    def size(self) -> ConsoleDimensions:
+        dims = super().size
+        if self._width is None and not self.is_terminal and "COLUMNS" not in os.environ:
+            return ConsoleDimensions(UNBOUNDED_WIDTH, dims.height)
+        return dims
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        self._width, self._height = new_size
+
+
+console = _Console()
 
 
 def print_table(table: pa.Table, *, title: str | None = None, max_rows: int = 50) -> None:

@@ -14,6 +14,7 @@ from .errors import (
     ReservedColumnError,
     SchemaMismatchError,
     SinkMismatchError,
+    SqlError,
     SqlNotAllowedError,
     StagedVersionConflictError,
     SqlResultTooLargeError,
@@ -33,6 +34,9 @@ from .results import Description, ReconcileReport, WriteResult
 from .settings import TridentSettings
 
 __all__ = [
+    "SqlError",
+    "SqlResultTooLargeError",
+    "SqlTimeoutError",
     "ChecksFailedError",
     "StagedVersionConflictError",
     "ControlPlaneUnavailableError",

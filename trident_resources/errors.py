@@ -133,3 +133,16 @@ class ControlPlaneUnavailableError(StorageUnavailableError):
     database, nobody listening), or went away during an operation (server stopped, connection
     cut); the message says which, the driver's error is the cause, and a write that met it
     committed nothing."""
+class SqlError(TridentError, ValueError):
+    """A read-only SQL query that DuckDB could not run (binder, conversion, runtime...); the
+    DuckDB error is chained as the cause, and the message is its first line."""
+
+
+class EmbeddedPostgresBusyError(TridentError):
+    """``trident pg stop`` refused: a write holds a dataset's writer lock on the embedded Postgres
+    (stopping would abort it); the message names the write and the way out (wait, or ``--force``)."""
+
+
+class NotEmbeddedPostgresError(TridentError):
+    """``trident pg start/stop`` while ``TRIDENT_PG_DSN`` names the control plane: that server is
+    not Trident's to start or stop, so nothing was done."""

@@ -40,7 +40,7 @@ class Trident:
     def __init__(self, settings: TridentSettings | None = None) -> None:
         self.settings = settings or TridentSettings()
         s = self.settings
-        dsn = s.pg_dsn.get_secret_value() if s.pg_dsn else ensure_embedded_postgres(s.home / "pg")
+        dsn = s.pg_dsn.get_secret_value() if s.pg_dsn else ensure_embedded_postgres(s.home / "pg", idle_minutes=s.embedded_pg_idle_minutes)
         self.control = ControlPlane(dsn, pool_max=s.pg_pool_max)
         self.router = Router(self.control, s.workspace, s.flag_refresh_seconds)
         try:

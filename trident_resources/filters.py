@@ -24,8 +24,9 @@ def arrow_filter(schema: pa.Schema, row_filter: str) -> Any:
     try:
         return expression_to_pyarrow(bind(to_iceberg(schema), parse_filter(row_filter), case_sensitive=True))
     except Exception as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise InvalidFilterError(
-            f"invalid row_filter {row_filter!r}: {exc}. Use pyiceberg filter syntax, e.g. \"k > 5 and v = 'x'\""
+            f"invalid row_filter {row_filter!r}: {reason[:300]}. Use pyiceberg filter syntax, e.g. \"k > 5 and v = 'x'\""
         ) from exc
 
 

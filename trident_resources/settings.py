@@ -28,6 +28,11 @@ class TridentSettings(BaseSettings):
     # Postgres control plane
     pg_dsn: SecretStr | None = Field(None, description="libpq DSN; unset starts the embedded Postgres.")
     pg_pool_max: int = Field(8, ge=2)
+    embedded_pg_idle_minutes: float = Field(
+        30.0, ge=0,
+        description="The embedded Postgres stops itself after this many minutes without a client (fractions allowed); "
+        "0 stops it when the process that started it ends. The next use starts it again. Never applies to pg_dsn.",
+    )
 
     # Iceberg catalog
     catalog_uri: str | None = Field(None, description="Iceberg REST catalog URI (Lakekeeper); unset = SQL catalog in the control plane.")

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import duckdb
 import pyarrow as pa
 
-from .errors import SqlNotAllowedError, SqlResultTooLargeError, SqlTimeoutError
+from .errors import SqlError, SqlNotAllowedError, SqlResultTooLargeError, SqlTimeoutError
 
 if TYPE_CHECKING:
     from .facade import Trident
@@ -26,11 +26,17 @@ RESULT_BATCH_ROWS = 65_536
 _NAME = re.compile(r'"([a-z0-9_]+(?:/[a-z0-9_]+)*)"|\b([a-z0-9_]+)\b')
 
 
+def _first_line(exc: duckdb.Error) -> str:
+    """DuckDB's message without the query echo and caret it appends ("LINE 1: ..."), on one line:
+    it is shown in CLI output and run logs, where the caller already has the query."""
+    return " ".join(str(exc).split("\n\nLINE ")[0].split())
+
+
 def check_read_only(query: str) -> None:
     try:
         statements = duckdb.extract_statements(query)
     except duckdb.Error as exc:
-        raise SqlNotAllowedError(f"SQL does not parse: {exc}") from exc
+        raise SqlNotAllowedError(f"SQL does not parse: {_first_line(exc)}") from exc
     if len(statements) != 1:
         raise SqlNotAllowedError(f"exactly one statement is allowed, got {len(statements)}")
     kind = statements[0].type
@@ -77,8 +83,10 @@ def run_sql(t: Trident, query: str) -> pa.Table:
         except duckdb.CatalogException as exc:  # e.g. FROM '/etc/hosts': not a dataset, and files are off limits
             raise SqlNotAllowedError(
                 f"the query names something that is not a dataset of workspace {t.workspace!r} "
-                f"(datasets: {sorted(known)}); quote keys with '/' as \"a/b\". {exc}"
+                f"(datasets: {sorted(known)}); quote keys with '/' as \"a/b\". {_first_line(exc)}"
             ) from exc
+        except duckdb.Error as exc:  # every other kind (binder, conversion, runtime...): one named error
+            raise SqlError(f"SQL failed: {_first_line(exc)}") from exc
     finally:
         con.close()
 
