@@ -31,15 +31,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def run(trident_home: Path, pg_dsn: str) -> Iterator[tuple[TridentSettings, Trident, dg.ExecuteInProcessResult, Path]]:
-    settings = make_settings(trident_home, pg_dsn)
-    mp = pytest.MonkeyPatch()
-    mp.setenv("TRIDENT_TPCH_SCALE", SCALE)
+    settings = make_settings(trident_home, pg_dsn, tpch_scale=SCALE)
     defs = build_definitions(TridentResource.from_settings(settings))
     result = defs.resolve_job_def("tpch_pipeline").execute_in_process(raise_on_error=False)
     t = Trident(settings)
     yield settings, t, result, ensure_tpch(settings.home, SCALE)
     t.close()
-    mp.undo()
 
 
 def parquet(folder: Path, table: str) -> str:

@@ -12,7 +12,7 @@ provenance into its output's and records watermarks in the same COMMIT.
 """
 
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,11 +53,6 @@ def _akey(key: str) -> dg.AssetKey:
     return dg.AssetKey(validate_key(key).split("/"))
 
 
-def _client(context: dg.AssetExecutionContext, resource_key: str) -> Trident:
-    resource: TridentResource = getattr(context.resources, resource_key)
-    return resource.get_client()
-
-
 def _output(session: Session, key: str, data: Any, own_provenance: Mapping[str, Any] | None, t: Trident, extra: Mapping[str, Any] | None = None, on_done: Callable[[], None] | None = None) -> TridentOutput:
     plan = session.plan
     sources = list(dict.fromkeys(session.sources.values()))
@@ -93,10 +88,9 @@ def _node_output(
         raise
 
 
-def _asset_kwargs(group: str | None, kinds: Sequence[str], description: str | None, strategy: Strategy, resource_key: str, metadata: Mapping[str, Any] | None) -> dict[str, Any]:
+def _asset_kwargs(group: str | None, kinds: Sequence[str], description: str | None, strategy: Strategy, metadata: Mapping[str, Any] | None) -> dict[str, Any]:
     return {
         "group_name": group, "kinds": set(kinds), "description": description,
-        "required_resource_keys": {resource_key},
         "metadata": {"trident/strategy": strategy.describe(), **(metadata or {})},
     }
 
@@ -112,22 +106,21 @@ def transform_asset(
     group: str | None = None,
     description: str | None = None,
     kinds: Sequence[str] = DEFAULT_KINDS,
-    resource_key: str = "trident",
     batch_rows: int = DEFAULT_BATCH_ROWS,
     metadata: Mapping[str, Any] | None = None,
 ) -> Node:
     """``key`` := ``sql`` over dataset ``source`` (named ``source`` in the SQL)."""
     strategy = strategy or replace()
 
-    @dg.asset(key=_akey(key), deps=[_akey(source)], **_asset_kwargs(group, kinds, description or sql, strategy, resource_key, metadata))
-    def _transform(context: dg.AssetExecutionContext) -> TridentOutput:
+    @dg.asset(key=_akey(key), deps=[_akey(source)], **_asset_kwargs(group, kinds, description or sql, strategy, metadata))
+    def _transform(context: dg.AssetExecutionContext, trident: TridentResource) -> TridentOutput:
         def build(session: Session) -> tuple[Any, None]:
             context.log.info(f"{key}: {session.plan.reason}")
             return session.stream(sql, batch_rows), None
 
-        return _node_output(_client(context, resource_key), key, {"source": source}, strategy, provenance, build)
+        return _node_output(trident.get_client(), key, {"source": source}, strategy, provenance, build)
 
-    return Node(_transform, build_checks(key, expectations, resource_key))
+    return Node(_transform, build_checks(key, expectations))
 
 
 def join_asset(
@@ -142,7 +135,6 @@ def join_asset(
     group: str | None = None,
     description: str | None = None,
     kinds: Sequence[str] = DEFAULT_KINDS,
-    resource_key: str = "trident",
     batch_rows: int = DEFAULT_BATCH_ROWS,
     metadata: Mapping[str, Any] | None = None,
 ) -> Node:
@@ -152,21 +144,23 @@ def join_asset(
         raise ValueError(f"join_asset {key!r} needs two or more sources; use transform_asset for one")
     deps = [_akey(k) for k in dict.fromkeys(sources.values())]
 
-    @dg.asset(key=_akey(key), deps=deps, **_asset_kwargs(group, kinds, description or sql, strategy, resource_key, metadata))
-    def _join(context: dg.AssetExecutionContext) -> TridentOutput:
+    @dg.asset(key=_akey(key), deps=deps, **_asset_kwargs(group, kinds, description or sql, strategy, metadata))
+    def _join(context: dg.AssetExecutionContext, trident: TridentResource) -> TridentOutput:
+        t = trident.get_client()
+
         def build(session: Session) -> tuple[Any, dict[str, Any]]:
             stats = {
                 name: SourceStats(k, session.plan.sources[k].row_count, frozenset(c["name"] for c in session.plan.sources[k].schema))
                 for name, k in sources.items()
             }
-            bound = max_join_rows(max_rows)
+            bound = max_join_rows(max_rows, t.settings)
             estimate = check_join(session.con, sql, stats, bound, key)
             context.log.info(f"{key}: {session.plan.reason}; join estimate {estimate:,} rows (bound {bound:,})")
             return session.stream(sql, batch_rows), {"trident/join_estimate": estimate, "trident/join_bound": bound}
 
-        return _node_output(_client(context, resource_key), key, sources, strategy, provenance, build)
+        return _node_output(t, key, sources, strategy, provenance, build)
 
-    return Node(_join, build_checks(key, expectations, resource_key))
+    return Node(_join, build_checks(key, expectations))
 
 
 def split_asset(
@@ -182,7 +176,6 @@ def split_asset(
     group: str | None = None,
     description: str | None = None,
     kinds: Sequence[str] = DEFAULT_KINDS,
-    resource_key: str = "trident",
     batch_rows: int = DEFAULT_BATCH_ROWS,
     name: str | None = None,
 ) -> Node:
@@ -202,10 +195,9 @@ def split_asset(
 
     @dg.multi_asset(
         name=name or f"split_{matched.replace('/', '__')}", outs=asset_outs, deps=[_akey(source)], can_subset=True,
-        required_resource_keys={resource_key},
     )
-    def _split(context: dg.AssetExecutionContext):  # type: ignore[no-untyped-def]
-        t = _client(context, resource_key)
+    def _split(context: dg.AssetExecutionContext, trident: TridentResource) -> Iterator[dg.Output[TridentOutput]]:
+        t = trident.get_client()
         sinks = {k: t.resolve_sink(k) for k in outs.values()}
         if len(set(sinks.values())) > 1:
             raise TridentError(
@@ -227,7 +219,7 @@ def split_asset(
     for k, exps in (expectations or {}).items():
         if k not in outs.values():
             raise ValueError(f"split expectations name {k!r}, which is not one of its outputs {list(outs.values())}")
-        checks += build_checks(k, exps, resource_key)
+        checks += build_checks(k, exps)
     return Node(_split, checks)
 
 
@@ -243,7 +235,6 @@ def model_asset(
     group: str | None = None,
     description: str | None = None,
     kinds: Sequence[str] = ("iceberg", "duckdb", "python"),
-    resource_key: str = "trident",
     batch_rows: int = DEFAULT_BATCH_ROWS,
     metadata: Mapping[str, Any] | None = None,
 ) -> Node:
@@ -256,17 +247,15 @@ def model_asset(
     """
     strategy = strategy or replace()
 
-    @dg.asset(key=_akey(key), deps=[_akey(source)], **_asset_kwargs(group, kinds, description or (fn.__doc__ or fn.__name__), strategy, resource_key, metadata))
-    def _model(context: dg.AssetExecutionContext) -> TridentOutput:
+    @dg.asset(key=_akey(key), deps=[_akey(source)], **_asset_kwargs(group, kinds, description or (fn.__doc__ or fn.__name__), strategy, metadata))
+    def _model(context: dg.AssetExecutionContext, trident: TridentResource) -> TridentOutput:
         def build(session: Session) -> tuple[Any, dict[str, Any]]:
             context.log.info(f"{key}: {session.plan.reason}")
             return model_reader(session.stream(sql, batch_rows), fn, key), {"trident/model": getattr(fn, "__name__", "model")}
 
-        return _node_output(
-            _client(context, resource_key), key, {"source": source}, strategy, provenance, build, source_row_index=True
-        )
+        return _node_output(trident.get_client(), key, {"source": source}, strategy, provenance, build, source_row_index=True)
 
-    return Node(_model, build_checks(key, expectations, resource_key))
+    return Node(_model, build_checks(key, expectations))
 
 
 __all__ = ["Node", "SOURCE_ROW_INDEX", "join_asset", "model_asset", "split_asset", "transform_asset"]

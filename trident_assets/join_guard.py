@@ -11,16 +11,14 @@ estimate exceeds the bound the node fails before reading a row, naming the offen
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import duckdb
 
-from trident_resources import TridentError
+from trident_resources import TridentError, TridentSettings
 
-DEFAULT_MAX_JOIN_ROWS = 1_000_000_000
-ENV_MAX_JOIN_ROWS = "TRIDENT_JOIN_MAX_ROWS"
+ENV_MAX_JOIN_ROWS = "TRIDENT_JOIN_MAX_ROWS"  # named in messages; TridentSettings.join_max_rows reads it
 _MULTIPLYING = {"CROSS_PRODUCT", "NESTED_LOOP_JOIN", "BLOCKWISE_NL_JOIN", "PIECEWISE_MERGE_JOIN"}
 _SCANS = ("ARROW_SCAN", "PYTHON_ARROW_SCAN", "SEQ_SCAN", "TABLE_SCAN")
 
@@ -36,11 +34,9 @@ class SourceStats:
     columns: frozenset[str]
 
 
-def max_join_rows(explicit: int | None) -> int:
-    """The bound: the node's ``max_rows``, else ``TRIDENT_JOIN_MAX_ROWS``, else one billion."""
-    if explicit is not None:
-        return explicit
-    return int(os.environ.get(ENV_MAX_JOIN_ROWS, DEFAULT_MAX_JOIN_ROWS))
+def max_join_rows(explicit: int | None, settings: TridentSettings) -> int:
+    """The bound: the node's ``max_rows``, else ``TRIDENT_JOIN_MAX_ROWS`` (default one billion)."""
+    return explicit if explicit is not None else settings.join_max_rows
 
 
 def check_join(con: duckdb.DuckDBPyConnection, sql: str, stats: Mapping[str, SourceStats], bound: int, output: str) -> int:

@@ -60,6 +60,13 @@ class TridentSettings(BaseSettings):
     duckdb_threads: int = Field(2, ge=1)
     flag_refresh_seconds: float = Field(5.0, ge=0, description="Router flag cache lifetime (flags apply within 2x this).")
 
+    # The Dagster layer and its example pipeline (read here so that nothing else reads the environment)
+    join_max_rows: int = Field(
+        1_000_000_000, ge=1, description="Join guard bound for join nodes that do not set max_rows= (estimated rows)."
+    )
+    tpch_scale: str = Field("0.01", pattern=r"^[0-9]+(\.[0-9]+)?$", description="TPC-H scale factor of the example pipeline.")
+    rebuild_cron: str = Field("0 3 * * *", description="Cron schedule of the example pipeline's rebuild (it starts stopped).")
+
     @field_validator("home")
     @classmethod
     def _absolute_home(cls, v: Path) -> Path:

@@ -22,10 +22,11 @@ def resources(trident: TridentResource | None = None) -> dict[str, object]:
 
 def build_definitions(trident: TridentResource | None = None) -> dg.Definitions:
     """The Definitions, optionally on a given resource (tests and the CLI point it elsewhere)."""
+    trident = trident or TridentResource()
     return dg.Definitions.merge(
         pipeline_definitions(),
         dg.Definitions(
-            jobs=[pipeline_job, *MAINTENANCE_JOBS], schedules=[rebuild_schedule, *MAINTENANCE_SCHEDULES],
+            jobs=[pipeline_job, *MAINTENANCE_JOBS], schedules=[rebuild_schedule(trident.settings()), *MAINTENANCE_SCHEDULES],
             sensors=[trident_reconciler], resources=resources(trident),
         ),
     )

@@ -1,14 +1,10 @@
-"""Trident in Dagster: ``TridentResource`` (a configured ``Trident`` for ops and checks) and
-``TridentIOManager`` (assets return rows; they are written and loaded through the facade).
-
-Both read ``TRIDENT_*`` variables like every other part of the trident, so the same Definitions run
-on the embedded default and in production; fields set here override the environment (handy with
-``dg.EnvVar`` in deployments and for tests that point at their own workspace).
+"""``TridentIOManager``: assets return rows; they are written and loaded through the facade.
 
 What an asset may return (all go through ``Trident.write``, writer ``pipeline.output``):
 a pyarrow Table, a ``RecordBatchReader`` (streamed, never materialized: an asset larger than memory
 passes straight through), an iterable of RecordBatches, a pandas/polars DataFrame, or a
 ``TridentOutput`` wrapping any of those with write options (mode, keys, provenance, watermarks...).
+
 Plain returns take their options from the output's definition metadata:
 
 =====================  ==========================================================================
@@ -32,19 +28,24 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 import dagster as dg
 import pyarrow as pa
-from pydantic import PrivateAttr, SecretStr
 
 from ..errors import InvalidWriteError
 from ..facade import Trident
 from ..identity import IDENTITY_COLUMNS
 from ..results import Description, WriteResult
-from ..settings import TridentSettings
+from .resource import TridentResource
+
+try:  # the engine's Literal of write modes (issue 7); this fallback is the same Literal
+    from ..sinks.base import WriteMode  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - until the engine's WriteMode lands on this branch
+    WriteMode = Literal["replace", "append", "upsert", "append_new", "delete"]  # type: ignore[misc]
 
 PIPELINE_WRITER = "pipeline.output"
+RUN_ID = "dagster_run_id"  # ledger metadata key: the commit came from this Dagster run
 META_MODE = "trident/mode"
 META_KEYS = "trident/keys"
 META_WRITER = "trident/writer"
@@ -60,7 +61,7 @@ class TridentOutput:
     """
 
     data: Any
-    mode: str | None = None
+    mode: WriteMode | None = None
     keys: Sequence[str] | None = None
     writer: str | None = None
     provenance: Mapping[str, Any] | None = None
@@ -70,70 +71,19 @@ class TridentOutput:
     on_done: Callable[[], None] | None = None
 
 
-class TridentResource(dg.ConfigurableResource):
-    """A ``Trident`` client for ops, sensors and checks; unset fields come from ``TRIDENT_*``."""
-
-    home: str | None = None
-    workspace: str | None = None
-    pg_dsn: str | None = None
-    namespace_root: str | None = None
-    overrides: dict[str, str] = {}
-
-    _client: Trident | None = PrivateAttr(default=None)
-
-    @classmethod
-    def from_settings(cls, settings: TridentSettings) -> TridentResource:
-        """A resource that reproduces ``settings`` exactly (tests, the CLI)."""
-        defaults = TridentSettings.model_fields
-        overrides: dict[str, str] = {}
-        for name, value in settings.__dict__.items():
-            if name in ("home", "workspace", "pg_dsn", "namespace_root") or value == defaults[name].get_default(call_default_factory=True):
-                continue
-            if isinstance(value, SecretStr):
-                value = value.get_secret_value()
-            overrides[name] = json.dumps(value) if isinstance(value, (dict, list)) else str(_plain(value))
-        dsn = settings.pg_dsn.get_secret_value() if settings.pg_dsn else None
-        return cls(
-            home=str(settings.home), workspace=settings.workspace, pg_dsn=dsn,
-            namespace_root=settings.namespace_root, overrides=overrides,
-        )
-
-    def settings(self) -> TridentSettings:
-        values: dict[str, Any] = {k: json.loads(v) if v[:1] in "{[" else v for k, v in self.overrides.items()}
-        for name in ("home", "workspace", "pg_dsn", "namespace_root"):
-            if getattr(self, name) is not None:
-                values[name] = getattr(self, name)
-        return TridentSettings(**values)
-
-    def get_client(self) -> Trident:
-        """The run's ``Trident`` (opened on first use: a nested resource may skip setup)."""
-        if self._client is None:
-            self._client = Trident(self.settings())
-        return self._client
-
-    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
-        self.get_client()
-
-    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
-
-
 class TridentIOManager(dg.ConfigurableIOManager):
     """Writes asset outputs through ``Trident.write`` and loads inputs through its read methods."""
 
     trident: TridentResource
-    batch_rows: int = 65_536
 
     def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
         if obj is None:
             context.log.debug("asset returned None: nothing written")
             return
-        out = obj if isinstance(obj, TridentOutput) else TridentOutput(data=obj)
         key = asset_key_to_key(context.asset_key)
+        out = obj if isinstance(obj, TridentOutput) else TridentOutput(data=obj)
         meta = context.definition_metadata or {}
-        mode = out.mode or meta.get(META_MODE) or "replace"
+        mode: WriteMode = out.mode or meta.get(META_MODE) or "replace"
         keys = out.keys if out.keys is not None else meta.get(META_KEYS)
         provenance = out.provenance if out.provenance is not None else meta.get(META_PROVENANCE)
         t = self.trident.get_client()
@@ -141,7 +91,7 @@ class TridentIOManager(dg.ConfigurableIOManager):
             result = t.write(
                 key, out.data, mode=mode, writer=out.writer or meta.get(META_WRITER) or PIPELINE_WRITER,
                 keys=list(keys) if keys else None, source_refs=out.source_refs,
-                metadata={"dagster_run_id": context.run_id, **{k: _plain(v) for k, v in out.metadata.items()}},
+                metadata={RUN_ID: context.run_id, **{k: _plain(v) for k, v in out.metadata.items()}},
                 provenance=provenance, watermarks=out.watermarks,
             )
         finally:
@@ -220,7 +170,7 @@ def materialization_metadata(result: WriteResult, description: Description) -> d
 
 
 def _plain(value: Any) -> Any:
-    """JSON-safe scalars for the ledger's metadata and for config strings."""
+    """JSON-safe scalars for the ledger's metadata."""
     if isinstance(value, (str, int, float, bool)) or value is None:
         return value if not isinstance(value, bool) else str(value).lower()
     return str(value)
