@@ -28,13 +28,12 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import dagster as dg
 import pyarrow as pa
 
 from ..errors import InvalidWriteError
-from ..facade import Trident
 from ..identity import IDENTITY_COLUMNS
 from ..results import Description, WriteResult
 from .resource import TridentResource
@@ -128,7 +127,7 @@ def convert_input(reader: pa.RecordBatchReader, wanted: Any, key: str) -> Any:
     if module.startswith("polars") and name in ("DataFrame", "LazyFrame"):
         import polars as pl
 
-        frame = pl.from_arrow(reader.read_all())
+        frame = cast(pl.DataFrame, pl.from_arrow(reader.read_all()))  # a Table gives a DataFrame
         return frame.lazy() if name == "LazyFrame" else frame
     raise InvalidWriteError(
         f"cannot load {key!r} as {wanted!r}: annotate the input as pyarrow.Table, pyarrow.RecordBatchReader, "

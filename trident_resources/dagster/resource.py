@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
-from dagster._config.field_utils import IntEnvVar  # dg.EnvVar.int(...)'s type, not exported by name
+from dagster._config.field_utils import IntEnvVar  # the type of dg.EnvVar.int(...), not exported by name
 from pydantic import Field, PrivateAttr, SecretStr
 
 from ..facade import Trident
@@ -34,47 +34,47 @@ class TridentResource(dg.ConfigurableResource):
     """A ``Trident`` client; every field mirrors a ``TRIDENT_*`` setting and is optional."""
 
     # where and whose
-    home: str | None = Field(None, description="TRIDENT_HOME: local state (embedded Postgres, warehouse, spill files).")
-    workspace: str | None = Field(None, description="TRIDENT_WORKSPACE: datasets are isolated per workspace.")
-    namespace_root: str | None = Field(None, description="TRIDENT_NAMESPACE_ROOT: top Iceberg namespace.")
+    home: str | None = Field(default=None, description="TRIDENT_HOME: local state (embedded Postgres, warehouse, spill files).")
+    workspace: str | None = Field(default=None, description="TRIDENT_WORKSPACE: datasets are isolated per workspace.")
+    namespace_root: str | None = Field(default=None, description="TRIDENT_NAMESPACE_ROOT: top Iceberg namespace.")
 
     # Postgres control plane
-    pg_dsn: str | None = Field(None, description="TRIDENT_PG_DSN (secret): control-plane Postgres; unset starts the embedded one.")
-    pg_pool_max: int | None = Field(None, description="TRIDENT_PG_POOL_MAX: control-plane connection pool size.")
+    pg_dsn: str | None = Field(default=None, description="TRIDENT_PG_DSN (secret): control-plane Postgres; unset starts the embedded one.")
+    pg_pool_max: int | None = Field(default=None, description="TRIDENT_PG_POOL_MAX: control-plane connection pool size.")
 
     # Iceberg catalog
-    catalog_uri: str | None = Field(None, description="TRIDENT_CATALOG_URI: Iceberg REST catalog (Lakekeeper); unset = SQL catalog.")
-    catalog_warehouse: str | None = Field(None, description="TRIDENT_CATALOG_WAREHOUSE: REST catalog warehouse.")
-    catalog_token: str | None = Field(None, description="TRIDENT_CATALOG_TOKEN (secret): REST catalog bearer token.")
-    catalog_credential: str | None = Field(None, description="TRIDENT_CATALOG_CREDENTIAL (secret): OAuth2 client_id:client_secret.")
-    catalog_scope: str | None = Field(None, description="TRIDENT_CATALOG_SCOPE: OAuth2 scope.")
-    catalog_vended_credentials: bool | None = Field(None, description="TRIDENT_CATALOG_VENDED_CREDENTIALS: ask the catalog for storage credentials.")
-    catalog_nested_namespaces: bool | None = Field(None, description="TRIDENT_CATALOG_NESTED_NAMESPACES: one namespace level per key folder.")
-    catalog_properties: dict[str, str] | None = Field(None, description="TRIDENT_CATALOG_PROPERTIES: extra pyiceberg catalog properties.")
+    catalog_uri: str | None = Field(default=None, description="TRIDENT_CATALOG_URI: Iceberg REST catalog (Lakekeeper); unset = SQL catalog.")
+    catalog_warehouse: str | None = Field(default=None, description="TRIDENT_CATALOG_WAREHOUSE: REST catalog warehouse.")
+    catalog_token: str | None = Field(default=None, description="TRIDENT_CATALOG_TOKEN (secret): REST catalog bearer token.")
+    catalog_credential: str | None = Field(default=None, description="TRIDENT_CATALOG_CREDENTIAL (secret): OAuth2 client_id:client_secret.")
+    catalog_scope: str | None = Field(default=None, description="TRIDENT_CATALOG_SCOPE: OAuth2 scope.")
+    catalog_vended_credentials: bool | None = Field(default=None, description="TRIDENT_CATALOG_VENDED_CREDENTIALS: ask the catalog for storage credentials.")
+    catalog_nested_namespaces: bool | None = Field(default=None, description="TRIDENT_CATALOG_NESTED_NAMESPACES: one namespace level per key folder.")
+    catalog_properties: dict[str, str] | None = Field(default=None, description="TRIDENT_CATALOG_PROPERTIES: extra pyiceberg catalog properties.")
 
     # S3-API object storage
-    s3_endpoint: str | None = Field(None, description="TRIDENT_S3_ENDPOINT: S3 API endpoint (R2, MinIO); unset = AWS.")
-    s3_bucket: str | None = Field(None, description="TRIDENT_S3_BUCKET: bucket of the warehouse; unset = local folder.")
-    s3_prefix: str | None = Field(None, description="TRIDENT_S3_PREFIX: key prefix of the warehouse in the bucket.")
-    s3_access_key_id: str | None = Field(None, description="TRIDENT_S3_ACCESS_KEY_ID (secret).")
-    s3_secret_access_key: str | None = Field(None, description="TRIDENT_S3_SECRET_ACCESS_KEY (secret).")
-    s3_region: str | None = Field(None, description="TRIDENT_S3_REGION: 'auto' for Cloudflare R2.")
-    s3_path_style: bool | None = Field(None, description="TRIDENT_S3_PATH_STYLE: path-style addressing.")
+    s3_endpoint: str | None = Field(default=None, description="TRIDENT_S3_ENDPOINT: S3 API endpoint (R2, MinIO); unset = AWS.")
+    s3_bucket: str | None = Field(default=None, description="TRIDENT_S3_BUCKET: bucket of the warehouse; unset = local folder.")
+    s3_prefix: str | None = Field(default=None, description="TRIDENT_S3_PREFIX: key prefix of the warehouse in the bucket.")
+    s3_access_key_id: str | None = Field(default=None, description="TRIDENT_S3_ACCESS_KEY_ID (secret).")
+    s3_secret_access_key: str | None = Field(default=None, description="TRIDENT_S3_SECRET_ACCESS_KEY (secret).")
+    s3_region: str | None = Field(default=None, description="TRIDENT_S3_REGION: 'auto' for Cloudflare R2.")
+    s3_path_style: bool | None = Field(default=None, description="TRIDENT_S3_PATH_STYLE: path-style addressing.")
 
     # behaviour
-    writer_wait_seconds: float | None = Field(None, description="TRIDENT_WRITER_WAIT_SECONDS: wait for another writer of a dataset.")
-    commit_retries: int | None = Field(None, description="TRIDENT_COMMIT_RETRIES: retries of a conflicting Iceberg commit.")
-    target_file_bytes: int | None = Field(None, description="TRIDENT_TARGET_FILE_BYTES: uncompressed bytes per data file.")
-    row_group_bytes: int | None = Field(None, description="TRIDENT_ROW_GROUP_BYTES: uncompressed bytes per row group.")
-    write_parallelism: int | None = Field(None, description="TRIDENT_WRITE_PARALLELISM: Parquet files encoded at once.")
-    duckdb_memory_limit: str | None = Field(None, description="TRIDENT_DUCKDB_MEMORY_LIMIT: DuckDB memory cap (it spills past it).")
-    duckdb_threads: int | None = Field(None, description="TRIDENT_DUCKDB_THREADS: DuckDB threads.")
-    flag_refresh_seconds: float | None = Field(None, description="TRIDENT_FLAG_REFRESH_SECONDS: router flag cache lifetime.")
+    writer_wait_seconds: float | None = Field(default=None, description="TRIDENT_WRITER_WAIT_SECONDS: wait for another writer of a dataset.")
+    commit_retries: int | None = Field(default=None, description="TRIDENT_COMMIT_RETRIES: retries of a conflicting Iceberg commit.")
+    target_file_bytes: int | None = Field(default=None, description="TRIDENT_TARGET_FILE_BYTES: uncompressed bytes per data file.")
+    row_group_bytes: int | None = Field(default=None, description="TRIDENT_ROW_GROUP_BYTES: uncompressed bytes per row group.")
+    write_parallelism: int | None = Field(default=None, description="TRIDENT_WRITE_PARALLELISM: Parquet files encoded at once.")
+    duckdb_memory_limit: str | None = Field(default=None, description="TRIDENT_DUCKDB_MEMORY_LIMIT: DuckDB memory cap (it spills past it).")
+    duckdb_threads: int | None = Field(default=None, description="TRIDENT_DUCKDB_THREADS: DuckDB threads.")
+    flag_refresh_seconds: float | None = Field(default=None, description="TRIDENT_FLAG_REFRESH_SECONDS: router flag cache lifetime.")
 
     # the Dagster layer and the example pipeline
-    join_max_rows: int | None = Field(None, description="TRIDENT_JOIN_MAX_ROWS: join guard bound of nodes without max_rows=.")
-    tpch_scale: str | None = Field(None, description="TRIDENT_TPCH_SCALE: TPC-H scale factor of the example pipeline.")
-    rebuild_cron: str | None = Field(None, description="TRIDENT_REBUILD_CRON: when the example pipeline's rebuild schedule fires.")
+    join_max_rows: int | None = Field(default=None, description="TRIDENT_JOIN_MAX_ROWS: join guard bound of nodes without max_rows=.")
+    tpch_scale: str | None = Field(default=None, description="TRIDENT_TPCH_SCALE: TPC-H scale factor of the example pipeline.")
+    rebuild_cron: str | None = Field(default=None, description="TRIDENT_REBUILD_CRON: when the example pipeline's rebuild schedule fires.")
 
     _client: Trident | None = PrivateAttr(default=None)
 
