@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dagster as dg
 import pyarrow as pa
 import pytest
 
 from trident_assets import (
     append_always, append_new, delta, join_asset, model_asset, row_count_between, snapshot_replace, split_asset,
-    transform_asset, upsert,
+    transform_asset, unique, upsert,
 )
 from trident_resources import Trident, TridentSettings
 
@@ -109,11 +110,17 @@ def test_split_refuses_outputs_in_different_sinks(settings: TridentSettings, tri
 
 
 def test_split_can_be_subset(settings: TridentSettings, trident: Trident) -> None:
+    """Issue 9.1: materializing one output of a split (the UI's "Materialize" on one asset) runs
+    only that output and its checks, and the run succeeds."""
     trident.write("src/items", pa.table({"id": [1, 2, 3, 4], "flag": [True, False, None, True]}))
-    node = split_asset("out/yes", "out/no", "src/items", "flag")
+    node = split_asset("out/yes", "out/no", "src/items", "flag", expectations={"out/no": [unique("id")]})
     result = materialize_nodes(settings, [node], selection=["out/no"])
+    assert result.success, step_errors(result)
     assert set(materialized(result)) == {"out/no"}
     assert sorted(trident.read("out/no")["id"].to_pylist()) == [2, 3]  # FALSE and NULL are unmatched
+    [check] = result.get_asset_check_evaluations()
+    assert check.asset_key == dg.AssetKey(["out", "no"]) and check.passed
+    assert not trident.exists("out/yes")
 
 
 def test_model_rows_must_say_which_source_row_they_came_from(settings: TridentSettings, trident: Trident) -> None:

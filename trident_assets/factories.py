@@ -187,6 +187,7 @@ def split_asset(
     asset_outs = {
         _akey(k).to_python_identifier(): dg.AssetOut(
             key=_akey(k), group_name=group, kinds=set(kinds), io_manager_key="io_manager",
+            is_required=False,  # subsettable: a run of one output yields only that output
             description=description or f"rows of {source} where {'' if o == 'matched' else 'NOT '}({predicate})",
             metadata={"trident/strategy": strategy.describe(), "trident/split": o, "trident/predicate": predicate},
         )
