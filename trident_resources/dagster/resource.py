@@ -27,8 +27,6 @@ from pydantic import Field, PrivateAttr, SecretStr
 from ..facade import Trident
 from ..settings import TridentSettings
 
-SECRET_FIELDS = ("pg_dsn", "catalog_token", "catalog_credential", "s3_access_key_id", "s3_secret_access_key")
-
 
 class TridentResource(dg.ConfigurableResource):
     """A ``Trident`` client; every field mirrors a ``TRIDENT_*`` setting and is optional."""
