@@ -123,6 +123,16 @@ def test_split_can_be_subset(settings: TridentSettings, trident: Trident) -> Non
     assert not trident.exists("out/yes")
 
 
+def test_the_unmatched_side_of_a_split_is_described_as_rows_where_the_predicate_is_not_true() -> None:
+    """Issue 9.7: NULLs go to the unmatched half, so it is not ``NOT (pred)``."""
+    specs = split_asset("out/high", "out/low", "src/items", "price >= 5").assets_def.specs_by_key
+    low = specs[dg.AssetKey(["out", "low"])].description or ""
+    high = specs[dg.AssetKey(["out", "high"])].description or ""
+    assert "NOT (" not in low
+    assert low == "rows of src/items where (price >= 5) is not true: false or NULL"
+    assert high == "rows of src/items where (price >= 5) is true"
+
+
 def test_model_rows_must_say_which_source_row_they_came_from(settings: TridentSettings, trident: Trident) -> None:
     trident.write("src/items", items(0, 10))
 

@@ -188,7 +188,7 @@ def split_asset(
         _akey(k).to_python_identifier(): dg.AssetOut(
             key=_akey(k), group_name=group, kinds=set(kinds), io_manager_key="io_manager",
             is_required=False,  # subsettable: a run of one output yields only that output
-            description=description or f"rows of {source} where {'' if o == 'matched' else 'NOT '}({predicate})",
+            description=description or _split_description(source, predicate, o),
             metadata={"trident/strategy": strategy.describe(), "trident/split": o, "trident/predicate": predicate},
         )
         for o, k in outs.items()
@@ -222,6 +222,14 @@ def split_asset(
             raise ValueError(f"split expectations name {k!r}, which is not one of its outputs {list(outs.values())}")
         checks += build_checks(k, exps)
     return Node(_split, checks)
+
+
+def _split_description(source: str, predicate: str, side: str) -> str:
+    """What each half holds, in words that are right about NULL: ``NOT (pred)`` is NULL where
+    ``pred`` is, yet those rows go to the unmatched half (its filter is ``(pred) IS NOT TRUE``)."""
+    if side == "matched":
+        return f"rows of {source} where ({predicate}) is true"
+    return f"rows of {source} where ({predicate}) is not true: false or NULL"
 
 
 def model_asset(
