@@ -27,7 +27,7 @@ from .compute import DEFAULT_BATCH_ROWS, SOURCE_ROW_INDEX, Session, open_session
 from .expectations import Expectation, build_checks
 from .join_guard import SourceStats, check_join, max_join_rows
 from .model import model_reader
-from .provenance import merge_provenance
+from .provenance import lineage_entry, merge_provenance
 from .strategies import Strategy, replace
 
 DEFAULT_KINDS = ("iceberg", "duckdb")
@@ -56,10 +56,7 @@ def _akey(key: str) -> dg.AssetKey:
 def _output(session: Session, key: str, data: Any, own_provenance: Mapping[str, Any] | None, t: Trident, extra: Mapping[str, Any] | None = None, on_done: Callable[[], None] | None = None) -> TridentOutput:
     plan = session.plan
     sources = list(dict.fromkeys(session.sources.values()))
-    lineage = [
-        {"key": s, "txn_id": str(d.last_txn_id), "snapshot_id": d.snapshot_id, "committed_at": d.committed_at.isoformat() if d.committed_at else None}
-        for s, d in plan.sources.items()
-    ]
+    lineage = [lineage_entry(s, d) for s, d in plan.sources.items()]
     prov = merge_provenance({s: t.describe(s).provenance for s in sources}, own_provenance, lineage)
     return TridentOutput(
         data, mode=plan.mode, keys=plan.keys or None, provenance=prov, watermarks=plan.watermarks,

@@ -19,7 +19,20 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from trident_resources.results import Description
+
 RESERVED = ("upstream", "lineage", "conflicts")
+
+
+def lineage_entry(key: str, source: Description) -> dict[str, Any]:
+    """Which version of ``source`` a derivation read. Ids are strings: Iceberg snapshot ids are
+    64-bit and a browser parsing JSON rounds any integer past 2**53."""
+    return {
+        "key": key,
+        "txn_id": str(source.last_txn_id) if source.last_txn_id else None,
+        "snapshot_id": str(source.snapshot_id) if source.snapshot_id is not None else None,
+        "committed_at": source.committed_at.isoformat() if source.committed_at else None,
+    }
 
 
 def merge_provenance(

@@ -23,7 +23,6 @@ asset can return what it loaded without tripping ReservedColumnError).
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -43,6 +42,7 @@ try:  # the engine's Literal of write modes (issue 7); this fallback is the same
 except ImportError:  # pragma: no cover - until the engine's WriteMode lands on this branch
     WriteMode = Literal["replace", "append", "upsert", "append_new", "delete"]  # type: ignore[misc]
 
+JS_SAFE_INTEGER = 2**53 - 1
 PIPELINE_WRITER = "pipeline.output"
 RUN_ID = "dagster_run_id"  # ledger metadata key: the commit came from this Dagster run
 META_MODE = "trident/mode"
@@ -148,7 +148,8 @@ def column_schema(description: Description) -> dg.TableSchema:
 
 
 def materialization_metadata(result: WriteResult, description: Description) -> dict[str, Any]:
-    """What every Trident materialization reports in Dagster (the standard keys, then ours)."""
+    """What every Trident materialization reports in Dagster (the standard keys, then ours).
+    Ids are text: the UI would round a 64-bit snapshot id shown as a number."""
     return {
         "dagster/row_count": dg.MetadataValue.int(result.row_count),
         "dagster/column_schema": column_schema(description),
@@ -164,8 +165,24 @@ def materialization_metadata(result: WriteResult, description: Description) -> d
         "trident/skipped": result.skipped,
         "trident/preserved": result.preserved,
         "trident/committed_at": result.committed_at.isoformat(),
-        "trident/provenance": dg.MetadataValue.json(json.loads(json.dumps(description.provenance, default=str))),
+        "trident/provenance": dg.MetadataValue.json(json_safe(description.provenance)),
     }
+
+
+def json_safe(value: Any, key: str = "") -> Any:
+    """``value`` as JSON that survives the Dagster UI: the browser parses JSON numbers as doubles,
+    so every id (a key named ``id`` or ``*_id``) and any integer past 2**53 becomes a string, and
+    whatever JSON cannot hold (UUIDs, datetimes) becomes its text."""
+    if isinstance(value, Mapping):
+        return {str(k): json_safe(v, str(k)) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v, key) for v in value]
+    if isinstance(value, bool) or value is None or isinstance(value, (str, float)):
+        return value
+    if isinstance(value, int):
+        is_id = key == "id" or key.endswith("_id") or key.endswith("_ids")
+        return str(value) if is_id or abs(value) > JS_SAFE_INTEGER else value
+    return str(value)
 
 
 def _plain(value: Any) -> Any:
