@@ -59,7 +59,7 @@ def _output(session: Session, key: str, data: Any, own_provenance: Mapping[str, 
     lineage = [lineage_entry(s, d) for s, d in plan.sources.items()]
     prov = merge_provenance({s: t.describe(s).provenance for s in sources}, own_provenance, lineage)
     return TridentOutput(
-        data, mode=plan.mode, keys=plan.keys or None, provenance=prov, watermarks=plan.watermarks,
+        data, mode=plan.mode, keys=plan.keys or None, provenance=prov, merge_upstream=False, watermarks=plan.watermarks,
         source_refs=sources, metadata={**plan.metadata(), **(extra or {})}, on_done=on_done,
     )
 

@@ -11,8 +11,13 @@ Plain returns take their options from the output's definition metadata:
 ``trident/mode``       replace (default), append, upsert, append_new (the facade's write modes)
 ``trident/keys``       key column(s) for upsert / append_new / snapshot-replace (replace + keys)
 ``trident/writer``     the facade writer name; default ``pipeline.output``
-``trident/provenance`` governance metadata (dict) recorded in the same COMMIT as the rows
+``trident/provenance`` the asset's own governance metadata (dict)
 =====================  ==========================================================================
+
+Provenance: an asset derived from Trident datasets (its upstream asset keys, whether loaded as
+inputs or declared as ``deps``) stores its sources' provenance merged with its own, plus the
+lineage of the source versions current when it was written, in the same COMMIT as its rows. A root
+asset (no upstream dataset) stores its own as is.
 
 Inputs load as a pyarrow Table unless the parameter is annotated ``pa.RecordBatchReader`` (a bounded
 memory stream), ``pandas.DataFrame`` or ``polars.DataFrame``. Input metadata ``columns`` (a list)
@@ -32,9 +37,10 @@ from typing import Any, Literal, cast
 import dagster as dg
 import pyarrow as pa
 
-from ..errors import InvalidWriteError
+from ..errors import DatasetNotFoundError, InvalidDatasetKeyError, InvalidWriteError
 from ..identity import IDENTITY_COLUMNS
 from ..results import Description, WriteResult
+from .provenance import lineage_entry, merge_provenance
 from .resource import TridentResource
 
 try:  # the engine's Literal of write modes (issue 7); this fallback is the same Literal
@@ -55,8 +61,10 @@ META_PROVENANCE = "trident/provenance"
 class TridentOutput:
     """Rows plus how to write them; what node factories (and any asset) may return.
 
-    ``on_done`` runs after the write whether it succeeded or not: a streamed output often holds a
-    DuckDB connection open until the facade has drained it.
+    ``provenance`` is the output's own governance metadata, merged with its upstream datasets'
+    unless ``merge_upstream`` is False (node factories merge it themselves, with the exact source
+    versions they read). ``on_done`` runs after the write whether it succeeded or not: a streamed
+    output often holds a DuckDB connection open until the facade has drained it.
     """
 
     data: Any
@@ -64,6 +72,7 @@ class TridentOutput:
     keys: Sequence[str] | None = None
     writer: str | None = None
     provenance: Mapping[str, Any] | None = None
+    merge_upstream: bool = True
     watermarks: Mapping[str, tuple[datetime, uuid.UUID | None]] | None = None
     source_refs: Sequence[str] | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
@@ -84,9 +93,11 @@ class TridentIOManager(dg.ConfigurableIOManager):
         meta = context.definition_metadata or {}
         mode: WriteMode = out.mode or meta.get(META_MODE) or "replace"
         keys = out.keys if out.keys is not None else meta.get(META_KEYS)
-        provenance = out.provenance if out.provenance is not None else meta.get(META_PROVENANCE)
         t = self.trident.get_client()
         try:
+            provenance = out.provenance if out.provenance is not None else meta.get(META_PROVENANCE)
+            if out.merge_upstream:
+                provenance = derived_provenance(t, [asset_key_to_key(d.asset_key) for d in context.asset_spec.deps], provenance)
             result = t.write(
                 key, out.data, mode=mode, writer=out.writer or meta.get(META_WRITER) or PIPELINE_WRITER,
                 keys=list(keys) if keys else None, source_refs=out.source_refs,
@@ -107,6 +118,22 @@ class TridentIOManager(dg.ConfigurableIOManager):
             columns = [n for n in t.schema(key).names if n not in IDENTITY_COLUMNS]
         reader = t.stream(key, columns=list(columns) if columns else None, row_filter=meta.get("row_filter"))
         return convert_input(reader, context.dagster_type.typing_type, key)
+
+
+def derived_provenance(t: Trident, upstream: Sequence[str], own: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """``own`` merged with the provenance of the upstream keys that are Trident datasets (with the
+    lineage of their current versions); ``own`` unchanged when none is (a root asset)."""
+    sources: dict[str, Description] = {}
+    for key in dict.fromkeys(upstream):
+        try:
+            sources[key] = t.describe(key)
+        except (DatasetNotFoundError, InvalidDatasetKeyError):  # not a Trident dataset (another IO manager's asset)
+            continue
+    if not sources:
+        return dict(own) if own is not None else None
+    return merge_provenance(
+        {k: d.provenance for k, d in sources.items()}, own, [lineage_entry(k, d) for k, d in sources.items()]
+    )
 
 
 def asset_key_to_key(asset_key: dg.AssetKey) -> str:
