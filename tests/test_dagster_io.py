@@ -180,3 +180,17 @@ def test_a_plain_asset_merges_its_upstream_provenance(settings: TridentSettings,
     assert dg.materialize([dg.AssetSpec(["out", "derived"]), again], resources=resources_for(settings), selection=[again]).success
     assert trident.describe("out/again").provenance["contract"] == "k-9"
     assert trident.describe("out/again").provenance["upstream"] == ["out/derived", "src/gov", "src/ref"]
+
+
+def test_an_asset_returning_none_is_a_named_error(settings: TridentSettings, trident: Trident) -> None:
+    """Issue 9.5: it was shown as materialized, with no metadata and no dataset behind it."""
+
+    @dg.asset(key=["io", "forgot"])
+    def forgot():  # type: ignore[no-untyped-def]  # what a user writes when they forget the return
+        pa.table({"id": [1]})
+
+    result = dg.materialize([forgot], resources=resources_for(settings), raise_on_error=False)
+    assert not result.success
+    [error] = step_errors(result)
+    assert "AssetReturnedNoneError" in error and "'io/forgot' returned None" in error and "`-> None`" in error, error
+    assert materialized(result) == {} and not trident.exists("io/forgot")

@@ -2,7 +2,7 @@
 (io_manager.py). The engine (everything else in ``trident_resources``) never imports Dagster; only
 this package does, the way dagster-iceberg sits on pyiceberg."""
 
-from .io_manager import TridentIOManager, TridentOutput, WriteMode
+from .io_manager import AssetReturnedNoneError, TridentIOManager, TridentOutput, WriteMode
 from .resource import TridentResource
 
-__all__ = ["TridentIOManager", "TridentOutput", "TridentResource", "WriteMode"]
+__all__ = ["AssetReturnedNoneError", "TridentIOManager", "TridentOutput", "TridentResource", "WriteMode"]

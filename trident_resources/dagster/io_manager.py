@@ -4,6 +4,9 @@ What an asset may return (all go through ``Trident.write``, writer ``pipeline.ou
 a pyarrow Table, a ``RecordBatchReader`` (streamed, never materialized: an asset larger than memory
 passes straight through), an iterable of RecordBatches, a pandas/polars DataFrame, or a
 ``TridentOutput`` wrapping any of those with write options (mode, keys, provenance, watermarks...).
+Returning ``None`` is an error (``AssetReturnedNoneError``): it is almost always a forgotten
+``return``, and writing nothing while Dagster shows a materialization would be a lie. An asset that
+only has side effects says so with ``-> None`` (Dagster then records it without this IO manager).
 
 Plain returns take their options from the output's definition metadata:
 
@@ -37,7 +40,7 @@ from typing import Any, Literal, cast
 import dagster as dg
 import pyarrow as pa
 
-from ..errors import DatasetNotFoundError, InvalidDatasetKeyError, InvalidWriteError
+from ..errors import DatasetNotFoundError, InvalidDatasetKeyError, InvalidWriteError, TridentError
 from ..identity import IDENTITY_COLUMNS
 from ..results import Description, WriteResult
 from .provenance import lineage_entry, merge_provenance
@@ -55,6 +58,18 @@ META_MODE = "trident/mode"
 META_KEYS = "trident/keys"
 META_WRITER = "trident/writer"
 META_PROVENANCE = "trident/provenance"
+
+
+class AssetReturnedNoneError(TridentError):
+    """An asset handled by the Trident IO manager returned ``None``."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(
+            f"asset {key!r} returned None, so there is nothing to write and Dagster would show a "
+            "materialization with no dataset behind it. Return the rows (an empty pyarrow Table writes "
+            "an empty dataset); for an asset that only has side effects, annotate it `-> None` or "
+            "return dg.MaterializeResult(), and Dagster records it without the Trident IO manager"
+        )
 
 
 @dataclass
@@ -85,10 +100,9 @@ class TridentIOManager(dg.ConfigurableIOManager):
     trident: TridentResource
 
     def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
-        if obj is None:
-            context.log.debug("asset returned None: nothing written")
-            return
         key = asset_key_to_key(context.asset_key)
+        if obj is None:
+            raise AssetReturnedNoneError(key)
         out = obj if isinstance(obj, TridentOutput) else TridentOutput(data=obj)
         meta = context.definition_metadata or {}
         mode: WriteMode = out.mode or meta.get(META_MODE) or "replace"
