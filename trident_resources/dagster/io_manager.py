@@ -41,6 +41,7 @@ import dagster as dg
 import pyarrow as pa
 
 from ..errors import DatasetNotFoundError, InvalidDatasetKeyError, InvalidWriteError, TridentError
+from ..facade import Trident
 from ..identity import IDENTITY_COLUMNS
 from ..results import Description, WriteResult
 from .provenance import lineage_entry, merge_provenance
