@@ -4,8 +4,9 @@ Arrow, streams its result into ``Trident.write`` (via ``TridentIOManager``), mer
 provenance into its output's and records watermarks in the same COMMIT.
 
 * ``transform_asset``: SQL over one source, named ``source`` in the SQL;
-* ``join_asset``: SQL over several sources, each under the name you give it; refuses to start when
-  the sources' recorded row counts say the result could exceed ``max_rows`` (see ``join_guard``);
+* ``join_asset``: SQL over several sources, each under the name you give it; refuses before writing
+  anything when the sources' row counts and the distinct counts of its join keys say a join step
+  could exceed ``max_rows`` (see ``join_guard`` for what that estimate can and cannot promise);
 * ``split_asset``: one predicate, two outputs (matched / unmatched; a NULL predicate is unmatched),
   a subsettable multi-asset whose outputs must resolve to the same sink;
 * ``model_asset``: a Python function over Arrow batches; output rows carry ``__source_row_index__``.
@@ -146,14 +147,18 @@ def join_asset(
         t = trident.get_client()
 
         def build(session: Session) -> tuple[Any, dict[str, Any]]:
-            stats = {
-                name: SourceStats(k, session.plan.sources[k].row_count, frozenset(c["name"] for c in session.plan.sources[k].schema))
+            plan = session.plan
+            stats = [  # a delta slice has no recorded count: the guard counts it
+                SourceStats(name, k, plan.sources[k].row_count if plan.since.get(k) is None else None)
                 for name, k in sources.items()
-            }
+            ]
             bound = max_join_rows(max_rows, t.settings)
             estimate = check_join(session.con, sql, stats, bound, key)
-            context.log.info(f"{key}: {session.plan.reason}; join estimate {estimate:,} rows (bound {bound:,})")
-            return session.stream(sql, batch_rows), {"trident/join_estimate": estimate, "trident/join_bound": bound}
+            steps = "\n".join(estimate.steps) or "no join step"
+            context.log.info(f"{key}: {plan.reason}; join estimate {estimate.rows:,} rows (bound {bound:,}):\n{steps}")
+            return session.stream(sql, batch_rows), {
+                "trident/join_estimate": estimate.rows, "trident/join_bound": bound, "trident/join_steps": steps,
+            }
 
         return _node_output(t, key, sources, strategy, provenance, build)
 
