@@ -153,6 +153,9 @@ def test_definitions_load_cleanly() -> None:
     repo = defs.get_repository_def()
     repo.load_all_definitions()
     assert repo.has_job("tpch_pipeline") and repo.get_sensor_def("trident_reconciler") and repo.get_schedule_def("tpch_pipeline_rebuild")
+    assert repo.get_sensor_def("trident_ledger_commits")
+    conditions = {k.to_user_string(): c for a in defs.assets for k, c in a.automation_conditions_by_key.items()}  # type: ignore[union-attr]
+    assert conditions == {"sales/lineitem_revenue": dg.AutomationCondition.eager()}  # the example's delta node
     checked = {spec.asset_key for c in defs.asset_checks for spec in c.check_specs}
     for asset in defs.assets:
         for key in asset.keys:

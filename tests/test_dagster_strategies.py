@@ -197,6 +197,19 @@ def test_the_unmatched_side_of_a_split_is_described_as_rows_where_the_predicate_
     assert high == "rows of src/items where (price >= 5) is true"
 
 
+def test_every_factory_passes_its_automation_condition_to_dagster() -> None:
+    eager = dg.AutomationCondition.eager()
+    nodes = [
+        transform_asset("out/t", "src/a", "SELECT * FROM source", automation_condition=eager),
+        join_asset("out/j", {"a": "src/a", "b": "src/b"}, "SELECT * FROM a, b", automation_condition=eager),
+        split_asset("out/s1", "out/s2", "src/a", "x > 1", automation_condition=eager),
+        model_asset("out/m", "src/a", lambda b: b, automation_condition=eager),
+    ]
+    conditions = {k.to_user_string(): c for n in nodes for k, c in n.assets_def.automation_conditions_by_key.items()}
+    assert conditions == {k: eager for k in ("out/t", "out/j", "out/s1", "out/s2", "out/m")}
+    assert transform_asset("out/t", "src/a", "SELECT 1").assets_def.automation_conditions_by_key == {}
+
+
 def test_model_rows_must_say_which_source_row_they_came_from(settings: TridentSettings, trident: Trident) -> None:
     trident.write("src/items", items(0, 10))
 

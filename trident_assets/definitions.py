@@ -2,7 +2,7 @@
 pyproject.toml point here), as ``defs``.
 
 It holds the example pipeline's assets and checks, the rebuild schedule, the sensors (ledger
-reconciler), the table-maintenance and canary jobs, and the two resources every Trident asset
+reconciler; commits made outside Dagster reported as materializations), the table-maintenance and canary jobs, and the two resources every Trident asset
 needs, under the keys a user's own Definitions must use too:
 
 * ``trident``: a ``TridentResource`` (assets, checks, sensors and ops take it as a typed parameter);
@@ -17,6 +17,7 @@ from __future__ import annotations
 import dagster as dg
 
 from trident_resources.dagster import TridentIOManager, TridentResource
+from trident_sensors.commits import trident_commits
 from trident_sensors.maintenance import JOBS as MAINTENANCE_JOBS
 from trident_sensors.maintenance import SCHEDULES as MAINTENANCE_SCHEDULES
 from trident_sensors.reconciler import trident_reconciler
@@ -39,7 +40,7 @@ def build_definitions(trident: TridentResource | None = None) -> dg.Definitions:
         dg.Definitions(
             jobs=[pipeline_job, *MAINTENANCE_JOBS],
             schedules=[rebuild_schedule(trident.settings()), *MAINTENANCE_SCHEDULES],
-            sensors=[trident_reconciler], resources=resources(trident),
+            sensors=[trident_reconciler, trident_commits], resources=resources(trident),
         ),
     )
 

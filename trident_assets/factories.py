@@ -10,6 +10,10 @@ provenance into its output's and records watermarks in the same COMMIT.
 * ``split_asset``: one predicate, two outputs (matched / unmatched; a NULL predicate is unmatched),
   a subsettable multi-asset whose outputs must resolve to the same sink;
 * ``model_asset``: a Python function over Arrow batches; output rows carry ``__source_row_index__``.
+
+Every factory takes ``automation_condition=`` (passed to Dagster as is; for a split, to both
+outputs): ``dg.AutomationCondition.eager()`` runs the node after any of its sources changes,
+including commits made outside Dagster, which the ``trident_ledger_commits`` sensor reports.
 """
 
 
@@ -86,10 +90,14 @@ def _node_output(
         raise
 
 
-def _asset_kwargs(group: str | None, kinds: Sequence[str], description: str | None, strategy: Strategy, metadata: Mapping[str, Any] | None) -> dict[str, Any]:
+def _asset_kwargs(
+    group: str | None, kinds: Sequence[str], description: str | None, strategy: Strategy,
+    metadata: Mapping[str, Any] | None, automation_condition: dg.AutomationCondition | None,
+) -> dict[str, Any]:
     return {
         "group_name": group, "kinds": set(kinds), "description": description,
         "metadata": {"trident/strategy": strategy.describe(), **(metadata or {})},
+        "automation_condition": automation_condition,
     }
 
 
@@ -106,11 +114,12 @@ def transform_asset(
     kinds: Sequence[str] = DEFAULT_KINDS,
     batch_rows: int = DEFAULT_BATCH_ROWS,
     metadata: Mapping[str, Any] | None = None,
+    automation_condition: dg.AutomationCondition | None = None,
 ) -> Node:
     """``key`` := ``sql`` over dataset ``source`` (named ``source`` in the SQL)."""
     strategy = strategy or replace()
 
-    @dg.asset(key=_akey(key), deps=[_akey(source)], **_asset_kwargs(group, kinds, description or sql, strategy, metadata))
+    @dg.asset(key=_akey(key), deps=[_akey(source)], **_asset_kwargs(group, kinds, description or sql, strategy, metadata, automation_condition))
     def _transform(context: dg.AssetExecutionContext, trident: TridentResource) -> TridentOutput:
         def build(session: Session) -> tuple[Any, None]:
             context.log.info(f"{key}: {session.plan.reason}")
@@ -135,6 +144,7 @@ def join_asset(
     kinds: Sequence[str] = DEFAULT_KINDS,
     batch_rows: int = DEFAULT_BATCH_ROWS,
     metadata: Mapping[str, Any] | None = None,
+    automation_condition: dg.AutomationCondition | None = None,
 ) -> Node:
     """``key`` := ``sql`` over ``sources`` (SQL name -> dataset key)."""
     strategy = strategy or replace()
@@ -142,7 +152,7 @@ def join_asset(
         raise ValueError(f"join_asset {key!r} needs two or more sources; use transform_asset for one")
     deps = [_akey(k) for k in dict.fromkeys(sources.values())]
 
-    @dg.asset(key=_akey(key), deps=deps, **_asset_kwargs(group, kinds, description or sql, strategy, metadata))
+    @dg.asset(key=_akey(key), deps=deps, **_asset_kwargs(group, kinds, description or sql, strategy, metadata, automation_condition))
     def _join(context: dg.AssetExecutionContext, trident: TridentResource) -> TridentOutput:
         t = trident.get_client()
 
@@ -180,6 +190,7 @@ def split_asset(
     kinds: Sequence[str] = DEFAULT_KINDS,
     batch_rows: int = DEFAULT_BATCH_ROWS,
     name: str | None = None,
+    automation_condition: dg.AutomationCondition | None = None,
 ) -> Node:
     """Rows of ``source`` where ``predicate`` is TRUE go to ``matched``; all others (FALSE or NULL)
     to ``unmatched``, so the two outputs partition the source exactly."""
@@ -190,6 +201,7 @@ def split_asset(
         _akey(k).to_python_identifier(): dg.AssetOut(
             key=_akey(k), group_name=group, kinds=set(kinds), io_manager_key="io_manager",
             is_required=False,  # subsettable: a run of one output yields only that output
+            automation_condition=automation_condition,
             description=description or _split_description(source, predicate, o),
             metadata={"trident/strategy": strategy.describe(), "trident/split": o, "trident/predicate": predicate},
         )
@@ -248,6 +260,7 @@ def model_asset(
     kinds: Sequence[str] = ("iceberg", "duckdb", "python"),
     batch_rows: int = DEFAULT_BATCH_ROWS,
     metadata: Mapping[str, Any] | None = None,
+    automation_condition: dg.AutomationCondition | None = None,
 ) -> Node:
     """``key`` := ``fn`` applied to each Arrow batch of ``sql`` over ``source``.
 
@@ -258,7 +271,7 @@ def model_asset(
     """
     strategy = strategy or replace()
 
-    @dg.asset(key=_akey(key), deps=[_akey(source)], **_asset_kwargs(group, kinds, description or (fn.__doc__ or fn.__name__), strategy, metadata))
+    @dg.asset(key=_akey(key), deps=[_akey(source)], **_asset_kwargs(group, kinds, description or (fn.__doc__ or fn.__name__), strategy, metadata, automation_condition))
     def _model(context: dg.AssetExecutionContext, trident: TridentResource) -> TridentOutput:
         def build(session: Session) -> tuple[Any, dict[str, Any]]:
             context.log.info(f"{key}: {session.plan.reason}")

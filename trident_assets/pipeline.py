@@ -4,7 +4,7 @@
     tpch/orders ──┬─────────────────────────────────────────────────────────┼─> sales/q3_revenue (join, TPC-H Q3 shape)
     tpch/lineitem ┼─────────────────────────────────────────────────────────┘
                   ├─> ml/lineitem_scores (model: late-delivery risk per line item)
-                  └─> sales/lineitem_revenue (transform, delta: only new line items)
+                  └─> sales/lineitem_revenue (transform, delta: only new line items; eager automation)
     tpch/orders ───> sales/urgent_orders + sales/routine_orders (split on priority)
 
 Every node carries expectations (asset checks); the raw tables carry the provenance (counterparty,
@@ -133,6 +133,7 @@ def nodes() -> list[Node]:
     )
     revenue = transform_asset(
         "sales/lineitem_revenue", "tpch/lineitem", LINEITEM_REVENUE_SQL, strategy=st.delta(), group=GROUP,
+        automation_condition=dg.AutomationCondition.eager(),  # new line items, whoever commits them, flow on
         provenance={"tags": ["sales", "revenue"]},
         description="Net revenue per line item, built incrementally: each run reads only new line items",
         expectations=[ex.not_null(["l_orderkey", "revenue"]), ex.unique(["l_orderkey", "l_linenumber"]), ex.row_count_between(1)],
