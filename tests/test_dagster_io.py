@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import dagster as dg
 import pandas as pd
 import polars as pl
 import pyarrow as pa
 
-from trident_assets import merge_provenance
+from trident_assets import merge_provenance, transform_asset
 from trident_resources import Trident, TridentSettings
+from trident_resources.dagster.io_manager import json_safe
 
-from .dagster_support import materialized, resources_for, step_errors
+from .dagster_support import materialize_nodes, materialized, resources_for, step_errors
+
+JS_SAFE = 2**53 - 1
 
 
 def test_a_lazy_reader_streams_through_and_inputs_load_by_annotation(settings: TridentSettings, trident: Trident) -> None:
@@ -114,3 +118,79 @@ def test_provenance_merge_unions_lists_and_records_conflicts() -> None:
     # carried forward: a further derivation keeps the earlier conflict
     again = merge_provenance({"b/z": merged})
     assert again["conflicts"][:2] == merged["conflicts"] and again["upstream"] == ["a/x", "a/y", "b/z", "raw/x"]
+
+
+def _numbers(value: Any, path: str = "") -> list[tuple[str, Any]]:
+    if isinstance(value, dict):
+        return [x for k, v in value.items() for x in _numbers(v, f"{path}.{k}")]
+    if isinstance(value, list):
+        return [x for i, v in enumerate(value) for x in _numbers(v, f"{path}[{i}]")]
+    return [(path, value)] if isinstance(value, int) and not isinstance(value, bool) else []
+
+
+def test_every_id_in_json_metadata_is_a_string(settings: TridentSettings, trident: Trident) -> None:
+    """Issue 9.4: the UI parses JSON numbers as doubles, so a 64-bit snapshot id would show rounded."""
+    trident.write("src/items", pa.table({"id": [1, 2, 3]}), provenance={"contract": "k-1"})
+    node = transform_asset("out/copy", "src/items", "SELECT * FROM source")
+    meta = materialized(materialize_nodes(settings, [node]))["out/copy"]
+    prov = meta["trident/provenance"]
+    [lineage] = prov["lineage"]
+    assert lineage["snapshot_id"] == str(trident.describe("src/items").snapshot_id)
+    assert _numbers(prov) == []  # nothing numeric: every id is a string
+    assert trident.describe("out/copy").provenance["lineage"][0]["snapshot_id"] == lineage["snapshot_id"]  # stored so too
+    assert not [k for k, v in meta.items() if isinstance(v, int) and not isinstance(v, bool) and abs(v) > JS_SAFE]
+
+
+def test_json_metadata_turns_ids_and_big_integers_into_strings() -> None:
+    """Provenance stored before ids were strings is shown safely too."""
+    stored = {"lineage": [{"snapshot_id": 7310198725693374725, "txn_id": "t"}], "n": 3, "big": 2**60, "ok": True, "x": 1.5}
+    assert json_safe(stored) == {
+        "lineage": [{"snapshot_id": "7310198725693374725", "txn_id": "t"}], "n": 3, "big": str(2**60), "ok": True, "x": 1.5,
+    }
+
+
+def test_a_plain_asset_merges_its_upstream_provenance(settings: TridentSettings, trident: Trident) -> None:
+    """Issue 9.2: a plain @asset that loads a governed source through the IO manager (and declares
+    another as a dep) keeps their counterparty and contract, with the lineage of what it read."""
+    trident.write("src/gov", pa.table({"id": [1, 2, 3]}), provenance={"counterparty": "acme", "contract": "k-9", "tags": ["pii"]})
+    trident.write("src/ref", pa.table({"id": [1]}), provenance={"counterparty": "acme", "tags": ["ref"]})
+
+    @dg.asset(key=["out", "derived"], ins={"gov": dg.AssetIn(key=["src", "gov"])}, deps=[dg.AssetKey(["src", "ref"])],
+              metadata={"trident/provenance": {"tags": ["derived"]}})
+    def derived(gov: pa.Table) -> pa.Table:
+        return gov.filter(pa.compute.greater(gov["id"], 1))
+
+    sources = [dg.AssetSpec(["src", "gov"]), dg.AssetSpec(["src", "ref"])]
+    result = dg.materialize([*sources, derived], resources=resources_for(settings), selection=[derived], raise_on_error=False)
+    assert result.success, step_errors(result)
+    prov = trident.describe("out/derived").provenance
+    assert prov["counterparty"] == "acme" and prov["contract"] == "k-9"
+    assert prov["tags"] == ["pii", "ref", "derived"]
+    assert prov["upstream"] == ["src/gov", "src/ref"] and prov["conflicts"] == []
+    gov = trident.describe("src/gov")
+    assert prov["lineage"][0] == {
+        "key": "src/gov", "txn_id": str(gov.last_txn_id), "snapshot_id": str(gov.snapshot_id), "committed_at": gov.committed_at.isoformat(),  # type: ignore[union-attr]
+    }
+    assert materialized(result)["out/derived"]["trident/provenance"]["contract"] == "k-9"
+    # and one more hop: a derivation of the derived asset still carries them
+    @dg.asset(key=["out", "again"], ins={"d": dg.AssetIn(key=["out", "derived"])})
+    def again(d: pa.Table) -> pa.Table:
+        return d
+
+    assert dg.materialize([dg.AssetSpec(["out", "derived"]), again], resources=resources_for(settings), selection=[again]).success
+    assert trident.describe("out/again").provenance["contract"] == "k-9"
+    assert trident.describe("out/again").provenance["upstream"] == ["out/derived", "src/gov", "src/ref"]
+
+
+def test_an_asset_returning_none_is_a_named_error(settings: TridentSettings, trident: Trident) -> None:
+    """Issue 9.5: it was shown as materialized, with no metadata and no dataset behind it."""
+
+    @dg.asset(key=["io", "forgot"])
+    def forgot():  # type: ignore[no-untyped-def]  # what a user writes when they forget the return
+        pa.table({"id": [1]})
+
+    result = dg.materialize([forgot], resources=resources_for(settings), raise_on_error=False)
+    assert not result.success
+    [error] = step_errors(result)
+    assert "AssetReturnedNoneError" in error and "'io/forgot' returned None" in error and "`-> None`" in error, error
+    assert materialized(result) == {} and not trident.exists("io/forgot")

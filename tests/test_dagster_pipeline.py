@@ -16,11 +16,11 @@ import pyarrow.compute as pc
 import pytest
 from click.testing import CliRunner
 
+from trident_assets.definitions import build_definitions
 from trident_assets.pipeline import Q3_SQL
 from trident_assets.tpch import ensure_tpch
 from trident_resources import Trident, TridentSettings
 from trident_resources.dagster import TridentResource
-from trident_sensors.definitions import build_definitions
 
 from .conftest import make_settings
 from .dagster_support import materialized
@@ -31,15 +31,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def run(trident_home: Path, pg_dsn: str) -> Iterator[tuple[TridentSettings, Trident, dg.ExecuteInProcessResult, Path]]:
-    settings = make_settings(trident_home, pg_dsn)
-    mp = pytest.MonkeyPatch()
-    mp.setenv("TRIDENT_TPCH_SCALE", SCALE)
+    settings = make_settings(trident_home, pg_dsn, tpch_scale=SCALE)
     defs = build_definitions(TridentResource.from_settings(settings))
     result = defs.resolve_job_def("tpch_pipeline").execute_in_process(raise_on_error=False)
     t = Trident(settings)
     yield settings, t, result, ensure_tpch(settings.home, SCALE)
     t.close()
-    mp.undo()
 
 
 def parquet(folder: Path, table: str) -> str:
@@ -148,19 +145,27 @@ def test_trident_check_exits_zero_then_one_when_a_blocking_check_fails(run: Any,
 
 
 def test_definitions_load_cleanly() -> None:
-    from trident_sensors.definitions import defs
+    """The root a Dagster engineer looks for, loaded as ``dagster dev`` loads it: from
+    workspace.yaml, and from pyproject's [tool.dagster] with no arguments at all."""
+    from trident_assets.definitions import defs
 
+    dg.Definitions.validate_loadable(defs)
     repo = defs.get_repository_def()
     repo.load_all_definitions()
     assert repo.has_job("tpch_pipeline") and repo.get_sensor_def("trident_reconciler") and repo.get_schedule_def("tpch_pipeline_rebuild")
+    assert repo.get_sensor_def("trident_ledger_commits")
+    conditions = {k.to_user_string(): c for a in defs.assets for k, c in a.automation_conditions_by_key.items()}  # type: ignore[union-attr]
+    assert conditions == {"sales/lineitem_revenue": dg.AutomationCondition.eager()}  # the example's delta node
     checked = {spec.asset_key for c in defs.asset_checks for spec in c.check_specs}
     for asset in defs.assets:
         for key in asset.keys:
             assert key in checked, f"{key.to_user_string()} has no checks"
             spec = asset.specs_by_key[key]
             assert spec.kinds and spec.group_name, key
-    done = subprocess.run(
-        [str(Path(sys.executable).with_name("dagster")), "definitions", "validate", "-w", "workspace.yaml"],
-        cwd=ROOT, capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HOME": "/tmp"},
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    for args in (["-w", "workspace.yaml"], []):
+        done = subprocess.run(
+            [str(Path(sys.executable).with_name("dagster")), "definitions", "validate", *args],
+            cwd=ROOT, capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HOME": "/tmp"},
+        )
+        assert done.returncode == 0, (args, done.stdout + done.stderr)
+        assert "Validation successful for code location trident." in done.stdout + done.stderr, args

@@ -46,10 +46,6 @@ class Session:
             raise TridentError(f"the node's result has engine identity column(s) {leaked}; rename them (e.g. AS src_row_index)")
         return rel.to_arrow_reader(batch_rows)
 
-    def cursor(self) -> duckdb.DuckDBPyConnection:
-        """A second cursor on the same sources (a split streams two results)."""
-        return self.con.cursor()
-
     def close(self) -> None:
         self.con.close()
 

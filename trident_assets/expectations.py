@@ -93,23 +93,22 @@ def _literal(v: Any) -> str:
     return "'" + str(v).replace("'", "''") + "'"
 
 
-def build_checks(key: str, expectations: Sequence[Expectation], resource_key: str = "trident") -> list[dg.AssetChecksDefinition]:
+def build_checks(key: str, expectations: Sequence[Expectation]) -> list[dg.AssetChecksDefinition]:
     """One asset check per expectation on the asset ``key``."""
     names = [e.name for e in expectations]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise ValueError(f"expectations on {key!r} share the name(s) {dupes}; give custom_sql checks distinct names")
-    return [_check(key, e, resource_key) for e in expectations]
+    return [_check(key, e) for e in expectations]
 
 
-def _check(key: str, e: Expectation, resource_key: str) -> dg.AssetChecksDefinition:
+def _check(key: str, e: Expectation) -> dg.AssetChecksDefinition:
     @dg.asset_check(
         asset=dg.AssetKey(key.split("/")), name=e.name, description=e.description, blocking=e.blocking,
-        required_resource_keys={resource_key}, metadata={"trident/sql": e.sql.format(dataset=f'"{key}"')},
+        metadata={"trident/sql": e.sql.format(dataset=f'"{key}"')},
     )
-    def _run(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
-        resource: TridentResource = getattr(context.resources, resource_key)
-        passed, value, meta = e.evaluate(resource.get_client(), key)
+    def _run(context: dg.AssetCheckExecutionContext, trident: TridentResource) -> dg.AssetCheckResult:
+        passed, value, meta = e.evaluate(trident.get_client(), key)
         return dg.AssetCheckResult(
             passed=passed,
             severity=dg.AssetCheckSeverity.ERROR if e.blocking else dg.AssetCheckSeverity.WARN,

@@ -4,15 +4,20 @@ Arrow, streams its result into ``Trident.write`` (via ``TridentIOManager``), mer
 provenance into its output's and records watermarks in the same COMMIT.
 
 * ``transform_asset``: SQL over one source, named ``source`` in the SQL;
-* ``join_asset``: SQL over several sources, each under the name you give it; refuses to start when
-  the sources' recorded row counts say the result could exceed ``max_rows`` (see ``join_guard``);
+* ``join_asset``: SQL over several sources, each under the name you give it; refuses before writing
+  anything when the sources' row counts and the distinct counts of its join keys say a join step
+  could exceed ``max_rows`` (see ``join_guard`` for what that estimate can and cannot promise);
 * ``split_asset``: one predicate, two outputs (matched / unmatched; a NULL predicate is unmatched),
   a subsettable multi-asset whose outputs must resolve to the same sink;
 * ``model_asset``: a Python function over Arrow batches; output rows carry ``__source_row_index__``.
+
+Every factory takes ``automation_condition=`` (passed to Dagster as is; for a split, to both
+outputs): ``dg.AutomationCondition.eager()`` runs the node after any of its sources changes,
+including commits made outside Dagster, which the ``trident_ledger_commits`` sensor reports.
 """
 
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +32,7 @@ from .compute import DEFAULT_BATCH_ROWS, SOURCE_ROW_INDEX, Session, open_session
 from .expectations import Expectation, build_checks
 from .join_guard import SourceStats, check_join, max_join_rows
 from .model import model_reader
-from .provenance import merge_provenance
+from .provenance import lineage_entry, merge_provenance
 from .strategies import Strategy, replace
 
 DEFAULT_KINDS = ("iceberg", "duckdb")
@@ -53,21 +58,13 @@ def _akey(key: str) -> dg.AssetKey:
     return dg.AssetKey(validate_key(key).split("/"))
 
 
-def _client(context: dg.AssetExecutionContext, resource_key: str) -> Trident:
-    resource: TridentResource = getattr(context.resources, resource_key)
-    return resource.get_client()
-
-
 def _output(session: Session, key: str, data: Any, own_provenance: Mapping[str, Any] | None, t: Trident, extra: Mapping[str, Any] | None = None, on_done: Callable[[], None] | None = None) -> TridentOutput:
     plan = session.plan
     sources = list(dict.fromkeys(session.sources.values()))
-    lineage = [
-        {"key": s, "txn_id": str(d.last_txn_id), "snapshot_id": d.snapshot_id, "committed_at": d.committed_at.isoformat() if d.committed_at else None}
-        for s, d in plan.sources.items()
-    ]
+    lineage = [lineage_entry(s, d) for s, d in plan.sources.items()]
     prov = merge_provenance({s: t.describe(s).provenance for s in sources}, own_provenance, lineage)
     return TridentOutput(
-        data, mode=plan.mode, keys=plan.keys or None, provenance=prov, watermarks=plan.watermarks,
+        data, mode=plan.mode, keys=plan.keys or None, provenance=prov, merge_upstream=False, watermarks=plan.watermarks,
         source_refs=sources, metadata={**plan.metadata(), **(extra or {})}, on_done=on_done,
     )
 
@@ -93,11 +90,14 @@ def _node_output(
         raise
 
 
-def _asset_kwargs(group: str | None, kinds: Sequence[str], description: str | None, strategy: Strategy, resource_key: str, metadata: Mapping[str, Any] | None) -> dict[str, Any]:
+def _asset_kwargs(
+    group: str | None, kinds: Sequence[str], description: str | None, strategy: Strategy,
+    metadata: Mapping[str, Any] | None, automation_condition: dg.AutomationCondition | None,
+) -> dict[str, Any]:
     return {
         "group_name": group, "kinds": set(kinds), "description": description,
-        "required_resource_keys": {resource_key},
         "metadata": {"trident/strategy": strategy.describe(), **(metadata or {})},
+        "automation_condition": automation_condition,
     }
 
 
@@ -112,22 +112,22 @@ def transform_asset(
     group: str | None = None,
     description: str | None = None,
     kinds: Sequence[str] = DEFAULT_KINDS,
-    resource_key: str = "trident",
     batch_rows: int = DEFAULT_BATCH_ROWS,
     metadata: Mapping[str, Any] | None = None,
+    automation_condition: dg.AutomationCondition | None = None,
 ) -> Node:
     """``key`` := ``sql`` over dataset ``source`` (named ``source`` in the SQL)."""
     strategy = strategy or replace()
 
-    @dg.asset(key=_akey(key), deps=[_akey(source)], **_asset_kwargs(group, kinds, description or sql, strategy, resource_key, metadata))
-    def _transform(context: dg.AssetExecutionContext) -> TridentOutput:
+    @dg.asset(key=_akey(key), deps=[_akey(source)], **_asset_kwargs(group, kinds, description or sql, strategy, metadata, automation_condition))
+    def _transform(context: dg.AssetExecutionContext, trident: TridentResource) -> TridentOutput:
         def build(session: Session) -> tuple[Any, None]:
             context.log.info(f"{key}: {session.plan.reason}")
             return session.stream(sql, batch_rows), None
 
-        return _node_output(_client(context, resource_key), key, {"source": source}, strategy, provenance, build)
+        return _node_output(trident.get_client(), key, {"source": source}, strategy, provenance, build)
 
-    return Node(_transform, build_checks(key, expectations, resource_key))
+    return Node(_transform, build_checks(key, expectations))
 
 
 def join_asset(
@@ -142,9 +142,9 @@ def join_asset(
     group: str | None = None,
     description: str | None = None,
     kinds: Sequence[str] = DEFAULT_KINDS,
-    resource_key: str = "trident",
     batch_rows: int = DEFAULT_BATCH_ROWS,
     metadata: Mapping[str, Any] | None = None,
+    automation_condition: dg.AutomationCondition | None = None,
 ) -> Node:
     """``key`` := ``sql`` over ``sources`` (SQL name -> dataset key)."""
     strategy = strategy or replace()
@@ -152,21 +152,27 @@ def join_asset(
         raise ValueError(f"join_asset {key!r} needs two or more sources; use transform_asset for one")
     deps = [_akey(k) for k in dict.fromkeys(sources.values())]
 
-    @dg.asset(key=_akey(key), deps=deps, **_asset_kwargs(group, kinds, description or sql, strategy, resource_key, metadata))
-    def _join(context: dg.AssetExecutionContext) -> TridentOutput:
+    @dg.asset(key=_akey(key), deps=deps, **_asset_kwargs(group, kinds, description or sql, strategy, metadata, automation_condition))
+    def _join(context: dg.AssetExecutionContext, trident: TridentResource) -> TridentOutput:
+        t = trident.get_client()
+
         def build(session: Session) -> tuple[Any, dict[str, Any]]:
-            stats = {
-                name: SourceStats(k, session.plan.sources[k].row_count, frozenset(c["name"] for c in session.plan.sources[k].schema))
+            plan = session.plan
+            stats = [  # a delta slice has no recorded count: the guard counts it
+                SourceStats(name, k, plan.sources[k].row_count if plan.since.get(k) is None else None)
                 for name, k in sources.items()
-            }
-            bound = max_join_rows(max_rows)
+            ]
+            bound = max_join_rows(max_rows, t.settings)
             estimate = check_join(session.con, sql, stats, bound, key)
-            context.log.info(f"{key}: {session.plan.reason}; join estimate {estimate:,} rows (bound {bound:,})")
-            return session.stream(sql, batch_rows), {"trident/join_estimate": estimate, "trident/join_bound": bound}
+            steps = "\n".join(estimate.steps) or "no join step"
+            context.log.info(f"{key}: {plan.reason}; join estimate {estimate.rows:,} rows (bound {bound:,}):\n{steps}")
+            return session.stream(sql, batch_rows), {
+                "trident/join_estimate": estimate.rows, "trident/join_bound": bound, "trident/join_steps": steps,
+            }
 
-        return _node_output(_client(context, resource_key), key, sources, strategy, provenance, build)
+        return _node_output(t, key, sources, strategy, provenance, build)
 
-    return Node(_join, build_checks(key, expectations, resource_key))
+    return Node(_join, build_checks(key, expectations))
 
 
 def split_asset(
@@ -182,9 +188,9 @@ def split_asset(
     group: str | None = None,
     description: str | None = None,
     kinds: Sequence[str] = DEFAULT_KINDS,
-    resource_key: str = "trident",
     batch_rows: int = DEFAULT_BATCH_ROWS,
     name: str | None = None,
+    automation_condition: dg.AutomationCondition | None = None,
 ) -> Node:
     """Rows of ``source`` where ``predicate`` is TRUE go to ``matched``; all others (FALSE or NULL)
     to ``unmatched``, so the two outputs partition the source exactly."""
@@ -194,7 +200,9 @@ def split_asset(
     asset_outs = {
         _akey(k).to_python_identifier(): dg.AssetOut(
             key=_akey(k), group_name=group, kinds=set(kinds), io_manager_key="io_manager",
-            description=description or f"rows of {source} where {'' if o == 'matched' else 'NOT '}({predicate})",
+            is_required=False,  # subsettable: a run of one output yields only that output
+            automation_condition=automation_condition,
+            description=description or _split_description(source, predicate, o),
             metadata={"trident/strategy": strategy.describe(), "trident/split": o, "trident/predicate": predicate},
         )
         for o, k in outs.items()
@@ -202,10 +210,9 @@ def split_asset(
 
     @dg.multi_asset(
         name=name or f"split_{matched.replace('/', '__')}", outs=asset_outs, deps=[_akey(source)], can_subset=True,
-        required_resource_keys={resource_key},
     )
-    def _split(context: dg.AssetExecutionContext):  # type: ignore[no-untyped-def]
-        t = _client(context, resource_key)
+    def _split(context: dg.AssetExecutionContext, trident: TridentResource) -> Iterator[dg.Output[TridentOutput]]:
+        t = trident.get_client()
         sinks = {k: t.resolve_sink(k) for k in outs.values()}
         if len(set(sinks.values())) > 1:
             raise TridentError(
@@ -227,8 +234,16 @@ def split_asset(
     for k, exps in (expectations or {}).items():
         if k not in outs.values():
             raise ValueError(f"split expectations name {k!r}, which is not one of its outputs {list(outs.values())}")
-        checks += build_checks(k, exps, resource_key)
+        checks += build_checks(k, exps)
     return Node(_split, checks)
+
+
+def _split_description(source: str, predicate: str, side: str) -> str:
+    """What each half holds, in words that are right about NULL: ``NOT (pred)`` is NULL where
+    ``pred`` is, yet those rows go to the unmatched half (its filter is ``(pred) IS NOT TRUE``)."""
+    if side == "matched":
+        return f"rows of {source} where ({predicate}) is true"
+    return f"rows of {source} where ({predicate}) is not true: false or NULL"
 
 
 def model_asset(
@@ -243,9 +258,9 @@ def model_asset(
     group: str | None = None,
     description: str | None = None,
     kinds: Sequence[str] = ("iceberg", "duckdb", "python"),
-    resource_key: str = "trident",
     batch_rows: int = DEFAULT_BATCH_ROWS,
     metadata: Mapping[str, Any] | None = None,
+    automation_condition: dg.AutomationCondition | None = None,
 ) -> Node:
     """``key`` := ``fn`` applied to each Arrow batch of ``sql`` over ``source``.
 
@@ -256,17 +271,15 @@ def model_asset(
     """
     strategy = strategy or replace()
 
-    @dg.asset(key=_akey(key), deps=[_akey(source)], **_asset_kwargs(group, kinds, description or (fn.__doc__ or fn.__name__), strategy, resource_key, metadata))
-    def _model(context: dg.AssetExecutionContext) -> TridentOutput:
+    @dg.asset(key=_akey(key), deps=[_akey(source)], **_asset_kwargs(group, kinds, description or (fn.__doc__ or fn.__name__), strategy, metadata, automation_condition))
+    def _model(context: dg.AssetExecutionContext, trident: TridentResource) -> TridentOutput:
         def build(session: Session) -> tuple[Any, dict[str, Any]]:
             context.log.info(f"{key}: {session.plan.reason}")
             return model_reader(session.stream(sql, batch_rows), fn, key), {"trident/model": getattr(fn, "__name__", "model")}
 
-        return _node_output(
-            _client(context, resource_key), key, {"source": source}, strategy, provenance, build, source_row_index=True
-        )
+        return _node_output(trident.get_client(), key, {"source": source}, strategy, provenance, build, source_row_index=True)
 
-    return Node(_model, build_checks(key, expectations, resource_key))
+    return Node(_model, build_checks(key, expectations))
 
 
 __all__ = ["Node", "SOURCE_ROW_INDEX", "join_asset", "model_asset", "split_asset", "transform_asset"]

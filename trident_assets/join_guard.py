@@ -1,94 +1,301 @@
-"""The join guard: refuse a join whose sources' recorded row counts say the result could explode.
+"""The join guard: refuse, before anything is written, a join whose data says it could explode.
 
-DuckDB's plan says how the SQL combines its sources (it is never executed here); the sources' row
-counts come from the control plane (recorded at each COMMIT, nothing is scanned). The estimate
-walks the plan bottom-up: a scan is its source's row count; an equality (hash) join is assumed to be
-a key join, bounded by its larger side; a cross product or a join without an equality condition
-multiplies its sides; a union adds them; anything else passes its input's size through. When the
-estimate exceeds the bound the node fails before reading a row, naming the offending operator.
+How the estimate is made, and what it can and cannot promise (the README says the same):
+
+1. **Which source each scan reads** comes from DuckDB's plan of the node's SQL, planned (never run)
+   over empty stand-in tables named exactly as the SQL names its sources, so every scan names its
+   table. No column names are matched to guess where a scan comes from.
+2. **Rows** of each source are its row count recorded by the control plane at COMMIT (nothing is
+   scanned); for a delta run, the rows of the slice the node reads.
+3. **Distinct counts of the join keys** are measured on the data: DuckDB's ``approx_count_distinct``
+   (HyperLogLog, about 2% error, constant memory) over just the key column of the source the key
+   comes from — one pass over one column, the rest of the data is not read.
+4. **Each join** is estimated bottom-up: an equality join of L and R rows whose keys have d_L and
+   d_R distinct values produces about ``L * R / max(d_L, d_R)`` rows (exact when the keys are
+   uniformly distributed; ``L * R`` when every row has the same key; ``max(L, R)`` for a key join);
+   a cross product or a join with no equality condition produces ``L * R``; an outer join at least
+   its preserved side; a semi/anti join at most its left side; a union the sum; a GROUP BY at most
+   the product of its keys' distinct counts; filters are not credited (they only lower the truth).
+5. **The estimate** is the largest number of rows any step produces (a join followed by an
+   aggregate is guarded on the join). Above ``max_rows`` the node fails with JoinTooLargeError,
+   naming the step, its inputs and its keys' distinct counts.
+
+It cannot promise an upper bound: keys with a few very frequent values (skew) can make a join
+larger than ``L * R / max(d)`` says, and a join key that is an expression or a renamed column it
+cannot trace to a source column is treated as no key at all (``L * R``, a refusal on the safe side,
+said so in the message). It never runs the join to find out.
 """
 
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Mapping
-from dataclasses import dataclass
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import duckdb
 
-from trident_resources import TridentError
+from trident_resources import TridentError, TridentSettings
 
-DEFAULT_MAX_JOIN_ROWS = 1_000_000_000
-ENV_MAX_JOIN_ROWS = "TRIDENT_JOIN_MAX_ROWS"
-_MULTIPLYING = {"CROSS_PRODUCT", "NESTED_LOOP_JOIN", "BLOCKWISE_NL_JOIN", "PIECEWISE_MERGE_JOIN"}
-_SCANS = ("ARROW_SCAN", "PYTHON_ARROW_SCAN", "SEQ_SCAN", "TABLE_SCAN")
+ENV_MAX_JOIN_ROWS = "TRIDENT_JOIN_MAX_ROWS"  # named in messages; TridentSettings.join_max_rows reads it
+# The stand-in tables are empty: without these optimizers DuckDB keeps the plan's shape instead of
+# proving from statistics that an empty input makes the join empty.
+_GUARD_DISABLED_OPTIMIZERS = "statistics_propagation,empty_result_pullup"
+_IDENT = re.compile(r'^(?:"((?:[^"]|"")+)"|([A-Za-z_][A-Za-z0-9_$]*))$')
+_POSITION = re.compile(r"^#(\d+)$")
+_EQUALITY = (" = ", " IS NOT DISTINCT FROM ")
 
 
 class JoinTooLargeError(TridentError):
-    """The sources' row counts say the join could produce more rows than allowed."""
+    """The sources' row counts and key distinct counts say the join could produce more rows than allowed."""
 
 
 @dataclass(frozen=True)
 class SourceStats:
+    """One source as the node's SQL names it: its dataset key and the rows the node reads
+    (``None``: count them, e.g. a delta slice the control plane has no count for)."""
+
+    name: str
     key: str
-    rows: int
-    columns: frozenset[str]
+    rows: int | None
 
 
-def max_join_rows(explicit: int | None) -> int:
-    """The bound: the node's ``max_rows``, else ``TRIDENT_JOIN_MAX_ROWS``, else one billion."""
-    if explicit is not None:
-        return explicit
-    return int(os.environ.get(ENV_MAX_JOIN_ROWS, DEFAULT_MAX_JOIN_ROWS))
+@dataclass(frozen=True)
+class JoinEstimate:
+    rows: int  # the largest step
+    steps: list[str]  # one line per join step, in plan order (inputs first)
+    largest: str
 
 
-def check_join(con: duckdb.DuckDBPyConnection, sql: str, stats: Mapping[str, SourceStats], bound: int, output: str) -> int:
-    """Return the estimate, or raise JoinTooLargeError when it exceeds ``bound``."""
-    try:
-        plan = json.loads(con.execute("EXPLAIN (FORMAT JSON) " + sql).fetchall()[0][1])
-    except duckdb.Error as exc:
-        raise TridentError(f"the join SQL of {output!r} does not plan: {exc}") from exc
-    worst: list[tuple[int, str]] = []
-    estimate = max(_estimate(node, stats, worst) for node in plan)
-    if estimate > bound:
-        op, what = max(worst) if worst else (estimate, "the plan")
-        rows = ", ".join(f"{s.key}={s.rows:,}" for s in stats.values())
+@dataclass(frozen=True)
+class _Col:
+    name: str
+    origins: frozenset[tuple[str, str]] = frozenset()  # (source name, source column)
+
+
+@dataclass
+class _Rel:
+    rows: float
+    cols: list[_Col] = field(default_factory=list)
+
+
+def max_join_rows(explicit: int | None, settings: TridentSettings) -> int:
+    """The bound: the node's ``max_rows``, else ``TRIDENT_JOIN_MAX_ROWS`` (default one billion)."""
+    return explicit if explicit is not None else settings.join_max_rows
+
+
+def check_join(con: duckdb.DuckDBPyConnection, sql: str, sources: Sequence[SourceStats], bound: int, output: str) -> JoinEstimate:
+    """Return the estimate, or raise JoinTooLargeError when it exceeds ``bound``. ``con`` holds the
+    node's source views (named as in ``sources``); the SQL is planned, never executed."""
+    estimate = _Estimator(con, {s.name: s for s in sources}).estimate(sql, output)
+    if estimate.rows > bound:
         raise JoinTooLargeError(
-            f"join {output!r} refused: its sources' recorded row counts ({rows}) say the result could reach "
-            f"{estimate:,} rows, over the bound of {bound:,}. Largest step: {what}. If this is not an "
-            f"accidental cross join, raise max_rows= on the node or {ENV_MAX_JOIN_ROWS}"
+            f"join {output!r} refused before writing anything: the data says it could produce about "
+            f"{estimate.rows:,} rows, over the bound of {bound:,}. Largest step: {estimate.largest}. "
+            f"(Estimated from the sources' row counts and the distinct counts of the join keys: a join "
+            f"of L and R rows gives about L x R / max(distinct keys).) If this is intended, raise "
+            f"max_rows= on the node or {ENV_MAX_JOIN_ROWS}"
         )
     return estimate
 
 
-def _estimate(node: dict, stats: Mapping[str, SourceStats], worst: list[tuple[int, str]]) -> int:
-    name = node.get("name", "")
-    info = node.get("extra_info") or {}
-    kids = [_estimate(c, stats, worst) for c in node.get("children", [])]
-    if any(s in name for s in _SCANS) and not kids:
-        return _scan_rows(info, stats)
-    if name in _MULTIPLYING or (name.endswith("JOIN") and "=" not in str(info.get("Conditions", "="))):
-        n = 1
-        for k in kids:
-            n *= max(k, 1)
-        cond = info.get("Conditions")
-        worst.append((n, f"{name}{' on ' + str(cond) if cond else ''} of {' x '.join(f'{k:,}' for k in kids)} rows"))
-        return n
-    if "UNION" in name:
-        return sum(kids)
-    if kids:
-        return max(kids)
-    try:
-        return int(info.get("Estimated Cardinality", 1))
-    except (TypeError, ValueError):
-        return 1
+class _Estimator:
+    def __init__(self, con: duckdb.DuckDBPyConnection, sources: Mapping[str, SourceStats]) -> None:
+        self.con = con
+        self.sources = sources
+        self.steps: list[tuple[float, str]] = []
+        self._rows: dict[str, float] = {}
+        self._ndv: dict[tuple[str, str], float] = {}
+        self._ctes: dict[str, _Rel] = {}
+
+    # -- the plan ---------------------------------------------------------------------------
+    def estimate(self, sql: str, output: str) -> JoinEstimate:
+        plan = self._plan(sql, output)
+        final = max((self._walk(node).rows for node in plan), default=0.0)
+        worst, what = max(self.steps, default=(final, "the query's result"))
+        rows = math.ceil(max(final, worst))
+        return JoinEstimate(rows=rows, steps=[s for _, s in self.steps], largest=what if worst >= final else "the query's result")
+
+    def _plan(self, sql: str, output: str) -> list[dict[str, Any]]:
+        guard = duckdb.connect()
+        try:
+            guard.execute(f"SET disabled_optimizers = '{_GUARD_DISABLED_OPTIMIZERS}'")
+            for name in self.sources:
+                columns = self.con.execute(f"DESCRIBE {_quote(name)}").fetchall()
+                guard.execute(f"CREATE TABLE {_quote(name)} ({', '.join(f'{_quote(c[0])} {c[1]}' for c in columns)})")
+            return json.loads(guard.execute("EXPLAIN (FORMAT JSON) " + sql).fetchall()[0][1])
+        except duckdb.Error as exc:
+            raise TridentError(f"the join SQL of {output!r} does not plan: {exc}") from exc
+        finally:
+            guard.close()
+
+    def _walk(self, node: dict[str, Any]) -> _Rel:
+        name = str(node.get("name", "")).strip()
+        info = node.get("extra_info") or {}
+        kids = [self._walk(c) for c in node.get("children", [])] if name != "CTE" else []
+        if name == "CTE":  # [definition, consumer]: CTE_SCANs in the consumer read the definition
+            definition, consumer = node["children"]
+            self._ctes[str(info.get("Table Index"))] = self._walk(definition)
+            return self._walk(consumer)
+        if name == "CTE_SCAN":
+            return self._ctes.get(str(info.get("CTE Index")), _Rel(1.0))
+        if not kids:
+            return self._leaf(info)
+        if "JOIN" in name or name == "CROSS_PRODUCT":
+            return self._join(name, info, kids)
+        if "UNION" in name:
+            return _Rel(sum(k.rows for k in kids), list(kids[0].cols))
+        if name.endswith("GROUP_BY"):
+            return self._group_by(info, kids[0])
+        if "AGGREGATE" in name:
+            return _Rel(1.0, [_Col(a) for a in _items(info.get("Aggregates"))])
+        if name == "PROJECTION":
+            return _Rel(kids[0].rows, [self._resolve_col(p, kids[0]) for p in _items(info.get("Projections"))])
+        if "LIMIT" in name and str(info.get("Limit", "")).isdigit():
+            return _Rel(min(kids[0].rows, float(info["Limit"])), kids[0].cols)
+        if "WINDOW" in name:
+            return _Rel(kids[0].rows, [*kids[0].cols, *(_Col(p) for p in _items(info.get("Projections")))])
+        return _Rel(max(k.rows for k in kids), list(kids[0].cols))  # filters, orders, ...: not credited
+
+    def _leaf(self, info: Mapping[str, Any]) -> _Rel:
+        table = str(info.get("Table", "")).split(".")[-1]
+        if table in self.sources:
+            columns = _items(info.get("Projections"))
+            return _Rel(self._source_rows(table), [_Col(c, frozenset({(table, c)})) for c in columns])
+        try:  # VALUES, range(), ...: DuckDB's own estimate
+            return _Rel(max(1.0, float(info.get("Estimated Cardinality", 1))))
+        except (TypeError, ValueError):
+            return _Rel(1.0)
+
+    def _join(self, name: str, info: Mapping[str, Any], kids: list[_Rel]) -> _Rel:
+        if len(kids) != 2:
+            return _Rel(max(k.rows for k in kids), list(kids[0].cols))
+        left, right = kids
+        kind = str(info.get("Join Type", "INNER")).upper()
+        if kind in ("SEMI", "ANTI", "MARK", "SINGLE"):
+            return _Rel(left.rows, list(left.cols))
+        if kind in ("RIGHT_SEMI", "RIGHT_ANTI"):
+            return _Rel(right.rows, list(right.cols))
+        product = left.rows * right.rows
+        divisor, keys = 0.0, []
+        untraced = []
+        for cond in _items(info.get("Conditions")):
+            sides = _split_equality(cond)
+            if sides is None:
+                continue
+            d_left, d_right = self._col_ndv(sides[0], left), self._col_ndv(sides[1], right)
+            if d_left is None and d_right is None:
+                untraced.append(cond)
+                continue
+            d = max(x for x in (d_left, d_right) if x is not None)
+            keys.append(f"{cond} ({_n(d_left)} x {_n(d_right)} distinct)")
+            divisor = max(divisor, d)
+        rows = product / divisor if divisor else product
+        if kind == "LEFT":
+            rows = max(rows, left.rows)
+        elif kind == "RIGHT":
+            rows = max(rows, right.rows)
+        elif kind in ("FULL", "OUTER"):
+            rows = max(rows, left.rows, right.rows)
+        how = f" on {', '.join(keys)}" if keys else (" with no equality condition" if not untraced else "")
+        if untraced:
+            how += f"; join keys {untraced} could not be traced to source columns, so they count as no key"
+        self.steps.append((rows, f"{kind.lower()} {name} of {left.rows:,.0f} x {right.rows:,.0f} rows{how} ~ {rows:,.0f} rows"))
+        return _Rel(rows, [*left.cols, *right.cols])
+
+    def _group_by(self, info: Mapping[str, Any], child: _Rel) -> _Rel:
+        groups = [self._resolve_col(g, child) for g in _items(info.get("Groups"))]
+        ndvs = [self._ndv_of(c, child) for c in groups]
+        rows = child.rows
+        if groups and all(d is not None for d in ndvs):
+            rows = min(rows, math.prod(d for d in ndvs if d is not None))
+        return _Rel(rows, [*groups, *(_Col(a) for a in _items(info.get("Aggregates")))])
+
+    # -- columns ----------------------------------------------------------------------------
+    def _resolve_col(self, expr: str, rel: _Rel) -> _Col:
+        """The column an expression of a node's output is, when it is a plain reference."""
+        expr = expr.strip()
+        pos = _POSITION.match(expr)
+        if pos:
+            i = int(pos.group(1))
+            return rel.cols[i] if i < len(rel.cols) else _Col(expr)
+        ident = _IDENT.match(expr)
+        if ident:
+            name = (ident.group(1) or "").replace('""', '"') or ident.group(2)
+            origins = frozenset(o for c in rel.cols if c.name == name for o in c.origins)
+            return _Col(name, origins)
+        return _Col(expr)
+
+    def _col_ndv(self, expr: str, rel: _Rel) -> float | None:
+        return self._ndv_of(self._resolve_col(_strip_parens(expr), rel), rel)
+
+    def _ndv_of(self, col: _Col, rel: _Rel) -> float | None:
+        """Distinct values of a column in ``rel``: the fewest of its possible origins (a name two
+        sources share counts as the less distinct one), never more than ``rel``'s rows."""
+        if not col.origins:
+            return None
+        return max(1.0, min(min(self._source_ndv(s, c) for s, c in col.origins), rel.rows))
+
+    # -- measured on the data ---------------------------------------------------------------
+    def _source_rows(self, name: str) -> float:
+        if name not in self._rows:
+            known = self.sources[name].rows
+            if known is None:
+                known = int(self.con.execute(f"SELECT count(*) FROM {_quote(name)}").fetchall()[0][0])
+            self._rows[name] = float(known)
+        return self._rows[name]
+
+    def _source_ndv(self, name: str, column: str) -> float:
+        if (name, column) not in self._ndv:
+            [(value,)] = self.con.execute(f"SELECT approx_count_distinct({_quote(column)}) FROM {_quote(name)}").fetchall()
+            self._ndv[(name, column)] = float(value or 0)
+        return self._ndv[(name, column)]
 
 
-def _scan_rows(info: dict, stats: Mapping[str, SourceStats]) -> int:
-    cols = info.get("Projections") or []
-    cols = [cols] if isinstance(cols, str) else cols
-    matches = [s.rows for s in stats.values() if cols and set(cols) <= s.columns]
-    if matches:
-        return max(matches)
-    return max((s.rows for s in stats.values()), default=1)  # unknown scan: assume the largest source
+def _items(value: Any) -> list[str]:
+    if value is None or value == "":
+        return []
+    return [str(v) for v in value] if isinstance(value, list) else [str(value)]
+
+
+def _split_equality(cond: str) -> tuple[str, str] | None:
+    """``lhs = rhs`` (or IS NOT DISTINCT FROM) at the top level of a join condition, else None."""
+    for op in _EQUALITY:
+        depth, i = 0, 0
+        hits = []
+        while i < len(cond):
+            ch = cond[i]
+            depth += ch == "("
+            depth -= ch == ")"
+            if depth == 0 and cond.startswith(op, i):
+                hits.append(i)
+            i += 1
+        if len(hits) == 1:
+            return cond[: hits[0]].strip(), cond[hits[0] + len(op):].strip()
+    return None
+
+
+def _strip_parens(expr: str) -> str:
+    expr = expr.strip()
+    while expr.startswith("(") and expr.endswith(")") and _balanced(expr[1:-1]):
+        expr = expr[1:-1].strip()
+    return expr
+
+
+def _balanced(s: str) -> bool:
+    depth = 0
+    for ch in s:
+        depth += (ch == "(") - (ch == ")")
+        if depth < 0:
+            return False
+    return depth == 0
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _n(value: float | None) -> str:
+    return "?" if value is None else f"{value:,.0f}"

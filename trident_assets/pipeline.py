@@ -4,7 +4,7 @@
     tpch/orders ──┬─────────────────────────────────────────────────────────┼─> sales/q3_revenue (join, TPC-H Q3 shape)
     tpch/lineitem ┼─────────────────────────────────────────────────────────┘
                   ├─> ml/lineitem_scores (model: late-delivery risk per line item)
-                  └─> sales/lineitem_revenue (transform, delta: only new line items)
+                  └─> sales/lineitem_revenue (transform, delta: only new line items; eager automation)
     tpch/orders ───> sales/urgent_orders + sales/routine_orders (split on priority)
 
 Every node carries expectations (asset checks); the raw tables carry the provenance (counterparty,
@@ -24,7 +24,7 @@ from trident_resources.dagster import TridentOutput, TridentResource
 from . import expectations as ex
 from . import strategies as st
 from .factories import Node, join_asset, model_asset, split_asset, transform_asset
-from .tpch import TABLES, ensure_tpch, scale_factor
+from .tpch import TABLES, ensure_tpch
 
 RAW_GROUP = "tpch_raw"
 GROUP = "tpch_pipeline"
@@ -55,19 +55,18 @@ FROM source
 """
 
 
-def raw_table_asset(table: str, resource_key: str = "trident") -> Node:
+def raw_table_asset(table: str) -> Node:
     """``tpch/<table>``: the generated Parquet file streamed in (writer ``ingest.api``)."""
     key = f"tpch/{table}"
 
     @dg.asset(
         key=dg.AssetKey(["tpch", table]), group_name=RAW_GROUP, kinds={"iceberg", "parquet"},
-        required_resource_keys={resource_key},
-        description=f"TPC-H {table} at scale factor TRIDENT_TPCH_SCALE (default {scale_factor()}), generated on first run",
+        description=f"TPC-H {table} at scale factor TRIDENT_TPCH_SCALE (default 0.01), generated on first run",
         metadata={"trident/strategy": "replace", "trident/writer": "ingest.api"},
     )
-    def _raw(context: dg.AssetExecutionContext) -> TridentOutput:
-        resource: TridentResource = getattr(context.resources, resource_key)
-        folder = ensure_tpch(resource.get_client().settings.home)
+    def _raw(context: dg.AssetExecutionContext, trident: TridentResource) -> TridentOutput:
+        settings = trident.get_client().settings
+        folder = ensure_tpch(settings.home, settings.tpch_scale)
         source = str(folder / f"{table}.parquet")
         # one row group at a time: pyarrow's dataset scanner starts reading ahead on its threads as
         # soon as it is created (~400 MiB more at SF1), and pre-buffering holds the whole file
@@ -75,10 +74,10 @@ def raw_table_asset(table: str, resource_key: str = "trident") -> Node:
         reader = pa.RecordBatchReader.from_batches(parquet.schema_arrow, parquet.iter_batches(batch_size=65_536))
         return TridentOutput(
             reader, mode="replace", writer="ingest.api", provenance={**RAW_PROVENANCE, "source_files": [f"{table}.parquet"]},
-            source_refs=[f"tpchgen-cli:sf{scale_factor()}/{table}"], metadata={"trident/source_file": source},
+            source_refs=[f"tpchgen-cli:sf{settings.tpch_scale}/{table}"], metadata={"trident/source_file": source},
         )
 
-    return Node(_raw, ex.build_checks(key, [ex.row_count_between(1)], resource_key))
+    return Node(_raw, ex.build_checks(key, [ex.row_count_between(1)]))
 
 
 def late_risk(batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -134,6 +133,7 @@ def nodes() -> list[Node]:
     )
     revenue = transform_asset(
         "sales/lineitem_revenue", "tpch/lineitem", LINEITEM_REVENUE_SQL, strategy=st.delta(), group=GROUP,
+        automation_condition=dg.AutomationCondition.eager(),  # new line items, whoever commits them, flow on
         provenance={"tags": ["sales", "revenue"]},
         description="Net revenue per line item, built incrementally: each run reads only new line items",
         expectations=[ex.not_null(["l_orderkey", "revenue"]), ex.unique(["l_orderkey", "l_linenumber"]), ex.row_count_between(1)],

@@ -27,19 +27,22 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Literal
 
 from trident_resources import Trident, TridentError
+from trident_resources.dagster import WriteMode
 from trident_resources.results import Description
 
-APPEND_ONLY_MODES = ("append", "append_new")
+StrategyKind = Literal["replace", "append_always", "append_new", "upsert", "snapshot_replace", "delta"]
+APPEND_ONLY_MODES: tuple[WriteMode, ...] = ("append", "append_new")
 
 
 @dataclass(frozen=True)
 class Strategy:
-    kind: str  # replace | append_always | append_new | upsert | snapshot_replace | delta
+    kind: StrategyKind
     keys: tuple[str, ...] = ()
     driver: str | None = None  # delta on several sources: the dataset key whose new rows are read
 
@@ -80,7 +83,8 @@ def _need_keys(kind: str, keys: Sequence[str]) -> tuple[str, ...]:
     return out
 
 
-_FULL_MODES = {
+# strategy kind -> (facade write mode, whether the strategy's keys go to the write)
+_FULL_MODES: dict[StrategyKind, tuple[WriteMode, bool]] = {
     "replace": ("replace", False), "append_always": ("append", False), "append_new": ("append_new", True),
     "upsert": ("upsert", True), "snapshot_replace": ("replace", True),
 }
@@ -91,7 +95,7 @@ class Plan:
     """What one run of a node writes: the facade mode, which source rows to read, and the
     watermarks its COMMIT records."""
 
-    mode: str
+    mode: WriteMode
     keys: tuple[str, ...]
     since: dict[str, datetime | None]  # source key -> read rows with __created_at > this (None: all)
     watermarks: dict[str, tuple[datetime, uuid.UUID | None]]
@@ -107,10 +111,10 @@ def plan_output(t: Trident, output: str, sources: Sequence[str], strategy: Strat
     """Decide how this run writes ``output`` from the current state of its ``sources``."""
     described = {s: t.describe(s) for s in sources}
     marks = {s: (d.committed_at, d.last_txn_id) for s, d in described.items() if d.committed_at is not None}
-    full = {s: None for s in sources}
+    full: dict[str, datetime | None] = {s: None for s in sources}
     if strategy.kind != "delta":
-        mode, keyed = _FULL_MODES[strategy.kind]
-        return Plan(mode, strategy.keys if keyed else (), full, marks, False, strategy.describe(), described)
+        full_mode, keyed = _FULL_MODES[strategy.kind]
+        return Plan(full_mode, strategy.keys if keyed else (), full, marks, False, strategy.describe(), described)
     rebuild = Plan("replace", (), full, marks, False, "", described)
     driver = strategy.driver or (sources[0] if len(sources) == 1 else None)
     if driver is None or driver not in sources:
@@ -134,9 +138,9 @@ def plan_output(t: Trident, output: str, sources: Sequence[str], strategy: Strat
             e = changed[-1]
             return _why(rebuild, f"full rebuild: {s} had a {e.mode} (txn {e.txn_id}) after the watermark {mark.isoformat()}")
         since[s] = mark if s == driver else None
-    mode = "upsert" if strategy.keys else "append"
+    delta_mode: WriteMode = "upsert" if strategy.keys else "append"
     reason = f"delta: rows of {driver} committed after {since[driver].isoformat()}"  # type: ignore[union-attr]
-    return Plan(mode, strategy.keys, since, marks, True, reason, described)
+    return Plan(delta_mode, strategy.keys, since, marks, True, reason, described)
 
 
 def _why(plan: Plan, reason: str) -> Plan:
@@ -157,7 +161,3 @@ def wait_for_quiet_sources(t: Trident, sources: Sequence[str], wait_s: float) ->
 def _open_write(t: Trident, key: str) -> bool:
     newest = t.history(key, limit=1)
     return bool(newest) and newest[0].status == "open"
-
-
-def source_state(plan: Plan) -> Mapping[str, uuid.UUID | None]:
-    return {s: d.last_txn_id for s, d in plan.sources.items()}

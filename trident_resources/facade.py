@@ -445,6 +445,15 @@ class Trident:
 
         return migrate(self, validate_key(key), to_sink, progress)
 
+    # -- Dagster layer (issue 9): commits as events --------------------------------------------
+    def commits_since(self, after: int = 0, limit: int = 500) -> list[tuple[int, str, LedgerEntry]]:
+        """This workspace's committed transactions in commit order, after commit sequence ``after``:
+        ``(sequence, dataset key, ledger entry)``, at most ``limit``. The sequence is drawn in the
+        COMMIT step (the sync log's id), so a cursor over it sees each commit once, whatever writer
+        made it; the Dagster ledger sensor reports them as materializations."""
+        rows = self.control.execute(q.COMMITS_SINCE, (self.workspace, after, limit))
+        return [(r.pop("seq"), r.pop("dataset_key"), LedgerEntry(**r)) for r in rows]
+
 
 def _keys(keys: Iterable[str] | str | None) -> tuple[str, ...]:
     return validate.write_keys(keys)

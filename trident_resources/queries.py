@@ -107,3 +107,11 @@ PG_SCAN_ROWS = """SELECT row_index, row_id::text, (extract(epoch FROM created_at
 PG_DROP_ROWS = "DELETE FROM trident_rows WHERE dataset_id = %s"
 PG_DROP_UNDO = "DELETE FROM trident_rows_undo WHERE dataset_id = %s"
 PG_DROP_COMMITS = "DELETE FROM trident_pg_commits WHERE dataset_id = %s"
+
+# -- commits as events (the Dagster ledger sensor): every committed transaction of a workspace in
+# commit order. The sync log's id is drawn in the COMMIT step, so it orders commits, not intents.
+COMMITS_SINCE = f"""SELECT s.id AS seq, d.key AS dataset_key, {", ".join("l." + c.strip() for c in _LEDGER_COLS.split(","))}
+    FROM trident_sync_log s
+    JOIN trident_ledger l ON l.txn_id = s.txn_id AND l.status = 'committed'
+    JOIN trident_datasets d ON d.dataset_id = s.dataset_id
+    WHERE d.workspace = %s AND s.id > %s ORDER BY s.id LIMIT %s"""

@@ -78,6 +78,13 @@ class TridentSettings(BaseSettings):
         pattern anchored with ``$`` would let a trailing newline through on a Python regex engine."""
         return validate_name(v, (info.field_name or "name").replace("_", " "))
 
+    # The Dagster layer and its example pipeline (read here so that nothing else reads the environment)
+    join_max_rows: int = Field(
+        1_000_000_000, ge=1, description="Join guard bound for join nodes that do not set max_rows= (estimated rows)."
+    )
+    tpch_scale: str = Field("0.01", pattern=r"^[0-9]+(\.[0-9]+)?$", description="TPC-H scale factor of the example pipeline.")
+    rebuild_cron: str = Field("0 3 * * *", description="Cron schedule of the example pipeline's rebuild (it starts stopped).")
+
     @field_validator("home")
     @classmethod
     def _absolute_home(cls, v: Path) -> Path:

@@ -7,6 +7,7 @@ metadata, so their history is visible in the UI next to the assets they touch.
 
 
 from datetime import timedelta
+from typing import Any
 
 import dagster as dg
 
@@ -54,7 +55,7 @@ class CanaryConfig(dg.Config):
 def canary(context: dg.OpExecutionContext, config: CanaryConfig, trident: TridentResource) -> dg.Output[bool]:
     report = trident.get_client().migrate(config.key, config.to_sink)
     context.log.info(report.message)
-    metadata = {
+    metadata: dict[str, Any] = {
         "key": report.key, "from_sink": report.from_sink, "to_sink": report.to_sink, "txn_id": str(report.txn_id),
         "source_rows": report.source_rows, "target_rows": report.target_rows, "parity": report.parity,
         "flipped": report.flipped, "source_checksum": report.source_checksum, "target_checksum": report.target_checksum,

@@ -1,18 +1,16 @@
 """The rebuild schedule of the example pipeline.
 
-``TRIDENT_REBUILD_CRON`` sets when (default 03:00 every day); it starts STOPPED so that serving the
-UI never rewrites data by surprise: turn it on in the UI or with ``dagster schedule start``.
+``TRIDENT_REBUILD_CRON`` (``TridentSettings.rebuild_cron``, default 03:00 every day) sets when; it
+starts STOPPED so that serving the UI never rewrites data by surprise: turn it on in the UI or with
+``dagster schedule start``.
 """
 
 from __future__ import annotations
 
-import os
-
 import dagster as dg
 
 from trident_assets.pipeline import GROUP, RAW_GROUP
-
-DEFAULT_CRON = "0 3 * * *"
+from trident_resources import TridentSettings
 
 pipeline_job = dg.define_asset_job(
     "tpch_pipeline",
@@ -20,10 +18,14 @@ pipeline_job = dg.define_asset_job(
     description="Materialize the whole example pipeline: raw TPC-H tables, every node and their checks.",
 )
 
-rebuild_schedule = dg.ScheduleDefinition(
-    name="tpch_pipeline_rebuild",
-    job=pipeline_job,
-    cron_schedule=os.environ.get("TRIDENT_REBUILD_CRON", DEFAULT_CRON),
-    default_status=dg.DefaultScheduleStatus.STOPPED,
-    description="Rebuild the example pipeline (TRIDENT_REBUILD_CRON, default daily at 03:00).",
-)
+
+def rebuild_schedule(settings: TridentSettings) -> dg.ScheduleDefinition:
+    """The schedule on the cron the settings name (the Definitions are built from the same
+    settings as the resource their runs use)."""
+    return dg.ScheduleDefinition(
+        name="tpch_pipeline_rebuild",
+        job=pipeline_job,
+        cron_schedule=settings.rebuild_cron,
+        default_status=dg.DefaultScheduleStatus.STOPPED,
+        description=f"Rebuild the example pipeline (TRIDENT_REBUILD_CRON, now {settings.rebuild_cron!r}).",
+    )

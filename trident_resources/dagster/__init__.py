@@ -1,6 +1,8 @@
-"""The Dagster adapter of the trident: the resource and the IO manager. The engine (everything
-else in ``trident_resources``) never imports Dagster; only this package does."""
+"""The Dagster adapter of the trident: ``TridentResource`` (resource.py) and ``TridentIOManager``
+(io_manager.py). The engine (everything else in ``trident_resources``) never imports Dagster; only
+this package does, the way dagster-iceberg sits on pyiceberg."""
 
-from .resources import TridentIOManager, TridentOutput, TridentResource
+from .io_manager import AssetReturnedNoneError, TridentIOManager, TridentOutput, WriteMode
+from .resource import TridentResource
 
-__all__ = ["TridentIOManager", "TridentOutput", "TridentResource"]
+__all__ = ["AssetReturnedNoneError", "TridentIOManager", "TridentOutput", "TridentResource", "WriteMode"]

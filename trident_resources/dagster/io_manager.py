@@ -1,22 +1,26 @@
-"""Trident in Dagster: ``TridentResource`` (a configured ``Trident`` for ops and checks) and
-``TridentIOManager`` (assets return rows; they are written and loaded through the facade).
-
-Both read ``TRIDENT_*`` variables like every other part of the trident, so the same Definitions run
-on the embedded default and in production; fields set here override the environment (handy with
-``dg.EnvVar`` in deployments and for tests that point at their own workspace).
+"""``TridentIOManager``: assets return rows; they are written and loaded through the facade.
 
 What an asset may return (all go through ``Trident.write``, writer ``pipeline.output``):
 a pyarrow Table, a ``RecordBatchReader`` (streamed, never materialized: an asset larger than memory
 passes straight through), an iterable of RecordBatches, a pandas/polars DataFrame, or a
 ``TridentOutput`` wrapping any of those with write options (mode, keys, provenance, watermarks...).
+Returning ``None`` is an error (``AssetReturnedNoneError``): it is almost always a forgotten
+``return``, and writing nothing while Dagster shows a materialization would be a lie. An asset that
+only has side effects says so with ``-> None`` (Dagster then records it without this IO manager).
+
 Plain returns take their options from the output's definition metadata:
 
 =====================  ==========================================================================
 ``trident/mode``       replace (default), append, upsert, append_new (the facade's write modes)
 ``trident/keys``       key column(s) for upsert / append_new / snapshot-replace (replace + keys)
 ``trident/writer``     the facade writer name; default ``pipeline.output``
-``trident/provenance`` governance metadata (dict) recorded in the same COMMIT as the rows
+``trident/provenance`` the asset's own governance metadata (dict)
 =====================  ==========================================================================
+
+Provenance: an asset derived from Trident datasets (its upstream asset keys, whether loaded as
+inputs or declared as ``deps``) stores its sources' provenance merged with its own, plus the
+lineage of the source versions current when it was written, in the same COMMIT as its rows. A root
+asset (no upstream dataset) stores its own as is.
 
 Inputs load as a pyarrow Table unless the parameter is annotated ``pa.RecordBatchReader`` (a bounded
 memory stream), ``pandas.DataFrame`` or ``polars.DataFrame``. Input metadata ``columns`` (a list)
@@ -27,121 +31,92 @@ asset can return what it loaded without tripping ReservedColumnError).
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal, cast
 
 import dagster as dg
 import pyarrow as pa
-from pydantic import PrivateAttr, SecretStr
 
-from ..errors import InvalidWriteError
+from ..errors import DatasetNotFoundError, InvalidDatasetKeyError, InvalidWriteError, TridentError
 from ..facade import Trident
 from ..identity import IDENTITY_COLUMNS
 from ..results import Description, WriteResult
-from ..settings import TridentSettings
+from .provenance import lineage_entry, merge_provenance
+from .resource import TridentResource
 
+try:  # the engine's Literal of write modes (issue 7); this fallback is the same Literal
+    from ..sinks.base import WriteMode  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - until the engine's WriteMode lands on this branch
+    WriteMode = Literal["replace", "append", "upsert", "append_new", "delete"]  # type: ignore[misc]
+
+JS_SAFE_INTEGER = 2**53 - 1
 PIPELINE_WRITER = "pipeline.output"
+RUN_ID = "dagster_run_id"  # ledger metadata key: the commit came from this Dagster run
 META_MODE = "trident/mode"
 META_KEYS = "trident/keys"
 META_WRITER = "trident/writer"
 META_PROVENANCE = "trident/provenance"
 
 
+class AssetReturnedNoneError(TridentError):
+    """An asset handled by the Trident IO manager returned ``None``."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(
+            f"asset {key!r} returned None, so there is nothing to write and Dagster would show a "
+            "materialization with no dataset behind it. Return the rows (an empty pyarrow Table writes "
+            "an empty dataset); for an asset that only has side effects, annotate it `-> None` or "
+            "return dg.MaterializeResult(), and Dagster records it without the Trident IO manager"
+        )
+
+
 @dataclass
 class TridentOutput:
     """Rows plus how to write them; what node factories (and any asset) may return.
 
-    ``on_done`` runs after the write whether it succeeded or not: a streamed output often holds a
-    DuckDB connection open until the facade has drained it.
+    ``provenance`` is the output's own governance metadata, merged with its upstream datasets'
+    unless ``merge_upstream`` is False (node factories merge it themselves, with the exact source
+    versions they read). ``on_done`` runs after the write whether it succeeded or not: a streamed
+    output often holds a DuckDB connection open until the facade has drained it.
     """
 
     data: Any
-    mode: str | None = None
+    mode: WriteMode | None = None
     keys: Sequence[str] | None = None
     writer: str | None = None
     provenance: Mapping[str, Any] | None = None
+    merge_upstream: bool = True
     watermarks: Mapping[str, tuple[datetime, uuid.UUID | None]] | None = None
     source_refs: Sequence[str] | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
     on_done: Callable[[], None] | None = None
 
 
-class TridentResource(dg.ConfigurableResource):
-    """A ``Trident`` client for ops, sensors and checks; unset fields come from ``TRIDENT_*``."""
-
-    home: str | None = None
-    workspace: str | None = None
-    pg_dsn: str | None = None
-    namespace_root: str | None = None
-    overrides: dict[str, str] = {}
-
-    _client: Trident | None = PrivateAttr(default=None)
-
-    @classmethod
-    def from_settings(cls, settings: TridentSettings) -> TridentResource:
-        """A resource that reproduces ``settings`` exactly (tests, the CLI)."""
-        defaults = TridentSettings.model_fields
-        overrides: dict[str, str] = {}
-        for name, value in settings.__dict__.items():
-            if name in ("home", "workspace", "pg_dsn", "namespace_root") or value == defaults[name].get_default(call_default_factory=True):
-                continue
-            if isinstance(value, SecretStr):
-                value = value.get_secret_value()
-            overrides[name] = json.dumps(value) if isinstance(value, (dict, list)) else str(_plain(value))
-        dsn = settings.pg_dsn.get_secret_value() if settings.pg_dsn else None
-        return cls(
-            home=str(settings.home), workspace=settings.workspace, pg_dsn=dsn,
-            namespace_root=settings.namespace_root, overrides=overrides,
-        )
-
-    def settings(self) -> TridentSettings:
-        values: dict[str, Any] = {k: json.loads(v) if v[:1] in "{[" else v for k, v in self.overrides.items()}
-        for name in ("home", "workspace", "pg_dsn", "namespace_root"):
-            if getattr(self, name) is not None:
-                values[name] = getattr(self, name)
-        return TridentSettings(**values)
-
-    def get_client(self) -> Trident:
-        """The run's ``Trident`` (opened on first use: a nested resource may skip setup)."""
-        if self._client is None:
-            self._client = Trident(self.settings())
-        return self._client
-
-    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
-        self.get_client()
-
-    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
-
-
 class TridentIOManager(dg.ConfigurableIOManager):
     """Writes asset outputs through ``Trident.write`` and loads inputs through its read methods."""
 
     trident: TridentResource
-    batch_rows: int = 65_536
 
     def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
-        if obj is None:
-            context.log.debug("asset returned None: nothing written")
-            return
-        out = obj if isinstance(obj, TridentOutput) else TridentOutput(data=obj)
         key = asset_key_to_key(context.asset_key)
+        if obj is None:
+            raise AssetReturnedNoneError(key)
+        out = obj if isinstance(obj, TridentOutput) else TridentOutput(data=obj)
         meta = context.definition_metadata or {}
-        mode = out.mode or meta.get(META_MODE) or "replace"
+        mode: WriteMode = out.mode or meta.get(META_MODE) or "replace"
         keys = out.keys if out.keys is not None else meta.get(META_KEYS)
-        provenance = out.provenance if out.provenance is not None else meta.get(META_PROVENANCE)
         t = self.trident.get_client()
         try:
+            provenance = out.provenance if out.provenance is not None else meta.get(META_PROVENANCE)
+            if out.merge_upstream:
+                provenance = derived_provenance(t, [asset_key_to_key(d.asset_key) for d in context.asset_spec.deps], provenance)
             result = t.write(
                 key, out.data, mode=mode, writer=out.writer or meta.get(META_WRITER) or PIPELINE_WRITER,
                 keys=list(keys) if keys else None, source_refs=out.source_refs,
-                metadata={"dagster_run_id": context.run_id, **{k: _plain(v) for k, v in out.metadata.items()}},
+                metadata={RUN_ID: context.run_id, **{k: _plain(v) for k, v in out.metadata.items()}},
                 provenance=provenance, watermarks=out.watermarks,
             )
         finally:
@@ -158,6 +133,22 @@ class TridentIOManager(dg.ConfigurableIOManager):
             columns = [n for n in t.schema(key).names if n not in IDENTITY_COLUMNS]
         reader = t.stream(key, columns=list(columns) if columns else None, row_filter=meta.get("row_filter"))
         return convert_input(reader, context.dagster_type.typing_type, key)
+
+
+def derived_provenance(t: Trident, upstream: Sequence[str], own: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """``own`` merged with the provenance of the upstream keys that are Trident datasets (with the
+    lineage of their current versions); ``own`` unchanged when none is (a root asset)."""
+    sources: dict[str, Description] = {}
+    for key in dict.fromkeys(upstream):
+        try:
+            sources[key] = t.describe(key)
+        except (DatasetNotFoundError, InvalidDatasetKeyError):  # not a Trident dataset (another IO manager's asset)
+            continue
+    if not sources:
+        return dict(own) if own is not None else None
+    return merge_provenance(
+        {k: d.provenance for k, d in sources.items()}, own, [lineage_entry(k, d) for k, d in sources.items()]
+    )
 
 
 def asset_key_to_key(asset_key: dg.AssetKey) -> str:
@@ -178,7 +169,7 @@ def convert_input(reader: pa.RecordBatchReader, wanted: Any, key: str) -> Any:
     if module.startswith("polars") and name in ("DataFrame", "LazyFrame"):
         import polars as pl
 
-        frame = pl.from_arrow(reader.read_all())
+        frame = cast(pl.DataFrame, pl.from_arrow(reader.read_all()))  # a Table gives a DataFrame
         return frame.lazy() if name == "LazyFrame" else frame
     raise InvalidWriteError(
         f"cannot load {key!r} as {wanted!r}: annotate the input as pyarrow.Table, pyarrow.RecordBatchReader, "
@@ -199,7 +190,8 @@ def column_schema(description: Description) -> dg.TableSchema:
 
 
 def materialization_metadata(result: WriteResult, description: Description) -> dict[str, Any]:
-    """What every Trident materialization reports in Dagster (the standard keys, then ours)."""
+    """What every Trident materialization reports in Dagster (the standard keys, then ours).
+    Ids are text: the UI would round a 64-bit snapshot id shown as a number."""
     return {
         "dagster/row_count": dg.MetadataValue.int(result.row_count),
         "dagster/column_schema": column_schema(description),
@@ -215,12 +207,28 @@ def materialization_metadata(result: WriteResult, description: Description) -> d
         "trident/skipped": result.skipped,
         "trident/preserved": result.preserved,
         "trident/committed_at": result.committed_at.isoformat(),
-        "trident/provenance": dg.MetadataValue.json(json.loads(json.dumps(description.provenance, default=str))),
+        "trident/provenance": dg.MetadataValue.json(json_safe(description.provenance)),
     }
 
 
+def json_safe(value: Any, key: str = "") -> Any:
+    """``value`` as JSON that survives the Dagster UI: the browser parses JSON numbers as doubles,
+    so every id (a key named ``id`` or ``*_id``) and any integer past 2**53 becomes a string, and
+    whatever JSON cannot hold (UUIDs, datetimes) becomes its text."""
+    if isinstance(value, Mapping):
+        return {str(k): json_safe(v, str(k)) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v, key) for v in value]
+    if isinstance(value, bool) or value is None or isinstance(value, (str, float)):
+        return value
+    if isinstance(value, int):
+        is_id = key == "id" or key.endswith("_id") or key.endswith("_ids")
+        return str(value) if is_id or abs(value) > JS_SAFE_INTEGER else value
+    return str(value)
+
+
 def _plain(value: Any) -> Any:
-    """JSON-safe scalars for the ledger's metadata and for config strings."""
+    """JSON-safe scalars for the ledger's metadata."""
     if isinstance(value, (str, int, float, bool)) or value is None:
         return value if not isinstance(value, bool) else str(value).lower()
     return str(value)

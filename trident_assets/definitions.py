@@ -1,0 +1,48 @@
+"""The Definitions root: what ``dagster dev`` serves (``workspace.yaml`` and ``[tool.dagster]`` in
+pyproject.toml point here), as ``defs``.
+
+It holds the example pipeline's assets and checks, the rebuild schedule, the sensors (ledger
+reconciler; commits made outside Dagster reported as materializations), the table-maintenance and canary jobs, and the two resources every Trident asset
+needs, under the keys a user's own Definitions must use too:
+
+* ``trident``: a ``TridentResource`` (assets, checks, sensors and ops take it as a typed parameter);
+* ``io_manager``: a ``TridentIOManager`` on that same resource (assets return rows, inputs load rows).
+
+``build_definitions(TridentResource(...))`` builds the same Definitions on another configuration
+(tests, the CLI); ``defs`` is built on ``TridentResource()``, i.e. on ``TRIDENT_*`` variables.
+"""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from trident_resources.dagster import TridentIOManager, TridentResource
+from trident_sensors.commits import trident_commits
+from trident_sensors.maintenance import JOBS as MAINTENANCE_JOBS
+from trident_sensors.maintenance import SCHEDULES as MAINTENANCE_SCHEDULES
+from trident_sensors.reconciler import trident_reconciler
+from trident_sensors.schedules import pipeline_job, rebuild_schedule
+
+from .pipeline import pipeline_definitions
+
+
+def resources(trident: TridentResource | None = None) -> dict[str, object]:
+    """The resource keys Trident assets expect, both on one ``TridentResource``."""
+    trident = trident or TridentResource()
+    return {"trident": trident, "io_manager": TridentIOManager(trident=trident)}
+
+
+def build_definitions(trident: TridentResource | None = None) -> dg.Definitions:
+    """The Definitions, optionally on a given resource (tests and the CLI point it elsewhere)."""
+    trident = trident or TridentResource()
+    return dg.Definitions.merge(
+        pipeline_definitions(),
+        dg.Definitions(
+            jobs=[pipeline_job, *MAINTENANCE_JOBS],
+            schedules=[rebuild_schedule(trident.settings()), *MAINTENANCE_SCHEDULES],
+            sensors=[trident_reconciler, trident_commits], resources=resources(trident),
+        ),
+    )
+
+
+defs = build_definitions()

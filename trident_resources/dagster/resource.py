@@ -1,0 +1,119 @@
+"""``TridentResource``: a configured ``Trident`` for assets, ops, sensors and checks.
+
+Its fields are the ``TridentSettings`` fields, typed and documented, so the Dagster UI shows what
+can be configured and deployments set them with ``dg.EnvVar``::
+
+    TridentResource(pg_dsn=dg.EnvVar("TRIDENT_PG_DSN"), catalog_credential=dg.EnvVar("LAKEKEEPER_CREDENTIAL"))
+
+A field left unset (``None``) is not passed on, so ``TridentSettings`` reads it from its
+``TRIDENT_*`` variable or takes its default: ``TridentResource()`` with nothing set is the
+embedded default, exactly like ``Trident.from_env()``. ``TridentSettings`` stays the only reader of
+the environment; this class only forwards what the Dagster configuration says.
+
+Secrets (``pg_dsn``, ``catalog_token``, ``catalog_credential``, ``s3_access_key_id``,
+``s3_secret_access_key``) are plain ``str`` fields here because Dagster masks a value that comes
+from ``dg.EnvVar`` in the UI; they become ``SecretStr`` in the settings they build.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+from dagster._config.field_utils import IntEnvVar  # the type of dg.EnvVar.int(...), not exported by name
+from pydantic import Field, PrivateAttr, SecretStr
+
+from ..facade import Trident
+from ..settings import TridentSettings
+
+
+class TridentResource(dg.ConfigurableResource):
+    """A ``Trident`` client; every field mirrors a ``TRIDENT_*`` setting and is optional."""
+
+    # where and whose
+    home: str | None = Field(default=None, description="TRIDENT_HOME: local state (embedded Postgres, warehouse, spill files).")
+    workspace: str | None = Field(default=None, description="TRIDENT_WORKSPACE: datasets are isolated per workspace.")
+    namespace_root: str | None = Field(default=None, description="TRIDENT_NAMESPACE_ROOT: top Iceberg namespace.")
+
+    # Postgres control plane
+    pg_dsn: str | None = Field(default=None, description="TRIDENT_PG_DSN (secret): control-plane Postgres; unset starts the embedded one.")
+    pg_pool_max: int | None = Field(default=None, description="TRIDENT_PG_POOL_MAX: control-plane connection pool size.")
+
+    # Iceberg catalog
+    catalog_uri: str | None = Field(default=None, description="TRIDENT_CATALOG_URI: Iceberg REST catalog (Lakekeeper); unset = SQL catalog.")
+    catalog_warehouse: str | None = Field(default=None, description="TRIDENT_CATALOG_WAREHOUSE: REST catalog warehouse.")
+    catalog_token: str | None = Field(default=None, description="TRIDENT_CATALOG_TOKEN (secret): REST catalog bearer token.")
+    catalog_credential: str | None = Field(default=None, description="TRIDENT_CATALOG_CREDENTIAL (secret): OAuth2 client_id:client_secret.")
+    catalog_scope: str | None = Field(default=None, description="TRIDENT_CATALOG_SCOPE: OAuth2 scope.")
+    catalog_vended_credentials: bool | None = Field(default=None, description="TRIDENT_CATALOG_VENDED_CREDENTIALS: ask the catalog for storage credentials.")
+    catalog_nested_namespaces: bool | None = Field(default=None, description="TRIDENT_CATALOG_NESTED_NAMESPACES: one namespace level per key folder.")
+    catalog_properties: dict[str, str] | None = Field(default=None, description="TRIDENT_CATALOG_PROPERTIES: extra pyiceberg catalog properties.")
+
+    # S3-API object storage
+    s3_endpoint: str | None = Field(default=None, description="TRIDENT_S3_ENDPOINT: S3 API endpoint (R2, MinIO); unset = AWS.")
+    s3_bucket: str | None = Field(default=None, description="TRIDENT_S3_BUCKET: bucket of the warehouse; unset = local folder.")
+    s3_prefix: str | None = Field(default=None, description="TRIDENT_S3_PREFIX: key prefix of the warehouse in the bucket.")
+    s3_access_key_id: str | None = Field(default=None, description="TRIDENT_S3_ACCESS_KEY_ID (secret).")
+    s3_secret_access_key: str | None = Field(default=None, description="TRIDENT_S3_SECRET_ACCESS_KEY (secret).")
+    s3_region: str | None = Field(default=None, description="TRIDENT_S3_REGION: 'auto' for Cloudflare R2.")
+    s3_path_style: bool | None = Field(default=None, description="TRIDENT_S3_PATH_STYLE: path-style addressing.")
+
+    # behaviour
+    writer_wait_seconds: float | None = Field(default=None, description="TRIDENT_WRITER_WAIT_SECONDS: wait for another writer of a dataset.")
+    commit_retries: int | None = Field(default=None, description="TRIDENT_COMMIT_RETRIES: retries of a conflicting Iceberg commit.")
+    target_file_bytes: int | None = Field(default=None, description="TRIDENT_TARGET_FILE_BYTES: uncompressed bytes per data file.")
+    row_group_bytes: int | None = Field(default=None, description="TRIDENT_ROW_GROUP_BYTES: uncompressed bytes per row group.")
+    write_parallelism: int | None = Field(default=None, description="TRIDENT_WRITE_PARALLELISM: Parquet files encoded at once.")
+    duckdb_memory_limit: str | None = Field(default=None, description="TRIDENT_DUCKDB_MEMORY_LIMIT: DuckDB memory cap (it spills past it).")
+    duckdb_threads: int | None = Field(default=None, description="TRIDENT_DUCKDB_THREADS: DuckDB threads.")
+    flag_refresh_seconds: float | None = Field(default=None, description="TRIDENT_FLAG_REFRESH_SECONDS: router flag cache lifetime.")
+
+    # the Dagster layer and the example pipeline
+    join_max_rows: int | None = Field(default=None, description="TRIDENT_JOIN_MAX_ROWS: join guard bound of nodes without max_rows=.")
+    tpch_scale: str | None = Field(default=None, description="TRIDENT_TPCH_SCALE: TPC-H scale factor of the example pipeline.")
+    rebuild_cron: str | None = Field(default=None, description="TRIDENT_REBUILD_CRON: when the example pipeline's rebuild schedule fires.")
+
+    _client: Trident | None = PrivateAttr(default=None)
+
+    @classmethod
+    def from_settings(cls, settings: TridentSettings) -> TridentResource:
+        """A resource that reproduces ``settings`` exactly, whatever the environment says (tests,
+        the CLI): every field is set, so nothing falls back to ``TRIDENT_*``."""
+        values: dict[str, Any] = {}
+        for name in TridentSettings.model_fields:
+            value = getattr(settings, name)
+            if isinstance(value, SecretStr):
+                value = value.get_secret_value()
+            elif isinstance(value, Path):
+                value = str(value)
+            values[name] = value
+        return cls(**values)
+
+    def settings(self) -> TridentSettings:
+        """The settings this resource stands for: its set fields, the environment for the rest.
+
+        Inside a run Dagster has already resolved ``dg.EnvVar`` fields; outside one (building the
+        Definitions, a script) they are resolved here, and an unset variable counts as unset."""
+        values: dict[str, Any] = {}
+        for name in TridentSettings.model_fields:
+            value = getattr(self, name, None)
+            if isinstance(value, (dg.EnvVar, IntEnvVar)):
+                value = value.get_value()
+            if value is not None:
+                values[name] = value
+        return TridentSettings(**values)
+
+    def get_client(self) -> Trident:
+        """The run's ``Trident`` (opened on first use: a nested resource may skip setup)."""
+        if self._client is None:
+            self._client = Trident(self.settings())
+        return self._client
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        self.get_client()
+
+    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None

@@ -1,0 +1,119 @@
+"""Every commit is an event Dagster sees: the ledger sensor reports each transaction committed
+outside Dagster (``ingest.api``, ``sync.*``, ``ingest.stream``, ``row.edit``, a canary, a script)
+as a runless materialization of that dataset's asset, so the asset's history shows every version
+and automation conditions (``dg.AutomationCondition.eager()`` on a delta node) react to it.
+
+A commit made by a Dagster run carries the run's id in its ledger metadata (the IO manager puts it
+there, whatever the writer) and is skipped: Dagster recorded that materialization already.
+
+The cursor is the ledger's commit sequence (``Trident.commits_since``). Two writers committing at
+the same moment can make a sequence number visible a moment after a larger one, so the cursor only
+moves past commits older than ``SETTLE_SECONDS`` and remembers which newer ones it has reported:
+each commit is reported exactly once, however commits interleave. The first tick starts at the
+beginning of the workspace's ledger (``COMMITS_PER_TICK`` at a time); reset the cursor in the UI to
+report everything again.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import dagster as dg
+
+from trident_resources import Trident
+from trident_resources.control_plane import LedgerEntry
+from trident_resources.dagster import TridentResource
+from trident_resources.dagster.io_manager import RUN_ID
+
+SENSOR_NAME = "trident_ledger_commits"
+COMMITS_PER_TICK = 500
+SETTLE_SECONDS = 60.0
+TICK_SECONDS = 30
+
+Commit = tuple[int, str, LedgerEntry]  # (commit sequence, dataset key, ledger entry)
+
+
+@dataclass(frozen=True)
+class LedgerCursor:
+    """Every commit up to ``after`` is settled; ``seen`` are the later ones already handled."""
+
+    after: int = 0
+    seen: frozenset[int] = field(default_factory=frozenset)
+
+    @classmethod
+    def parse(cls, raw: str | None) -> LedgerCursor:
+        if not raw:
+            return cls()
+        data = json.loads(raw)
+        return cls(int(data["after"]), frozenset(int(s) for s in data.get("seen", [])))
+
+    def serialize(self) -> str:
+        return json.dumps({"after": self.after, "seen": sorted(self.seen)})
+
+
+def from_dagster(entry: LedgerEntry) -> bool:
+    """The commit was made by a Dagster run (which recorded its own materialization)."""
+    return bool((entry.metadata or {}).get(RUN_ID))
+
+
+def commit_events(
+    commits: Sequence[Commit], cursor: LedgerCursor, now: datetime, settle: timedelta = timedelta(seconds=SETTLE_SECONDS)
+) -> tuple[list[dg.AssetMaterialization], LedgerCursor]:
+    """The materializations to report for ``commits`` (ascending sequence, all after
+    ``cursor.after``) and the next cursor."""
+    events = [
+        materialization(key, entry) for seq, key, entry in commits if seq not in cursor.seen and not from_dagster(entry)
+    ]
+    after = cursor.after
+    for seq, _, entry in commits:  # move only over a prefix of commits old enough to be settled
+        if entry.ended_at is None or entry.ended_at > now - settle:
+            break
+        after = seq
+    seen = frozenset(s for s in (*cursor.seen, *(seq for seq, _, _ in commits)) if s > after)
+    return events, LedgerCursor(after, seen)
+
+
+def materialization(key: str, entry: LedgerEntry) -> dg.AssetMaterialization:
+    """A commit as Dagster shows it: the same keys a Dagster-made materialization reports, ids as text."""
+    metadata: dict[str, Any] = {
+        "dagster/row_count": dg.MetadataValue.int(int(entry.row_count or 0)),
+        "trident/txn_id": str(entry.txn_id),
+        "trident/writer": entry.writer,
+        "trident/mode": entry.mode,
+        "trident/sink": entry.sink,
+        "trident/rows_written": int(entry.rows_written or 0),
+        "trident/snapshot_id": dg.MetadataValue.text(str(entry.snapshot_id)),
+        "trident/reported_by": SENSOR_NAME,
+    }
+    if entry.committed_at is not None:
+        metadata["trident/committed_at"] = entry.committed_at.isoformat()
+    if entry.schema_version is not None:
+        metadata["trident/schema_version"] = entry.schema_version
+    return dg.AssetMaterialization(
+        asset_key=dg.AssetKey(key.split("/")),
+        description=f"{entry.mode} by {entry.writer}, committed outside Dagster (txn {entry.txn_id})",
+        metadata=metadata,
+    )
+
+
+@dg.sensor(
+    name=SENSOR_NAME, minimum_interval_seconds=TICK_SECONDS, default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Report every commit made outside Dagster (ingest, sync, stream, row edits, canaries) as a "
+    "materialization of its asset, so asset history and automation conditions see it.",
+)
+def trident_commits(context: dg.SensorEvaluationContext, trident: TridentResource) -> dg.SensorResult:
+    cursor = LedgerCursor.parse(context.cursor)
+    with Trident(trident.settings()) as t:
+        commits = t.commits_since(cursor.after, COMMITS_PER_TICK)
+    events, nxt = commit_events(commits, cursor, datetime.now(timezone.utc))
+    if events:
+        context.log.info(f"{len(events)} commit(s) made outside Dagster: " + ", ".join(
+            f"{e.asset_key.to_user_string()} ({e.metadata['trident/mode'].value})" for e in events))
+    return dg.SensorResult(
+        asset_events=events, cursor=nxt.serialize(),
+        skip_reason=None if events else f"no new commits from outside Dagster ({len(commits)} read)",
+    )
