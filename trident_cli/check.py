@@ -7,7 +7,7 @@ or could not run, 0 otherwise; non-blocking failures are shown as warnings.
 Which Definitions: ``-w workspace.yaml``, ``-f file.py`` or ``-m module`` as in Dagster's own CLI
 (``-f`` puts the file's directory on ``sys.path``, ``-m`` the current directory, a workspace its own
 directory), so a user's project needs no hand-set PYTHONPATH. With none given, ``workspace.yaml``
-in the current directory, else the example pipeline (``trident_sensors.definitions``).
+in the current directory, else the example pipeline (``trident_assets.definitions``).
 
 Dagster is imported only when the command runs: registering the ``trident`` command (and
 ``trident --help``) must not pay for it.
@@ -34,7 +34,7 @@ from .render import console
 if TYPE_CHECKING:
     import dagster as dg
 
-DEFAULT_MODULE = "trident_sensors.definitions"
+DEFAULT_MODULE = "trident_assets.definitions"
 DEFAULT_WORKSPACE = "workspace.yaml"
 CHECK_JOB = "__trident_check"
 QUIET = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}  # Dagster's errors, with their traces

@@ -25,7 +25,7 @@ def demo(scale: str | None) -> None:
 
     if scale:
         os.environ["TRIDENT_TPCH_SCALE"] = scale
-    from trident_sensors.definitions import defs
+    from trident_assets.definitions import defs
     from trident_sensors.schedules import pipeline_job
 
     console.print(f"materializing [bold]{pipeline_job.name}[/] (TPC-H sf{os.environ.get('TRIDENT_TPCH_SCALE', '0.01')}) ...")

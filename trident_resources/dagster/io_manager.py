@@ -47,10 +47,7 @@ from ..results import Description, WriteResult
 from .provenance import lineage_entry, merge_provenance
 from .resource import TridentResource
 
-try:  # the engine's Literal of write modes (issue 7); this fallback is the same Literal
-    from ..sinks.base import WriteMode  # type: ignore[attr-defined]
-except ImportError:  # pragma: no cover - until the engine's WriteMode lands on this branch
-    WriteMode = Literal["replace", "append", "upsert", "append_new", "delete"]  # type: ignore[misc]
+from ..sinks.base import WriteMode
 
 JS_SAFE_INTEGER = 2**53 - 1
 PIPELINE_WRITER = "pipeline.output"
