@@ -10,6 +10,7 @@ from .errors import (
     InvalidFilterError,
     InvalidWriteError,
     NullKeyError,
+    PartitionError,
     ReservedColumnError,
     SchemaMismatchError,
     SinkMismatchError,
@@ -25,6 +26,7 @@ from .errors import (
     WriterLockLostError,
 )
 from .facade import Trident
+from .partitions import PartitionDim, PartitionFilter
 from .results import Description, ReconcileReport, WriteResult
 from .settings import TridentSettings
 
@@ -46,6 +48,9 @@ __all__ = [
     "InvalidFilterError",
     "InvalidWriteError",
     "NullKeyError",
+    "PartitionDim",
+    "PartitionError",
+    "PartitionFilter",
     "ReconcileReport",
     "ReservedColumnError",
     "SchemaMismatchError",

@@ -113,3 +113,9 @@ class StreamClosedError(TridentError):
 
 class KeyNotFoundError(TridentError, LookupError):
     """A row edit named a key the dataset does not have."""
+
+
+class PartitionError(TridentError, ValueError):
+    """A partitioned write or read the trident cannot honour as asked (an undeclared partition
+    column, rows outside the partition being written, a partitioning that differs from the
+    dataset's); the message says what to declare. Nothing was written."""

@@ -43,6 +43,7 @@ from ..facade import Trident
 from ..identity import IDENTITY_COLUMNS
 from ..results import Description, WriteResult
 from ..settings import TridentSettings
+from .partitions import input_partition, output_partition, partition_metadata
 
 PIPELINE_WRITER = "pipeline.output"
 META_MODE = "trident/mode"
@@ -137,17 +138,20 @@ class TridentIOManager(dg.ConfigurableIOManager):
         keys = out.keys if out.keys is not None else meta.get(META_KEYS)
         provenance = out.provenance if out.provenance is not None else meta.get(META_PROVENANCE)
         t = self.trident.get_client()
+        partition = output_partition(context)  # partitions hook: PartitionError unless declared (partitions.py)
         try:
             result = t.write(
                 key, out.data, mode=mode, writer=out.writer or meta.get(META_WRITER) or PIPELINE_WRITER,
                 keys=list(keys) if keys else None, source_refs=out.source_refs,
                 metadata={"dagster_run_id": context.run_id, **{k: _plain(v) for k, v in out.metadata.items()}},
-                provenance=provenance, watermarks=out.watermarks,
+                provenance=provenance, watermarks=out.watermarks, partition=partition,
             )
         finally:
             if out.on_done is not None:
                 out.on_done()
-        context.add_output_metadata({**materialization_metadata(result, t.describe(key)), **out.metadata})
+        context.add_output_metadata(
+            {**materialization_metadata(result, t.describe(key)), **partition_metadata(result, partition), **out.metadata}
+        )
 
     def load_input(self, context: dg.InputContext) -> Any:
         key = asset_key_to_key(context.asset_key)
@@ -156,7 +160,8 @@ class TridentIOManager(dg.ConfigurableIOManager):
         columns = meta.get("columns")
         if columns is None and not meta.get("identity"):
             columns = [n for n in t.schema(key).names if n not in IDENTITY_COLUMNS]
-        reader = t.stream(key, columns=list(columns) if columns else None, row_filter=meta.get("row_filter"))
+        partition = input_partition(context)  # partitions hook: only the mapped upstream partitions
+        reader = t.stream(key, columns=list(columns) if columns else None, row_filter=meta.get("row_filter"), partition=partition)
         return convert_input(reader, context.dagster_type.typing_type, key)
 
 
