@@ -154,3 +154,29 @@ def test_static_by_daily_multi_partitions(settings: TridentSettings, trident: Tr
     result = dg.materialize([by_region], partition_key=dg.MultiPartitionKey({"region": "eu", "date": "2024-01-01"}),
                             resources=resources_for(settings), raise_on_error=False)
     assert result.success and trident.describe("dp/multi").row_count == 8
+
+
+def test_partitioned_factory_nodes_compute_and_replace_only_their_partition(settings: TridentSettings, trident: Trident) -> None:
+    from trident_assets import strategies as st
+    from trident_assets.factories import split_asset, transform_asset
+
+    trident.write("dp/src", pa.table({"day": [date(2024, 1, 1)] * 3 + [date(2024, 1, 2)] * 2, "v": [1, 2, 3, 4, 5]}))
+    meta = {"partition_expr": "day"}
+    node = transform_asset("dp/doubled", "dp/src", "SELECT day, v * 2 AS v2 FROM source", partitions_def=DAILY, metadata=meta)
+    split = split_asset("dp/big", "dp/small", "dp/src", "v > 2", partitions_def=DAILY, metadata=meta)
+    for key in ("2024-01-01", "2024-01-02"):
+        assets = [node.assets_def, split.assets_def]
+        result = dg.materialize(assets, partition_key=key, resources=resources_for(settings), raise_on_error=False)
+        assert result.success, step_errors(result)
+    assert sorted(r["v2"] for r in trident.read("dp/doubled").to_pylist()) == [2, 4, 6, 8, 10]
+    assert sorted(r["v"] for r in trident.read("dp/big").to_pylist()) == [3, 4, 5]
+    assert [p["row_count"] for p in trident.describe("dp/doubled").partitions] == [3, 2]
+    bad = transform_asset("dp/bad_delta", "dp/src", "SELECT * FROM source", partitions_def=DAILY, metadata=meta, strategy=st.delta())
+    result = dg.materialize([bad.assets_def], partition_key="2024-01-01", resources=resources_for(settings), raise_on_error=False)
+    assert not result.success and any("watermark" in e for e in step_errors(result))
+    try:
+        transform_asset("dp/undeclared", "dp/src", "SELECT * FROM source", partitions_def=DAILY)
+    except Exception as exc:  # refused at definition time
+        assert "partition_expr" in str(exc)
+    else:
+        raise AssertionError("a partitioned node without partition_expr must be refused")

@@ -251,10 +251,16 @@ class Trident:
         ds = self._record(key)
         return self._sink(ds.sink).schema(ds)
 
-    def arrow_source(self, key: str) -> Any:
-        """A re-scannable Arrow source of the dataset (a pyarrow dataset) for DuckDB compute."""
+    def arrow_source(self, key: str, partition: PartitionFilter | None = None) -> Any:
+        """A re-scannable Arrow source of the dataset (a pyarrow dataset) for DuckDB compute;
+        with ``partition``, only those partitions (their files only, on the trident)."""
         ds = self._record(key)
-        return self._sink(ds.sink).arrow_source(ds)
+        sink = self._sink(ds.sink)
+        if partition is None:
+            return sink.arrow_source(ds)
+        bound = partition.bind(sink.schema(ds))
+        source = sink.arrow_source(ds, partition=bound) if sink.partitions else sink.arrow_source(ds)
+        return source.filter(bound.arrow_expr())
 
     def describe(self, key: str) -> Description:
         ds = self._record(key)

@@ -168,3 +168,14 @@ def partition_metadata(result: Any, partition: PartitionFilter | None) -> dict[s
         "trident/dataset_row_count": dg.MetadataValue.int(result.row_count),
         "trident/partition": partition.describe(),
     }
+
+
+def run_partition(context: dg.AssetExecutionContext, key: str) -> PartitionFilter | None:
+    """The partition(s) a node factory's run computes for output ``key``: its sources are read
+    only there (when they have the partition column) and the IO manager replaces exactly that."""
+    asset_key = dg.AssetKey(key.split("/"))
+    pdef = context.assets_def.partitions_def
+    if pdef is None or not context.has_partition_key_range and not context.has_partition_key:
+        return None
+    meta = context.assets_def.metadata_by_key.get(asset_key, {})
+    return partition_filter(pdef, meta.get(PARTITION_EXPR), list(context.partition_keys), asset=key)

@@ -613,9 +613,10 @@ class IcebergSink(Sink):
         wanted = _strip(reader.schema)
         return pa.RecordBatchReader.from_batches(wanted, (conform(b, wanted) for b in reader))
 
-    def arrow_source(self, ds: DatasetRecord) -> Any:
+    def arrow_source(self, ds: DatasetRecord, partition: BoundPartition | None = None) -> Any:
         table = self._existing_table(ds)
-        return self.file_dataset(table, [f.file_path for f in self.data_files(table)])
+        expr = partition.iceberg_expr() if partition is not None else None
+        return self.file_dataset(table, [f.file_path for f in self.data_files(table, row_filter=expr)])
 
     def maintain(self, ds: DatasetRecord, *, older_than: datetime, retain_last: int) -> Maintenance:
         """Expire snapshots older than ``older_than`` (always keeping the newest ``retain_last`` and
