@@ -96,7 +96,7 @@ class WritePlanner:
         con = duckdb.connect(config={"memory_limit": s.duckdb_memory_limit, "threads": s.duckdb_threads, "temp_directory": str(spill)})
         con.execute("SET TimeZone = 'UTC'")
         con.execute("SET preserve_insertion_order = false")
-        unsorted_input = reader  # noqa: F841 - read by DuckDB's replacement scan
+        unsorted_input = _without_views(reader)  # noqa: F841 - read by DuckDB's replacement scan
         order = ", ".join(quote(c) for c in part.columns)
         out = con.sql(f"SELECT * FROM unsorted_input ORDER BY {order}").to_arrow_reader(65_536)
         schema = reader.schema
@@ -167,6 +167,18 @@ class WritePlanner:
     @staticmethod
     def _commit(w: SinkWrite, counts: WriteCounts) -> Outcome:
         return w.commit(counts)  # the sink fires failpoint write.before_commit once its data is durable
+
+
+def _without_views(reader: pa.RecordBatchReader) -> pa.RecordBatchReader:
+    """The input with string/binary *view* columns as large ones: DuckDB's Arrow scan cannot
+    filter view arrays (tpchgen-cli and polars produce them)."""
+    plain = pa.schema([
+        f.with_type(pa.large_string() if pa.types.is_string_view(f.type) else pa.large_binary() if pa.types.is_binary_view(f.type) else f.type)
+        for f in reader.schema
+    ])
+    if plain.equals(reader.schema):
+        return reader
+    return pa.RecordBatchReader.from_batches(plain, (b.cast(plain) for b in reader))
 
 
 def _checked(reader: pa.RecordBatchReader, part: PartitionFilter, dataset: str) -> pa.RecordBatchReader:
