@@ -27,7 +27,7 @@ import dagster as dg
 
 from trident_assets import expectations as ex
 from trident_assets.factories import transform_asset
-from trident_resources.dagster_io import TridentIOManager, TridentResource
+from trident_resources.dagster import TridentIOManager, TridentResource
 
 from shop_rules import MAX_AMOUNT  # a sibling module: needs the file's directory on sys.path
 

@@ -17,7 +17,7 @@ from datetime import datetime
 import duckdb
 import pyarrow as pa
 
-from trident_resources import Trident, TridentError
+from trident_resources import PartitionError, PartitionFilter, Trident, TridentError
 from trident_resources.identity import CREATED_AT, IDENTITY_COLUMNS, ROW_INDEX
 from trident_resources.sql import sandbox
 
@@ -58,9 +58,17 @@ def open_session(
     *,
     source_row_index: bool = False,
     attempts: int = 5,
+    partition: PartitionFilter | None = None,
 ) -> Session:
-    """Plan the run and register its sources; retried while a source commits underneath us."""
+    """Plan the run and register its sources; retried while a source commits underneath us.
+    ``partition`` (a partitioned node's run): sources that have its column(s) are read only
+    within it, pruned to those partitions' files."""
     keys = list(dict.fromkeys(sources.values()))
+    if partition is not None and strategy.kind == "delta":
+        raise PartitionError(
+            f"node {output!r}: the delta strategy keeps one watermark per output, not per partition; a partitioned "
+            "node recomputes its partition (use replace, snapshot_replace, upsert or append_new)"
+        )
     for _ in range(attempts):
         wait_for_quiet_sources(t, keys, t.settings.writer_wait_seconds)
         plan = plan_output(t, output, keys, strategy)
@@ -68,7 +76,8 @@ def open_session(
         try:
             for i, (name, key) in enumerate(sources.items()):
                 raw = f"__trident_src_{i}"
-                con.register(raw, t.arrow_source(key))
+                has = partition is not None and all(c in t.schema(key).names for c in partition.columns)
+                con.register(raw, t.arrow_source(key, partition=partition if has else None))
                 con.execute(_view_sql(name, raw, plan.since.get(key), source_row_index))
         except BaseException:
             con.close()

@@ -26,6 +26,7 @@ import pyarrow as pa
 
 from trident_resources import Trident, TridentError
 from trident_resources.dagster import TridentOutput, TridentResource
+from trident_resources.dagster.partitions import declared, run_partition
 from trident_resources.keys import validate_key
 
 from .compute import DEFAULT_BATCH_ROWS, SOURCE_ROW_INDEX, Session, open_session
@@ -78,10 +79,11 @@ def _node_output(
     build: Callable[[Session], tuple[Any, Mapping[str, Any] | None]],
     *,
     source_row_index: bool = False,
+    partition: Any = None,
 ) -> TridentOutput:
     """Open the node's DuckDB session, let ``build`` turn it into a stream, and hand that stream to
     the IO manager; the session closes when the write has consumed it, or at once on failure."""
-    session = open_session(t, key, sources, strategy, source_row_index=source_row_index)
+    session = open_session(t, key, sources, strategy, source_row_index=source_row_index, partition=partition)
     try:
         data, extra = build(session)
         return _output(session, key, data, provenance, t, extra, on_done=session.close)
@@ -93,11 +95,14 @@ def _node_output(
 def _asset_kwargs(
     group: str | None, kinds: Sequence[str], description: str | None, strategy: Strategy,
     metadata: Mapping[str, Any] | None, automation_condition: dg.AutomationCondition | None,
+    partitions_def: dg.PartitionsDefinition | None = None, backfill_policy: dg.BackfillPolicy | None = None,
 ) -> dict[str, Any]:
     return {
         "group_name": group, "kinds": set(kinds), "description": description,
-        "metadata": {"trident/strategy": strategy.describe(), **(metadata or {})},
+        "metadata": {"trident/strategy": strategy.describe(), **declared(metadata, partitions_def)},
         "automation_condition": automation_condition,
+        # partitions (issue 10): partitions_def + metadata["partition_expr"]
+        "partitions_def": partitions_def, "backfill_policy": backfill_policy,
     }
 
 
@@ -115,17 +120,21 @@ def transform_asset(
     batch_rows: int = DEFAULT_BATCH_ROWS,
     metadata: Mapping[str, Any] | None = None,
     automation_condition: dg.AutomationCondition | None = None,
+    partitions_def: dg.PartitionsDefinition | None = None,
+    backfill_policy: dg.BackfillPolicy | None = None,
 ) -> Node:
     """``key`` := ``sql`` over dataset ``source`` (named ``source`` in the SQL)."""
     strategy = strategy or replace()
 
-    @dg.asset(key=_akey(key), deps=[_akey(source)], **_asset_kwargs(group, kinds, description or sql, strategy, metadata, automation_condition))
+    @dg.asset(key=_akey(key), deps=[_akey(source)], **_asset_kwargs(group, kinds, description or sql, strategy, metadata, automation_condition, partitions_def, backfill_policy))
     def _transform(context: dg.AssetExecutionContext, trident: TridentResource) -> TridentOutput:
         def build(session: Session) -> tuple[Any, None]:
             context.log.info(f"{key}: {session.plan.reason}")
             return session.stream(sql, batch_rows), None
 
-        return _node_output(trident.get_client(), key, {"source": source}, strategy, provenance, build)
+        return _node_output(
+            trident.get_client(), key, {"source": source}, strategy, provenance, build, partition=run_partition(context, key)
+        )
 
     return Node(_transform, build_checks(key, expectations))
 
@@ -145,6 +154,8 @@ def join_asset(
     batch_rows: int = DEFAULT_BATCH_ROWS,
     metadata: Mapping[str, Any] | None = None,
     automation_condition: dg.AutomationCondition | None = None,
+    partitions_def: dg.PartitionsDefinition | None = None,
+    backfill_policy: dg.BackfillPolicy | None = None,
 ) -> Node:
     """``key`` := ``sql`` over ``sources`` (SQL name -> dataset key)."""
     strategy = strategy or replace()
@@ -152,7 +163,7 @@ def join_asset(
         raise ValueError(f"join_asset {key!r} needs two or more sources; use transform_asset for one")
     deps = [_akey(k) for k in dict.fromkeys(sources.values())]
 
-    @dg.asset(key=_akey(key), deps=deps, **_asset_kwargs(group, kinds, description or sql, strategy, metadata, automation_condition))
+    @dg.asset(key=_akey(key), deps=deps, **_asset_kwargs(group, kinds, description or sql, strategy, metadata, automation_condition, partitions_def, backfill_policy))
     def _join(context: dg.AssetExecutionContext, trident: TridentResource) -> TridentOutput:
         t = trident.get_client()
 
@@ -170,7 +181,7 @@ def join_asset(
                 "trident/join_estimate": estimate.rows, "trident/join_bound": bound, "trident/join_steps": steps,
             }
 
-        return _node_output(t, key, sources, strategy, provenance, build)
+        return _node_output(t, key, sources, strategy, provenance, build, partition=run_partition(context, key))
 
     return Node(_join, build_checks(key, expectations))
 
@@ -191,6 +202,9 @@ def split_asset(
     batch_rows: int = DEFAULT_BATCH_ROWS,
     name: str | None = None,
     automation_condition: dg.AutomationCondition | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    partitions_def: dg.PartitionsDefinition | None = None,
+    backfill_policy: dg.BackfillPolicy | None = None,
 ) -> Node:
     """Rows of ``source`` where ``predicate`` is TRUE go to ``matched``; all others (FALSE or NULL)
     to ``unmatched``, so the two outputs partition the source exactly."""
@@ -203,13 +217,15 @@ def split_asset(
             is_required=False,  # subsettable: a run of one output yields only that output
             automation_condition=automation_condition,
             description=description or _split_description(source, predicate, o),
-            metadata={"trident/strategy": strategy.describe(), "trident/split": o, "trident/predicate": predicate},
+            metadata={"trident/strategy": strategy.describe(), "trident/split": o, "trident/predicate": predicate,
+                      **declared(metadata, partitions_def)},
         )
         for o, k in outs.items()
     }
 
     @dg.multi_asset(
         name=name or f"split_{matched.replace('/', '__')}", outs=asset_outs, deps=[_akey(source)], can_subset=True,
+        partitions_def=partitions_def, backfill_policy=backfill_policy,
     )
     def _split(context: dg.AssetExecutionContext, trident: TridentResource) -> Iterator[dg.Output[TridentOutput]]:
         t = trident.get_client()
@@ -227,7 +243,7 @@ def split_asset(
                 context.log.info(f"{k}: {session.plan.reason}")
                 return session.stream(f"SELECT {columns} FROM source WHERE {wheres[o]}", batch_rows), {"trident/split": o}
 
-            out = _node_output(t, k, {"source": source}, strategy, provenance, build)
+            out = _node_output(t, k, {"source": source}, strategy, provenance, build, partition=run_partition(context, k))
             yield dg.Output(out, output_name=_akey(k).to_python_identifier())
 
     checks: list[dg.AssetChecksDefinition] = []
@@ -261,6 +277,8 @@ def model_asset(
     batch_rows: int = DEFAULT_BATCH_ROWS,
     metadata: Mapping[str, Any] | None = None,
     automation_condition: dg.AutomationCondition | None = None,
+    partitions_def: dg.PartitionsDefinition | None = None,
+    backfill_policy: dg.BackfillPolicy | None = None,
 ) -> Node:
     """``key`` := ``fn`` applied to each Arrow batch of ``sql`` over ``source``.
 
@@ -271,13 +289,16 @@ def model_asset(
     """
     strategy = strategy or replace()
 
-    @dg.asset(key=_akey(key), deps=[_akey(source)], **_asset_kwargs(group, kinds, description or (fn.__doc__ or fn.__name__), strategy, metadata, automation_condition))
+    @dg.asset(key=_akey(key), deps=[_akey(source)], **_asset_kwargs(group, kinds, description or (fn.__doc__ or fn.__name__), strategy, metadata, automation_condition, partitions_def, backfill_policy))
     def _model(context: dg.AssetExecutionContext, trident: TridentResource) -> TridentOutput:
         def build(session: Session) -> tuple[Any, dict[str, Any]]:
             context.log.info(f"{key}: {session.plan.reason}")
             return model_reader(session.stream(sql, batch_rows), fn, key), {"trident/model": getattr(fn, "__name__", "model")}
 
-        return _node_output(trident.get_client(), key, {"source": source}, strategy, provenance, build, source_row_index=True)
+        return _node_output(
+            trident.get_client(), key, {"source": source}, strategy, provenance, build, source_row_index=True,
+            partition=run_partition(context, key),
+        )
 
     return Node(_model, build_checks(key, expectations))
 

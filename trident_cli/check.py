@@ -232,7 +232,8 @@ def run_checks(defs: dg.Definitions, patterns: tuple[str, ...] = (), *, verbose:
 
 
 def print_outcomes(outcomes: list[CheckOutcome], title: str = "trident check") -> None:
-    table = Table(title=escape(title), show_lines=False)
+    console.print(escape(title), style="bold", soft_wrap=True)  # a heading line: rich wraps table titles to the table
+    table = Table(show_lines=False)
     for col in ("asset", "check", "blocking", "result", "detail"):
         table.add_column(col, overflow="fold")
     style = {"passed": "green", "failed": "red", "error": "red"}

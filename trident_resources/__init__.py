@@ -11,6 +11,7 @@ from .errors import (
     InvalidFilterError,
     InvalidWriteError,
     NullKeyError,
+    PartitionError,
     ReservedColumnError,
     SchemaMismatchError,
     SinkMismatchError,
@@ -30,6 +31,7 @@ from .errors import (
     WriterLockLostError,
 )
 from .facade import Trident
+from .partitions import PartitionDim, PartitionFilter
 from .results import Description, ReconcileReport, WriteResult
 from .settings import TridentSettings
 
@@ -57,6 +59,9 @@ __all__ = [
     "InvalidFilterError",
     "InvalidWriteError",
     "NullKeyError",
+    "PartitionDim",
+    "PartitionError",
+    "PartitionFilter",
     "ReconcileReport",
     "ReservedColumnError",
     "SchemaMismatchError",

@@ -274,6 +274,64 @@ class ControlPlane:
                 except psycopg.Error as exc:  # the session died, and its lock with it
                     log.warning("writer lock of %s was already gone at release: %s", dataset.key, exc)
 
+    @contextmanager
+    def partition_lock(self, dataset: DatasetRecord, units: list[str], wait_s: float) -> Iterator[psycopg.Connection[Any]]:
+        """Hold the dataset's writer lock SHARED plus one lock per partition in ``units`` (taken in
+        sorted order, so two writers never deadlock), on one session that dies with the process.
+
+        Writers of different partitions proceed side by side; a writer of an overlapping partition
+        waits, and so does a whole-dataset writer (it takes the dataset lock exclusive)."""
+        ds_key = str(dataset.dataset_id)
+        held: list[tuple[str, str]] = []
+        with self.pool.connection() as conn:
+            deadline = time.monotonic() + wait_s
+            try:
+                self._acquire(conn, q.TRY_WRITER_LOCK_SHARED, ds_key, deadline, dataset, wait_s, "the whole dataset")
+                held.append((q.WRITER_UNLOCK_SHARED, ds_key))
+                for unit in sorted(set(units)):
+                    self._acquire(conn, q.TRY_PARTITION_LOCK, f"{ds_key}|{unit}", deadline, dataset, wait_s, f"partition {unit}")
+                    held.append((q.PARTITION_UNLOCK, f"{ds_key}|{unit}"))
+                yield conn
+            finally:
+                for sql, key in reversed(held):
+                    try:
+                        conn.execute(sql, (key,))
+                    except psycopg.Error as exc:
+                        log.warning("partition lock of %s was already gone at release: %s", dataset.key, exc)
+                        break
+
+    def _acquire(
+        self, conn: psycopg.Connection[Any], sql: str, key: str, deadline: float, dataset: DatasetRecord, wait_s: float, what: str
+    ) -> None:
+        delay = 0.02
+        while not conn.execute(sql, (key,)).fetchone()["locked"]:
+            if time.monotonic() >= deadline:
+                holders = ", ".join(f"{e.txn_id} ({e.writer}, pid {e.pid} on {e.host})" for e in self.open_entries(dataset.dataset_id))
+                raise ConcurrentWriteError(
+                    f"dataset {dataset.key!r}: {what} is being written by another writer ({holders or 'unknown'}); "
+                    f"waited {wait_s:.0f}s. Retry when it finishes, or raise TRIDENT_WRITER_WAIT_SECONDS"
+                )
+            time.sleep(delay)
+            delay = min(delay * 2, 0.25)
+
+    def acquire_commit_lock(self, conn: psycopg.Connection[Any], dataset: DatasetRecord, wait_s: float) -> None:
+        """The dataset's commit lock, on the writer's lock session: partition writers serialise
+        their Iceberg commit and ledger COMMIT under it (never their writes)."""
+        self._acquire(conn, q.TRY_COMMIT_LOCK, str(dataset.dataset_id), time.monotonic() + wait_s, dataset, wait_s, "its commit")
+
+    def release_commit_lock(self, conn: psycopg.Connection[Any], dataset: DatasetRecord) -> None:
+        try:
+            conn.execute(q.COMMIT_UNLOCK, (str(dataset.dataset_id),))
+        except psycopg.Error as exc:  # the session died, and the lock with it
+            log.warning("commit lock of %s was already gone at release: %s", dataset.key, exc)
+
+    def reserve_row_indexes(self, dataset_id: uuid.UUID, n: int) -> int:
+        """Reserve ``n`` consecutive ``__row_index`` values; returns the first."""
+        with self.tx() as conn:
+            row = conn.execute(q.RESERVE_ROW_INDEX, (n, dataset_id, n)).fetchone()
+        assert row is not None
+        return int(row["first"])
+
     def check_lock(self, lock: psycopg.Connection[Any], dataset: DatasetRecord) -> None:
         """Fence: the lock's session must still be alive (a session lock lives exactly as long)."""
         try:
@@ -309,12 +367,15 @@ class ControlPlane:
         provenance: dict[str, Any] | None = None,
         flip_to: str | None = None,
         conn: psycopg.Connection[Any] | None = None,
+        reserved_indexes: bool = False,
     ) -> LedgerEntry:
         """COMMIT: ledger, dataset stats, schema version, sync log, watermarks and provenance in
         one Postgres transaction, so the control plane never half-records a write. ``flip_to``
         moves the dataset to another sink in the same transaction (a canary's flip), so a canary
         is committed exactly when its dataset lives where its copy is. ``conn`` is the writer
-        lock's session: committing on it fences a writer whose lock died (the commit fails)."""
+        lock's session: committing on it fences a writer whose lock died (the commit fails).
+        ``reserved_indexes``: the write reserved its ``__row_index`` range (a partition write), so
+        ``next_row_index`` only ever grows here (other partition writers reserve past it)."""
         with self._tx_on(conn) as conn:
             ds = conn.execute(q.GET_DATASET_BY_ID_FOR_UPDATE, (entry.dataset_id,)).fetchone()
             if flip_to is not None:
@@ -324,7 +385,7 @@ class ControlPlane:
                 version += 1
                 conn.execute(q.INSERT_SCHEMA_VERSION, (entry.dataset_id, version, json.dumps(outcome.schema), entry.txn_id))
             conn.execute(
-                q.UPDATE_DATASET_STATS,
+                q.UPDATE_DATASET_STATS_PARTITION if reserved_indexes else q.UPDATE_DATASET_STATS,
                 (
                     outcome.row_count, outcome.next_row_index, json.dumps(outcome.schema), version,
                     outcome.snapshot_id, entry.txn_id, entry.started_at, entry.dataset_id,

@@ -133,6 +133,8 @@ class ControlPlaneUnavailableError(StorageUnavailableError):
     database, nobody listening), or went away during an operation (server stopped, connection
     cut); the message says which, the driver's error is the cause, and a write that met it
     committed nothing."""
+
+
 class SqlError(TridentError, ValueError):
     """A read-only SQL query that DuckDB could not run (binder, conversion, runtime...); the
     DuckDB error is chained as the cause, and the message is its first line."""
@@ -146,3 +148,9 @@ class EmbeddedPostgresBusyError(TridentError):
 class NotEmbeddedPostgresError(TridentError):
     """``trident pg start/stop`` while ``TRIDENT_PG_DSN`` names the control plane: that server is
     not Trident's to start or stop, so nothing was done."""
+
+
+class PartitionError(TridentError, ValueError):
+    """A partitioned write or read the trident cannot honour as asked (an undeclared partition
+    column, rows outside the partition being written, a partitioning that differs from the
+    dataset's); the message says what to declare. Nothing was written."""

@@ -25,7 +25,8 @@ from .router import RouteDecision, Router
 from .settings import TridentSettings
 from .sinks import open_sinks
 from .sinks.base import WRITE_MODES, AsOf, Maintenance, Sink, WriteMode
-from .transaction import Intent, TransactionDriver, Watermarks
+from .partitions import PartitionFilter
+from .transaction import PARTITION_META, Intent, TransactionDriver, Watermarks
 
 if TYPE_CHECKING:  # returned by ingest_stream / migrate
     from .canary import MigrationReport
@@ -102,6 +103,7 @@ class Trident:
         provenance: Mapping[str, Any] | None = None,
         watermarks: Mapping[str, tuple[datetime, uuid.UUID | None]] | None = None,
         stage: bool = False,
+        partition: PartitionFilter | None = None,
     ) -> WriteResult:
         """Write ``data`` to dataset ``key`` as one transaction; see DESIGN.md "Write modes".
 
@@ -109,29 +111,46 @@ class Trident:
         ``watermarks`` (source key -> (committed_at, source txn)) and ``provenance`` are recorded
         in the same COMMIT step. ``stage=True`` commits the version on an audit branch instead
         (ledger ``staged``, readers see nothing new) until ``publish`` or ``discard``.
+
+        ``partition`` scopes the write to one partition (or a range of them): ``replace`` then
+        replaces exactly the rows of that partition and nothing else (one snapshot), keyed modes
+        merge against that partition's rows only, and any input row outside it is refused with
+        PartitionError before anything is written. The dataset's Iceberg table is partitioned as
+        the filter says (created so, or evolved in the same commit). Writers of different
+        partitions of one dataset run concurrently; only their commits are serialised.
         """
         validate_key(key)
         key_cols = _keys(keys)
         _check_mode(mode, key_cols, row_filter, data)
+        if partition is not None and mode == "delete":
+            raise InvalidWriteError("a delete takes row_filter=... (a partition is a filter like any other), not partition=")
         reader = None if data is None else to_reader(data)
         if reader is not None:
             refuse_reserved(reader.schema)
+        units = partition.bind(reader.schema).units() if partition is not None and reader is not None else None
         txn = validate.txn_id(txn_id) or uuid.uuid4()
         existing = self.control.dataset(self.workspace, key)
         if mode == "delete" and (existing is None or not existing.exists):
             raise DatasetNotFoundError(key, self.workspace)
         route = self._route(key, writer, existing)
+        if partition is not None:
+            self._partitionable(key, route.sink)
         ident = ".".join(iceberg_identifier(self.settings.namespace_root, self.workspace, key))
         ds = existing or self.control.ensure_dataset(self.workspace, key, route.sink, ident)
-        with self.driver.locked(ds) as ds:
+        with self._lock(ds, partition, units) as ds:
             route = self._route(key, writer, ds)  # decided again: the dataset may have moved or been born meanwhile
+            if partition is not None:
+                self._partitionable(key, route.sink)
             if ds.sink != route.sink:  # not born yet (an aborted first write may have named another sink)
                 self.control.set_dataset_sink(ds.dataset_id, route.sink, ident)
                 ds = self.control.dataset_by_id(ds.dataset_id) or ds
             log.info("trident write %s mode=%s writer=%s sink=%s", key, mode, writer, route.describe())
+            meta = dict(metadata or {})
+            if partition is not None:
+                meta[PARTITION_META] = partition.as_metadata()
             intent = Intent(
                 txn_id=txn, mode=mode, writer=writer, sink=route.sink, route=route,
-                source_refs=list(source_refs or []), metadata=dict(metadata or {}),
+                source_refs=list(source_refs or []), metadata=meta,
             )
             if stage and not self._sink(route.sink).stages:
                 raise UnsupportedBySinkError(
@@ -141,11 +160,29 @@ class Trident:
             transaction = self.driver.open(ds, intent)
             if transaction is None:
                 return self._noop_result(key, txn, route)
-            outcome = transaction.write(reader, keys=key_cols, row_filter=row_filter, stage=stage)
+            outcome = transaction.write(reader, keys=key_cols, row_filter=row_filter, stage=stage, partition=partition)
             if stage:
                 return _result(ds.key, transaction.stage(outcome), outcome, route, staged=True)
             done = transaction.commit(outcome, provenance=provenance, watermarks=self._watermark_rows(watermarks))
             return _result(ds.key, done, outcome, route)
+
+    def _partitionable(self, key: str, sink: str) -> None:
+        if not self._sink(sink).partitions:
+            raise UnsupportedBySinkError(
+                f"dataset {key!r} lives in the {sink!r} sink, which cannot replace one partition of a dataset; "
+                f"move it to the trident first with `trident canary {key}`, then write partitions"
+            )
+
+    def _lock(self, ds: DatasetRecord, partition: PartitionFilter | None, units: list[str] | None) -> Any:
+        """The writer lock a write needs: a partition write of a dataset already partitioned that
+        way locks only its partitions (writers of other partitions run alongside); everything
+        else (whole-dataset writes, a dataset's first write or first partitioned write, a range
+        too wide to lock partition by partition) locks the whole dataset."""
+        if partition is not None and units is not None and ds.exists:
+            have = self._sink(ds.sink).partitioning(ds)
+            if have is not None and set(have) == set(partition.spec):
+                return self.driver.partition_locked(ds, units)
+        return self.driver.locked(ds)
 
     def _watermark_rows(self, watermarks: Mapping[str, tuple[datetime, uuid.UUID | None]] | None) -> Watermarks:
         return [(self._record(key).dataset_id, mark, source_txn) for key, (mark, source_txn) in (watermarks or {}).items()]
@@ -170,19 +207,25 @@ class Trident:
         columns: list[str] | None = None,
         row_filter: str | None = None,
         as_of: AsOf = None,
+        partition: PartitionFilter | None = None,
         *,
         staged: uuid.UUID | str | None = None,
     ) -> pa.RecordBatchReader:
         """The dataset's rows as a bounded-memory stream, from whichever sink holds them.
-        ``staged=txn_id`` reads a staged (not yet published) version, for audits."""
+        ``partition`` reads only those partitions: it becomes part of ``row_filter``, so pyiceberg
+        prunes by partition and only their files are opened. ``staged=txn_id`` reads a staged
+        (not yet published) version, for audits."""
         columns = validate.read_columns(columns)
         if staged is not None:
             if as_of is not None:
                 raise InvalidReadError("read either a staged version or a past one (as_of), not both")
             ds, entry = self._staged_entry(key, staged)
-            return self._sink(ds.sink).scan(ds, columns=columns, row_filter=row_filter, as_of=entry.snapshot_id)
+            sink = self._sink(ds.sink)
+            row_filter = self._with_partition(sink, ds, row_filter, partition)
+            return sink.scan(ds, columns=columns, row_filter=row_filter, as_of=entry.snapshot_id)
         ds = self._record(key)
         sink = self._sink(ds.sink)
+        row_filter = self._with_partition(sink, ds, row_filter, partition)
         version = self._version_at(ds, as_of) if sink.time_travel else as_of
         return sink.scan(ds, columns=columns, row_filter=row_filter, as_of=version)
 
@@ -224,10 +267,13 @@ class Trident:
         columns: list[str] | None = None,
         row_filter: str | None = None,
         as_of: AsOf = None,
+        partition: PartitionFilter | None = None,
         *,
         staged: uuid.UUID | str | None = None,
     ) -> pa.Table:
-        return self.stream(key, columns=columns, row_filter=row_filter, as_of=as_of, staged=staged).read_all()
+        return self.stream(
+            key, columns=columns, row_filter=row_filter, as_of=as_of, partition=partition, staged=staged
+        ).read_all()
 
     # -- write-audit-publish --------------------------------------------------------------------
     def _staged_entry(self, key: str, txn_id: uuid.UUID | str) -> tuple[DatasetRecord, LedgerEntry]:
@@ -280,14 +326,27 @@ class Trident:
             ds, entry = self._staged_entry(key, txn_id)
             self.driver.discard_staged(ds, entry, reason)
 
+    @staticmethod
+    def _with_partition(sink: Sink, ds: DatasetRecord, row_filter: str | None, partition: PartitionFilter | None) -> str | None:
+        if partition is None:
+            return row_filter
+        part = partition.bind(sink.schema(ds)).to_row_filter()
+        return part if not row_filter else f"({row_filter}) and {part}"
+
     def schema(self, key: str) -> pa.Schema:
         ds = self._record(key)
         return self._sink(ds.sink).schema(ds)
 
-    def arrow_source(self, key: str) -> Any:
-        """A re-scannable Arrow source of the dataset (a pyarrow dataset) for DuckDB compute."""
+    def arrow_source(self, key: str, partition: PartitionFilter | None = None) -> Any:
+        """A re-scannable Arrow source of the dataset (a pyarrow dataset) for DuckDB compute;
+        with ``partition``, only those partitions (their files only, on the trident)."""
         ds = self._record(key)
-        return self._sink(ds.sink).arrow_source(ds)
+        sink = self._sink(ds.sink)
+        if partition is None:
+            return sink.arrow_source(ds)
+        bound = partition.bind(sink.schema(ds))
+        source = sink.arrow_source(ds, partition=bound) if sink.partitions else sink.arrow_source(ds)
+        return source.filter(bound.arrow_expr())
 
     def describe(self, key: str) -> Description:
         ds = self._record(key)
@@ -296,6 +355,8 @@ class Trident:
             schema=ds.schema or [], schema_version=ds.schema_version, snapshot_id=ds.snapshot_id,
             last_txn_id=ds.last_txn_id, committed_at=ds.committed_at, updated_at=ds.updated_at,
             iceberg_identifier=ds.iceberg_identifier, provenance=self.control.provenance(ds.dataset_id),
+            partitioning=[f"{t}({c})" for c, t in (self._sink(ds.sink).partitioning(ds) or ())],
+            partitions=self._sink(ds.sink).partition_stats(ds),
         )
 
     def history(self, key: str, limit: int | None = None) -> list[LedgerEntry]:

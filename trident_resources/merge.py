@@ -10,7 +10,7 @@ applies that in its own way.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -150,8 +150,10 @@ class KeyedMerge:
         return " AND ".join(f"{a}.{quote(k)} = {b}.{quote(k)}" for k in self.keys)
 
     # -- planning ---------------------------------------------------------------------------
-    def plan(self, mode: str, *, first_index: int, txn_id: uuid.UUID, tau: datetime) -> MergePlan:
-        """Build ``removed`` and ``added`` for the mode."""
+    def plan(self, mode: str, *, first_index: int | Callable[[int], int], txn_id: uuid.UUID, tau: datetime) -> MergePlan:
+        """Build ``removed`` and ``added`` for the mode. ``first_index`` is the ``__row_index`` of
+        the first new row, or a function of how many new rows there are that returns it (a
+        partition write reserves exactly that many in the control plane)."""
         j = self._join("s", "e")
         survivor = (
             f"SELECT {', '.join(quote(k) for k in self.keys)}, min({ROW_INDEX}) AS {ROW_INDEX}, "
@@ -168,6 +170,11 @@ class KeyedMerge:
             removed = f"SELECT e.{ROW_ID}{file_col} FROM existing e WHERE false"
         self.con.execute(f"CREATE TABLE removed AS {removed}")
 
+        staged = self.con.execute("SELECT count(*) FROM staged").fetchall()[0][0]
+        matched = self.con.execute(f"SELECT count(*) FROM staged s SEMI JOIN survivors e ON {j}").fetchall()[0][0]
+        n_removed = self.con.execute("SELECT count(*) FROM removed").fetchall()[0][0]
+        if callable(first_index):
+            first_index = first_index(0 if mode == "delete" else staged - matched)
         user = ", ".join(f"s.{quote(c)}" for c in self.user_columns)
         created = f"TIMESTAMPTZ '{tau.isoformat()}'"
         matched_sql = f"SELECT e.{ROW_INDEX}, e.{ROW_ID}, {created} AS {CREATED_AT}, {user} FROM staged s JOIN survivors e ON {j}"
@@ -185,9 +192,6 @@ class KeyedMerge:
         else:  # delete
             added = f"SELECT NULL::BIGINT AS {ROW_INDEX} WHERE false"
         self.con.execute(f"CREATE VIEW added AS {added}")
-        staged = self.con.execute("SELECT count(*) FROM staged").fetchall()[0][0]
-        matched = self.con.execute(f"SELECT count(*) FROM staged s SEMI JOIN survivors e ON {j}").fetchall()[0][0]
-        n_removed = self.con.execute("SELECT count(*) FROM removed").fetchall()[0][0]
         return MergePlan(matched=matched, fresh=staged - matched, removed=n_removed, staged=staged)
 
     def plan_removal(self, removed: pa.RecordBatchReader) -> int:

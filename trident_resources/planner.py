@@ -16,11 +16,16 @@ import pyarrow.compute as pc
 from .errors import DatasetNotFoundError, InvalidWriteError
 from .filters import arrow_filter, check_key_columns
 from .identity import IDENTITY_COLUMNS, ROW_ID, ROW_INDEX, stamp
-from .merge import FILE_COLUMN, KeyedMerge
+from .merge import FILE_COLUMN, KeyedMerge, quote
+from .partitions import PartitionFilter
 from .schemas import conform, plan_schema, user_fields, with_identity
 from .settings import TridentSettings
 from .sinks.base import Sink, SinkWrite, StoredVersion, WriteCounts, WriteRequest
 from .control_plane import Outcome
+
+# More partitions than this in one write and the input is clustered by partition first (the data
+# file writer keeps at most this many files open, one per partition).
+MAX_OPEN_PARTITIONS = 32
 
 
 class WritePlanner:
@@ -42,36 +47,79 @@ class WritePlanner:
     def _stream(self, req: WriteRequest, version: StoredVersion) -> Outcome:
         assert req.reader is not None
         replace = req.mode == "replace"
-        user_schema = plan_schema(version.schema, user_fields(req.reader.schema), replace=replace)
-        first = 0 if (replace or version.schema is None) else req.dataset.next_row_index
+        part = req.partition
+        # A partition replace keeps every other partition's rows: the schema rules are an append's.
+        user_schema = plan_schema(version.schema, user_fields(req.reader.schema), replace=replace and part is None)
+        first = 0 if ((replace and part is None) or version.schema is None) else req.dataset.next_row_index
         top = [-1]  # highest carried __row_index of an identity-preserving copy
+        reader = req.reader if part is None else self._clustered(req.reader, part, req)
 
         def rows(target: pa.Schema) -> Iterator[pa.RecordBatch]:
             seq = 0
-            for batch in req.reader:  # type: ignore[union-attr]
+            bound = part.bind(target) if part is not None else None
+            for batch in reader:
                 if batch.num_rows == 0:
                     continue
                 if req.preserve_identity:
                     out = _carried(batch, with_identity(user_schema), top)
                 else:
-                    out = stamp(conform(batch, user_fields(user_schema)), req.txn_id, seq, first + seq, req.tau)
+                    index = req.reserve_rows(batch.num_rows) if req.reserve_rows is not None else first + seq
+                    top[0] = max(top[0], index + batch.num_rows - 1)
+                    out = stamp(conform(batch, user_fields(user_schema)), req.txn_id, seq, index, req.tau)
                 seq += batch.num_rows
-                yield conform(out, target)
+                out = conform(out, target)
+                if bound is not None:
+                    bound.check(out, req.dataset.key)
+                yield out
 
         with version.begin(req, user_schema, replace=replace) as w:
             n = w.put(rows(w.arrow_schema))
-            next_index = max(req.dataset.next_row_index, top[0] + 1) if req.preserve_identity else first + n
+            if req.preserve_identity or req.reserve_rows is not None:
+                next_index = max(req.dataset.next_row_index, top[0] + 1)
+            else:
+                next_index = first + n
             return self._commit(w, WriteCounts(rows_written=n, next_row_index=next_index))
+
+    def _clustered(self, reader: pa.RecordBatchReader, part: PartitionFilter, req: WriteRequest) -> pa.RecordBatchReader:
+        """The input ordered by its partition columns when it may span more partitions than the
+        data file writer keeps open, so that each partition's rows arrive together and become a
+        few full files (a backfill of an unsorted source would otherwise scatter every partition
+        over many small files). DuckDB sorts it under its memory limit, spilling to disk."""
+        fanout = part.bind(reader.schema).fanout()
+        if fanout is not None and fanout <= MAX_OPEN_PARTITIONS:
+            return reader
+        import duckdb
+
+        s = self.settings
+        spill = req.spill_dir / "sort"
+        spill.mkdir(parents=True, exist_ok=True)
+        con = duckdb.connect(config={"memory_limit": s.duckdb_memory_limit, "threads": s.duckdb_threads, "temp_directory": str(spill)})
+        con.execute("SET TimeZone = 'UTC'")
+        con.execute("SET preserve_insertion_order = false")
+        unsorted_input = _without_views(reader)  # noqa: F841 - read by DuckDB's replacement scan
+        order = ", ".join(quote(c) for c in part.columns)
+        out = con.sql(f"SELECT * FROM unsorted_input ORDER BY {order}").to_arrow_reader(65_536)
+        schema = reader.schema
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            try:
+                for b in out:
+                    yield conform(b, schema)
+            finally:
+                con.close()
+
+        return pa.RecordBatchReader.from_batches(schema, batches())
 
     # -- keyed modes: merge in DuckDB ---------------------------------------------------------
     def _keyed(self, sink: Sink, req: WriteRequest, version: StoredVersion) -> Outcome:
         existing = version.schema
+        part = req.partition
         if req.mode == "delete":
             assert existing is not None
             user_schema = user_fields(existing)
         else:
             assert req.reader is not None
-            user_schema = plan_schema(existing, req.reader.schema, replace=req.mode == "replace")
+            user_schema = plan_schema(existing, req.reader.schema, replace=req.mode == "replace" and part is None)
         first = req.dataset.next_row_index if existing is not None else 0
         s = self.settings
         with KeyedMerge(req.spill_dir, memory_limit=s.duckdb_memory_limit, threads=s.duckdb_threads) as merge:
@@ -81,11 +129,20 @@ class WritePlanner:
                 counts = WriteCounts(rows_written=0, next_row_index=first, deleted=removed)
             else:
                 assert req.reader is not None
-                merge.stage(req.reader, req.keys, keys_only=req.mode == "delete")
+                staged = req.reader if part is None else _checked(req.reader, part, req.dataset.key)
+                merge.stage(staged, req.keys, keys_only=req.mode == "delete")
                 merge.load_existing(self._existing_keys(sink, version, req))
-                plan = merge.plan(req.mode, first_index=first, txn_id=req.txn_id, tau=req.tau)
+                reserved = [first]
+
+                def first_index(fresh: int) -> int:
+                    if req.reserve_rows is not None and fresh:
+                        reserved[0] = req.reserve_rows(fresh)
+                    return reserved[0]
+
+                plan = merge.plan(req.mode, first_index=first_index, txn_id=req.txn_id, tau=req.tau)
                 fresh = plan.fresh if req.mode != "delete" else 0
-                counts = WriteCounts(next_row_index=first + fresh, **plan.counts(req.mode))
+                top = max(req.dataset.next_row_index, reserved[0] + fresh) if req.reserve_rows is not None else first + fresh
+                counts = WriteCounts(next_row_index=top, **plan.counts(req.mode))
             replace = req.mode == "replace"
             with version.begin(req, user_schema, replace=replace) as w:
                 if not replace and existing is not None:
@@ -99,7 +156,7 @@ class WritePlanner:
         assert req.reader is not None
         if version.schema is not None:
             check_key_columns(req.keys, version.schema, "the dataset")
-            return version.existing_keys(req.keys)
+            return version.existing_keys(req.keys, req.partition)
         incoming = req.reader.schema
         fields = [pa.field(k, incoming.field(k).type) for k in req.keys if k in incoming.names]
         fields += [pa.field(ROW_ID, pa.large_string()), pa.field(ROW_INDEX, pa.int64())]
@@ -110,6 +167,31 @@ class WritePlanner:
     @staticmethod
     def _commit(w: SinkWrite, counts: WriteCounts) -> Outcome:
         return w.commit(counts)  # the sink fires failpoint write.before_commit once its data is durable
+
+
+def _without_views(reader: pa.RecordBatchReader) -> pa.RecordBatchReader:
+    """The input with string/binary *view* columns as large ones: DuckDB's Arrow scan cannot
+    filter view arrays (tpchgen-cli and polars produce them)."""
+    plain = pa.schema([
+        f.with_type(pa.large_string() if pa.types.is_string_view(f.type) else pa.large_binary() if pa.types.is_binary_view(f.type) else f.type)
+        for f in reader.schema
+    ])
+    if plain.equals(reader.schema):
+        return reader
+    return pa.RecordBatchReader.from_batches(plain, (b.cast(plain) for b in reader))
+
+
+def _checked(reader: pa.RecordBatchReader, part: PartitionFilter, dataset: str) -> pa.RecordBatchReader:
+    """The input, refused at the first row outside the partition being written (before staging
+    completes, so nothing is written)."""
+    bound = part.bind(reader.schema)
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        for b in reader:
+            bound.check(b, dataset)
+            yield b
+
+    return pa.RecordBatchReader.from_batches(reader.schema, batches())
 
 
 def _carried(batch: pa.RecordBatch, full: pa.Schema, top: list[int]) -> pa.RecordBatch:

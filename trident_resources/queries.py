@@ -20,6 +20,14 @@ SET_DATASET_SINK = "UPDATE trident_datasets SET sink = %s, iceberg_identifier = 
 UPDATE_DATASET_STATS = """UPDATE trident_datasets SET row_count = %s, next_row_index = %s, schema = %s::jsonb,
     schema_version = %s, snapshot_id = %s, last_txn_id = %s, committed_at = %s, updated_at = now()
     WHERE dataset_id = %s"""
+UPDATE_DATASET_STATS_PARTITION = """UPDATE trident_datasets SET row_count = %s,
+    next_row_index = GREATEST(next_row_index, %s), schema = %s::jsonb,
+    schema_version = %s, snapshot_id = %s, last_txn_id = %s, committed_at = %s, updated_at = now()
+    WHERE dataset_id = %s"""
+# Partition writers run side by side: each reserves the __row_index range of its new rows here,
+# atomically, so concurrent writers never stamp the same index (an aborted writer leaves a gap).
+RESERVE_ROW_INDEX = """UPDATE trident_datasets SET next_row_index = next_row_index + %s WHERE dataset_id = %s
+    RETURNING next_row_index - %s AS first"""
 DELETE_DATASET = "DELETE FROM trident_datasets WHERE dataset_id = %s"
 
 _LEDGER_COLS = """txn_id, dataset_id, status, mode, writer, sink, requested_sink, clamped, route_reason, started_at,
@@ -53,6 +61,14 @@ ABORT_LEDGER = "UPDATE trident_ledger SET status = 'aborted', ended_at = clock_t
 
 TRY_WRITER_LOCK = "SELECT pg_try_advisory_lock(hashtextextended(%s, 7)) AS locked"
 WRITER_UNLOCK = "SELECT pg_advisory_unlock(hashtextextended(%s, 7))"
+# Partition writers hold the dataset lock SHARED (whole-dataset writers hold it exclusive), one lock
+# per partition they write (key: dataset id | partition) and, around COMMIT only, the commit lock.
+TRY_WRITER_LOCK_SHARED = "SELECT pg_try_advisory_lock_shared(hashtextextended(%s, 7)) AS locked"
+WRITER_UNLOCK_SHARED = "SELECT pg_advisory_unlock_shared(hashtextextended(%s, 7))"
+TRY_PARTITION_LOCK = "SELECT pg_try_advisory_lock(hashtextextended(%s, 8)) AS locked"
+PARTITION_UNLOCK = "SELECT pg_advisory_unlock(hashtextextended(%s, 8))"
+TRY_COMMIT_LOCK = "SELECT pg_try_advisory_lock(hashtextextended(%s, 9)) AS locked"
+COMMIT_UNLOCK = "SELECT pg_advisory_unlock(hashtextextended(%s, 9))"
 
 INSERT_SCHEMA_VERSION = "INSERT INTO trident_schema_versions (dataset_id, version, schema, txn_id) VALUES (%s, %s, %s::jsonb, %s)"
 INSERT_SYNC_LOG = """INSERT INTO trident_sync_log (dataset_id, txn_id, sink, snapshot_id, has_identity, rows_written, row_count)

@@ -46,6 +46,9 @@ class Description:
     updated_at: datetime
     iceberg_identifier: str | None
     provenance: dict[str, Any] = field(default_factory=dict)
+    partitioning: list[str] = field(default_factory=list)  # e.g. ["day(l_shipdate)"]; [] unpartitioned
+    # per partition: {"partition": {...}, "row_count", "files", "last_snapshot_id", "last_txn_id"}
+    partitions: list[dict[str, Any]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -42,12 +42,14 @@ from .failpoints import failpoint
 from .planner import WritePlanner
 from .results import ReconcileReport
 from .router import RouteDecision
+from .partitions import PartitionFilter
 from .settings import TridentSettings
 from .sinks.base import Sink, WriteMode, WriteRequest
 
 log = logging.getLogger("trident")
 
 CANARY_WRITER = "canary"
+PARTITION_META = "partition"  # ledger metadata of a partition write (what it replaced)
 Watermarks = list[tuple[uuid.UUID, datetime, uuid.UUID | None]]  # (source dataset, mark, source txn)
 
 
@@ -71,6 +73,7 @@ class TransactionDriver:
         self.settings = settings
         self.planner = WritePlanner(settings)
         self._locks: dict[uuid.UUID, psycopg.Connection[Any]] = {}  # dataset -> its writer lock's session
+        self._shared: set[uuid.UUID] = set()  # datasets written under partition locks (partition_locked)
 
     def lock_session(self, ds: DatasetRecord) -> psycopg.Connection[Any] | None:
         """The session holding ``ds``'s writer lock in this process (inside ``locked``)."""
@@ -95,6 +98,26 @@ class TransactionDriver:
                 yield self._fresh(ds)
             finally:
                 self._locks.pop(ds.dataset_id, None)
+
+    @contextmanager
+    def partition_locked(self, ds: DatasetRecord, units: list[str], wait_s: float | None = None) -> Iterator[DatasetRecord]:
+        """Hold the locks of the partitions in ``units`` (and the dataset's lock shared), so that
+        writers of other partitions of the same dataset run at the same time. Stale transactions
+        are not settled here (other open ones may be live); ``reconcile`` and the next
+        whole-dataset writer settle them."""
+        wait = self.settings.writer_wait_seconds if wait_s is None else wait_s
+        with self.control.partition_lock(ds, units, wait) as lock:
+            self._locks[ds.dataset_id] = lock
+            self._shared.add(ds.dataset_id)
+            try:
+                yield self._fresh(ds)
+            finally:
+                self._shared.discard(ds.dataset_id)
+                self._locks.pop(ds.dataset_id, None)
+
+    def shares(self, ds: DatasetRecord) -> bool:
+        """Does this process write ``ds`` under a partition lock (the commit lock still to take)?"""
+        return ds.dataset_id in self._shared
 
     def _fresh(self, ds: DatasetRecord) -> DatasetRecord:
         return self.control.dataset_by_id(ds.dataset_id) or ds
@@ -150,7 +173,7 @@ class TransactionDriver:
         shutil.rmtree(self.settings.home / "tmp" / str(entry.txn_id), ignore_errors=True)  # its merge spill
         outcome = sink.find_committed(ds, entry.txn_id)
         if outcome is not None and (entry.writer != CANARY_WRITER or ds.sink == entry.sink):
-            self.control.commit_txn(entry, outcome)
+            self.control.commit_txn(entry, outcome, reserved_indexes=PARTITION_META in entry.metadata)
             log.warning("reconciled: rolled forward txn %s of %s", entry.txn_id, ds.key)
             return "rolled_forward"
         if outcome is not None:  # a canary copy that never flipped: the dataset still lives elsewhere
@@ -181,8 +204,8 @@ class TransactionDriver:
             ds = self.control.dataset_by_id(entry.dataset_id)
             if ds is None or ds.workspace != workspace:
                 continue
-            try:
-                with self.control.writer_lock(ds, 0):
+            try:  # a publisher that just died may still hold the lock for a moment
+                with self.control.writer_lock(ds, _LOCK_RELEASE_SECONDS if _writer_died_here(entry) else 1.0):
                     outcome = self.sink(entry.sink).find_committed(ds, entry.txn_id)
                     if outcome is not None:  # main moved to it, the ledger did not follow: a crash mid-publish
                         self.control.commit_txn(entry, outcome)
@@ -218,10 +241,27 @@ class Transaction:
         self.entry = entry
         self.sink = driver.sink(entry.sink)
         self.lock = driver.lock_session(ds)
+        self.shared = driver.shares(ds)  # under partition locks: COMMIT takes the commit lock
+        self.partitioned = PARTITION_META in entry.metadata
+        self._commit_locked = False
 
     def _fence(self) -> None:
+        """Right before the sink's atomic commit: this writer still holds its lock, and a partition
+        writer takes the dataset's commit lock, held until its ledger COMMIT (so commits, and the
+        dataset stats they record, happen in one order)."""
         if self.lock is not None:
             self.driver.control.check_lock(self.lock, self.ds)
+            if self.shared and not self._commit_locked:
+                self.driver.control.acquire_commit_lock(self.lock, self.ds, self.driver.settings.writer_wait_seconds)
+                self._commit_locked = True
+
+    def _release_commit_lock(self) -> None:
+        if self._commit_locked and self.lock is not None:
+            self._commit_locked = False
+            self.driver.control.release_commit_lock(self.lock, self.ds)
+
+    def _reserve(self, n: int) -> int:
+        return self.driver.control.reserve_row_indexes(self.ds.dataset_id, n)
 
     @property
     def txn_id(self) -> uuid.UUID:
@@ -235,6 +275,7 @@ class Transaction:
         row_filter: str | None = None,
         preserve_identity: bool = False,
         stage: bool = False,
+        partition: PartitionFilter | None = None,
     ) -> Outcome:
         """WRITE: the planner's rows stored by the sink as ONE change carrying the txn id."""
         spill = self.driver.settings.home / "tmp" / str(self.txn_id)
@@ -246,7 +287,8 @@ class Transaction:
                     dataset=self.ds, mode=self.entry.mode, keys=keys, row_filter=row_filter,  # type: ignore[arg-type]
                     txn_id=self.txn_id, tau=self.entry.started_at, reader=reader, spill_dir=spill,
                     note_location=self._note_location,
-                    preserve_identity=preserve_identity, fence=self._fence, stage=stage,
+                    preserve_identity=preserve_identity, fence=self._fence, stage=stage, partition=partition,
+                    reserve_rows=self._reserve if partition is not None else None,
                 ),
             )
         except BaseException as exc:
@@ -274,11 +316,13 @@ class Transaction:
             return self.driver.control.commit_txn(
                 self.entry, outcome, watermarks=list(watermarks),
                 provenance=dict(provenance) if provenance is not None else None, flip_to=flip_to,
-                conn=self.lock,
+                conn=self.lock, reserved_indexes=self.partitioned,
             )
         except BaseException as exc:
             self.fail(exc)
             _reraise(exc)
+        finally:
+            self._release_commit_lock()
 
     def stage(self, outcome: Outcome) -> LedgerEntry:
         """The write is durable on its audit branch: record it ``staged`` (not published). Its
@@ -289,11 +333,19 @@ class Transaction:
         except BaseException as exc:
             self.fail(exc)
             _reraise(exc)
+        finally:
+            self._release_commit_lock()
 
     def fail(self, exc: BaseException) -> None:
         """Revert the change if it became visible, mark the ledger ``aborted`` and remove the
         files. Each step that cannot be done (storage or Postgres down) is logged and left to
         the reconciler, so the caller always gets the original, named error."""
+        try:
+            self._fail(exc)
+        finally:
+            self._release_commit_lock()
+
+    def _fail(self, exc: BaseException) -> None:
         try:
             self.sink.undo(self.ds, self.txn_id)  # a no-op unless the change is the dataset's current state
         except Exception as undo_exc:

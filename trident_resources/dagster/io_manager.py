@@ -46,6 +46,7 @@ from ..identity import IDENTITY_COLUMNS
 from ..results import Description, WriteResult
 from .provenance import lineage_entry, merge_provenance
 from .resource import TridentResource
+from .partitions import input_partition, output_partition, partition_metadata
 
 from ..sinks.base import WriteMode
 
@@ -106,6 +107,7 @@ class TridentIOManager(dg.ConfigurableIOManager):
         mode: WriteMode = out.mode or meta.get(META_MODE) or "replace"
         keys = out.keys if out.keys is not None else meta.get(META_KEYS)
         t = self.trident.get_client()
+        partition = output_partition(context)  # partitions hook: PartitionError unless declared (partitions.py)
         try:
             provenance = out.provenance if out.provenance is not None else meta.get(META_PROVENANCE)
             if out.merge_upstream:
@@ -114,12 +116,14 @@ class TridentIOManager(dg.ConfigurableIOManager):
                 key, out.data, mode=mode, writer=out.writer or meta.get(META_WRITER) or PIPELINE_WRITER,
                 keys=list(keys) if keys else None, source_refs=out.source_refs,
                 metadata={RUN_ID: context.run_id, **{k: _plain(v) for k, v in out.metadata.items()}},
-                provenance=provenance, watermarks=out.watermarks,
+                provenance=provenance, watermarks=out.watermarks, partition=partition,
             )
         finally:
             if out.on_done is not None:
                 out.on_done()
-        context.add_output_metadata({**materialization_metadata(result, t.describe(key)), **out.metadata})
+        context.add_output_metadata(
+            {**materialization_metadata(result, t.describe(key)), **partition_metadata(result, partition), **out.metadata}
+        )
 
     def load_input(self, context: dg.InputContext) -> Any:
         key = asset_key_to_key(context.asset_key)
@@ -128,7 +132,8 @@ class TridentIOManager(dg.ConfigurableIOManager):
         columns = meta.get("columns")
         if columns is None and not meta.get("identity"):
             columns = [n for n in t.schema(key).names if n not in IDENTITY_COLUMNS]
-        reader = t.stream(key, columns=list(columns) if columns else None, row_filter=meta.get("row_filter"))
+        partition = input_partition(context)  # partitions hook: only the mapped upstream partitions
+        reader = t.stream(key, columns=list(columns) if columns else None, row_filter=meta.get("row_filter"), partition=partition)
         return convert_input(reader, context.dagster_type.typing_type, key)
 
 

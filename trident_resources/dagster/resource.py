@@ -62,6 +62,17 @@ class TridentResource(dg.ConfigurableResource):
     # behaviour
     writer_wait_seconds: float | None = Field(default=None, description="TRIDENT_WRITER_WAIT_SECONDS: wait for another writer of a dataset.")
     commit_retries: int | None = Field(default=None, description="TRIDENT_COMMIT_RETRIES: retries of a conflicting Iceberg commit.")
+    staged_max_age_days: float | None = Field(
+        default=None, description="TRIDENT_STAGED_MAX_AGE_DAYS: `trident maintain` discards staged versions older than this."
+    )
+    sql_timeout_seconds: float | None = Field(
+        default=None, description="TRIDENT_SQL_TIMEOUT_SECONDS: read-only SQL longer than this is interrupted."
+    )
+    sql_max_rows: int | None = Field(default=None, description="TRIDENT_SQL_MAX_ROWS: result row cap of Trident.sql.")
+    sql_max_bytes: int | None = Field(default=None, description="TRIDENT_SQL_MAX_BYTES: result byte cap of Trident.sql.")
+    embedded_pg_idle_minutes: float | None = Field(
+        default=None, description="TRIDENT_EMBEDDED_PG_IDLE_MINUTES: the embedded Postgres stops after this long without clients."
+    )
     target_file_bytes: int | None = Field(default=None, description="TRIDENT_TARGET_FILE_BYTES: uncompressed bytes per data file.")
     row_group_bytes: int | None = Field(default=None, description="TRIDENT_ROW_GROUP_BYTES: uncompressed bytes per row group.")
     write_parallelism: int | None = Field(default=None, description="TRIDENT_WRITE_PARALLELISM: Parquet files encoded at once.")

@@ -19,6 +19,7 @@ from typing import Any, ClassVar, Literal, Protocol, get_args
 import pyarrow as pa
 
 from ..control_plane import DatasetRecord, Outcome
+from ..partitions import PartitionFilter
 
 WriteMode = Literal["replace", "append", "upsert", "append_new", "delete"]
 WRITE_MODES: tuple[WriteMode, ...] = get_args(WriteMode)
@@ -46,6 +47,11 @@ class WriteRequest:
     # (another writer may own the dataset now), so a fenced writer never commits.
     fence: Callable[[], None] = lambda: None
     stage: bool = False  # write-audit-publish: commit on an audit branch, not the published version
+    # A partition write (issue 10): only the rows of this partition (range) are replaced, and new
+    # rows reserve their __row_index range through ``reserve_rows(n) -> first`` (writers of other
+    # partitions run at the same time).
+    partition: PartitionFilter | None = None
+    reserve_rows: Callable[[int], int] | None = None
 
 
 @dataclass(frozen=True)
@@ -118,9 +124,9 @@ class StoredVersion(ABC):
     schema: pa.Schema | None  # identity + user columns; None when nothing is stored yet
 
     @abstractmethod
-    def existing_keys(self, keys: tuple[str, ...]) -> pa.RecordBatchReader:
-        """``(keys..., __row_id, __row_index[, __file])`` of every current row, streamed
-        (only called when ``schema`` is not None)."""
+    def existing_keys(self, keys: tuple[str, ...], partition: PartitionFilter | None = None) -> pa.RecordBatchReader:
+        """``(keys..., __row_id, __row_index[, __file])`` of every current row (only those of
+        ``partition`` when given), streamed (only called when ``schema`` is not None)."""
 
     @abstractmethod
     def matching_ids(self, expr: Any) -> pa.RecordBatchReader:
@@ -138,6 +144,16 @@ class Sink(ABC):
     tracks_files: ClassVar[bool] = False  # existing_keys carries __file; Removal.affected_files matters
     time_travel: ClassVar[bool] = True  # keeps past versions: ``as_of`` reaches scan as a snapshot id
     stages: ClassVar[bool] = False  # can hold a staged (unpublished) version: write-audit-publish
+    partitions: ClassVar[bool] = False  # can replace one partition of a dataset (WriteRequest.partition)
+
+    def partitioning(self, ds: DatasetRecord) -> tuple[tuple[str, str], ...] | None:
+        """The dataset's partitioning as (column, transform) pairs; () unpartitioned, None when
+        nothing is stored yet."""
+        return None
+
+    def partition_stats(self, ds: DatasetRecord) -> list[dict[str, Any]]:
+        """Per partition: its values, row count, data files and the last transaction that changed it."""
+        return []
 
     @abstractmethod
     def current(self, ds: DatasetRecord) -> StoredVersion:

@@ -8,6 +8,7 @@ at a target size, and returns the ``DataFile`` records for ONE commit at the end
 from __future__ import annotations
 
 import uuid
+from collections import OrderedDict, deque
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import IO, Any, cast
@@ -30,6 +31,7 @@ from pyiceberg.typedef import Record
 
 from ...failpoints import failpoint
 from ...identity import ROW_ID, ROW_INDEX
+from ...partitions import Partitioner
 from ...pyiceberg_compat import parquet_writer_kwargs
 
 
@@ -233,3 +235,157 @@ def list_txn_files(io: FileIO, location: str, txn_id: uuid.UUID) -> list[str]:
         if info.type == pafs.FileType.File and info.base_name.startswith(prefix):
             found.append(f"{scheme}://{info.path}" if scheme != "file" else f"file://{info.path}")
     return found
+
+
+class _PartitionState:
+    """One partition's buffered rows and its open file (if any)."""
+
+    def __init__(self, key: tuple[Any, ...], record: Record) -> None:
+        self.key = key
+        self.record = record
+        self.buffer: list[pa.Table] = []
+        self.buffered = 0
+        self.lane: _Lane | None = None
+
+
+class PartitionedDataFileWriter:
+    """``DataFileWriter`` for a partitioned table: rows are split by the table's partition spec
+    and each partition gets its own files (``DataFile.partition`` set, never two partitions in one
+    file, so a partition replace deletes whole files and pyiceberg prunes reads by partition).
+
+    Each partition buffers up to a row group; when all buffers together exceed ``buffer_bytes``
+    the largest is flushed, and at most ``max_open`` files are open (the least recently written
+    one is closed first). Input clustered by partition (the planner sorts a wide backfill) thus
+    yields one file per partition; ``parallelism`` row groups are encoded at once.
+    """
+
+    def __init__(
+        self,
+        io: FileIO,
+        location: str,
+        txn_id: uuid.UUID,
+        schema: Schema,
+        properties: dict[str, str],
+        *,
+        partitioner: Partitioner,
+        spec_id: int,
+        target_file_bytes: int,
+        row_group_bytes: int,
+        parallelism: int = 2,
+        max_open: int = 32,
+    ) -> None:
+        self._io = io
+        self._dir = f"{location.rstrip('/')}/data"
+        self._txn_id = txn_id
+        self._schema = schema
+        self.arrow_schema = schema_to_pyarrow(schema, include_field_ids=True)
+        self._properties = properties
+        self._partitioner = partitioner
+        self._spec_id = spec_id
+        self._target_file_bytes = target_file_bytes
+        self._row_group_bytes = row_group_bytes
+        self._buffer_bytes = 4 * row_group_bytes
+        self._parallelism = max(1, parallelism)
+        self._max_open = max(1, max_open)
+        self._states: dict[tuple[Any, ...], _PartitionState] = {}
+        self._open: OrderedDict[tuple[Any, ...], _PartitionState] = OrderedDict()  # LRU of open files
+        self._inflight: deque[Future[None]] = deque()
+        self._buffered = 0
+        self._pool = ThreadPoolExecutor(max_workers=self._parallelism, thread_name_prefix="trident-parquet")
+        self._seq = 0
+        self.paths: list[str] = []
+        self.data_files: list[DataFile] = []
+        self.rows = 0
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        if batch.num_rows == 0:
+            return
+        self.rows += batch.num_rows
+        for key, piece in self._partitioner.split(pa.Table.from_batches([batch])):
+            st = self._states.get(key)
+            if st is None:
+                st = self._states[key] = _PartitionState(key, self._partitioner.record(key))
+            st.buffer.append(piece)
+            st.buffered += piece.nbytes
+            self._buffered += piece.nbytes
+            if st.buffered >= self._row_group_bytes:
+                self._flush(st)
+        while self._buffered > self._buffer_bytes:
+            self._flush(max(self._states.values(), key=lambda s: s.buffered))
+
+    def write_all(self, batches: Iterable[pa.RecordBatch]) -> None:
+        for batch in batches:
+            self.write(batch)
+
+    def _flush(self, st: _PartitionState) -> None:
+        if not st.buffer:
+            return
+        table = pa.concat_tables(st.buffer).cast(self.arrow_schema)
+        self._buffered -= st.buffered
+        st.buffer, st.buffered = [], 0
+        lane = st.lane
+        if lane is not None and lane.bytes >= self._target_file_bytes:
+            self._close(st)
+            lane = None
+        if lane is None:
+            while len(self._open) >= self._max_open:
+                self._close(next(iter(self._open.values())))
+            path = f"{self._dir}/{self._txn_id}-{self._seq:05d}.parquet"
+            self._seq += 1
+            self.paths.append(path)
+            lane = st.lane = _Lane(path, _ParquetFile(self._io, path, self._schema, self.arrow_schema, self._properties))
+            self._open[st.key] = st
+        self._open.move_to_end(st.key)
+        while len(self._inflight) >= self._parallelism:
+            self._inflight.popleft().result()
+        lane.wait()  # one file's row groups stay in order
+        lane.bytes += table.nbytes
+        lane.pending = self._pool.submit(lane.writer.write, table)
+        self._inflight.append(lane.pending)
+        failpoint("write.file_flushed")
+
+    def _close(self, st: _PartitionState) -> None:
+        lane = st.lane
+        if lane is None:
+            return
+        st.lane = None
+        self._open.pop(st.key, None)
+        lane.wait()
+        stats = lane.writer.close()
+        self.data_files.append(
+            DataFile.from_args(
+                content=DataFileContent.DATA,
+                file_path=lane.path,
+                file_format=FileFormat.PARQUET,
+                partition=st.record,
+                file_size_in_bytes=len(self._io.new_input(lane.path)),
+                sort_order_id=None,
+                spec_id=self._spec_id,
+                equality_ids=None,
+                key_metadata=None,
+                **stats.to_serialized_dict(),
+            )
+        )
+
+    def close(self) -> list[DataFile]:
+        for st in list(self._states.values()):
+            self._flush(st)
+        for st in list(self._states.values()):
+            self._close(st)
+        self._pool.shutdown()
+        return self.data_files
+
+    def discard(self) -> None:
+        """Delete every file this writer created (a failed or aborted transaction)."""
+        for st in self._states.values():
+            if st.lane is None:
+                continue
+            try:
+                st.lane.wait()
+                st.lane.writer.close()
+            except Exception:  # the file is being deleted anyway
+                pass
+            st.lane = None
+        self._open.clear()
+        self._pool.shutdown(wait=True)
+        delete_paths(self._io, self.paths)

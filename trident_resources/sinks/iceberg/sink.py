@@ -20,6 +20,7 @@ from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table, Transaction
 from pyiceberg.table.refs import MAIN_BRANCH
+from pyiceberg.transforms import IdentityTransform
 from pyiceberg.table.snapshots import Snapshot, ancestors_of
 
 from ...control_plane import DatasetRecord, Outcome
@@ -41,7 +42,17 @@ from ...settings import TridentSettings
 from ..base import AsOf, Maintenance, Removal, Sink, SinkWrite, StoredVersion, WriteCounts, WriteRequest
 from ...pyiceberg_compat import transaction_io
 from .catalog import ensure_namespace
-from .files import DataFileWriter, delete_paths, filesystem_for, list_txn_files
+from ...partitions import (
+    BoundPartition,
+    PartitionFilter,
+    Partitioner,
+    _transform_name,
+    describe_spec,
+    iceberg_transform,
+    matches_spec,
+)
+from ...errors import PartitionError
+from .files import DataFileWriter, PartitionedDataFileWriter, delete_paths, filesystem_for, list_txn_files
 from .maintenance import data_files_of, existing_under, once_referenced
 
 TXN_PROPERTY = "trident.txn-id"
@@ -106,6 +117,35 @@ def published_schema(table: Table) -> pa.Schema:
     return schema_to_pyarrow(schema, include_field_ids=False)
 
 
+def _has(schema: Any, name: str) -> bool:
+    try:
+        schema.find_field(name)
+    except ValueError:
+        return False
+    return True
+
+
+def pc_invert(expr: Any) -> Any:
+    """Rows NOT in the partition (a null partition column counts as outside it, so it is kept)."""
+    import pyarrow.compute as pc
+
+    return pc.invert(expr) | pc.is_null(expr)
+
+
+def _human(field: Any, schema: Any, value: Any) -> Any:
+    """A partition value as people read it (2024-01-01, 2024-01, 2024-01-01-05, or the value)."""
+    if value is None:
+        return None
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    if not isinstance(value, int) or isinstance(field.transform, IdentityTransform):
+        return value
+    try:
+        return field.transform.to_human_string(schema.find_field(field.source_id).field_type, value)
+    except Exception:
+        return value
+
+
 def _strip(schema: pa.Schema) -> pa.Schema:
     return pa.schema([pa.field(f.name, f.type, f.nullable) for f in schema])
 
@@ -127,15 +167,23 @@ class IcebergVersion(StoredVersion):
             self._files = self.sink.data_files(self.table)
         return self._files
 
-    def existing_keys(self, keys: tuple[str, ...]) -> pa.RecordBatchReader:
+    def existing_keys(self, keys: tuple[str, ...], partition: PartitionFilter | None = None) -> pa.RecordBatchReader:
         assert self.table is not None and self.schema is not None
         table, existing, files = self.table, self.schema, self.files
         cols = [*keys, ROW_ID, ROW_INDEX]
         out_schema = pa.schema([existing.field(c) for c in cols]).append(pa.field(FILE_COLUMN, pa.int32()))
+        expr = None
+        wanted = range(len(files))
+        if partition is not None:  # a partition write merges against that partition's rows only
+            bound = partition.bind(existing)
+            expr = bound.arrow_expr()
+            candidates = {f.file_path for f in self.sink.data_files(table, row_filter=bound.iceberg_expr())}
+            wanted = [i for i, f in enumerate(files) if f.file_path in candidates]
 
         def batches() -> Iterator[pa.RecordBatch]:
-            for i, f in enumerate(files):
-                for b in _scan(self.sink.file_dataset(table, [f.file_path], existing), cols, None):
+            for i in wanted:
+                f = files[i]
+                for b in _scan(self.sink.file_dataset(table, [f.file_path], existing), cols, expr):
                     yield pa.RecordBatch.from_arrays([*b.columns, _constant(i, b.num_rows)], schema=out_schema)
 
         return pa.RecordBatchReader.from_batches(out_schema, batches())
@@ -155,6 +203,31 @@ class IcebergVersion(StoredVersion):
     def begin(self, req: WriteRequest, user_schema: pa.Schema, *, replace: bool) -> IcebergWrite:
         return IcebergWrite(self, req, user_schema, replace=replace)
 
+    def partition_files(self, bound: BoundPartition) -> tuple[list[DataFile], list[DataFile]]:
+        """The current data files a replace of ``bound`` affects: (wholly inside the partition:
+        deleted; holding rows inside and outside: rewritten without the inside rows). Files of
+        another partitioning (written before the dataset gained its spec) are always rewritten,
+        so that afterwards no data file mixes partitions."""
+        if self.table is None:
+            return [], []
+        specs = self.table.specs()
+        schema = self.table.schema()
+        wanted = bound.filter.spec
+        candidates = {f.file_path for f in self.sink.data_files(self.table, row_filter=bound.iceberg_expr())}
+        inside: list[DataFile] = []
+        partial: list[DataFile] = []
+        for f in self.files:
+            spec = specs[f.spec_id]
+            if not matches_spec(spec, schema, wanted):
+                partial.append(f)
+            elif f.file_path not in candidates:
+                continue
+            elif bound.contains_record(spec, schema, f.partition):
+                inside.append(f)
+            else:
+                partial.append(f)
+        return inside, partial
+
 
 class IcebergWrite(SinkWrite):
     """Parquet data files streamed under the table location, committed as ONE snapshot whose
@@ -166,7 +239,11 @@ class IcebergWrite(SinkWrite):
         self.txn = version.sink.begin_transaction(req, version.table, with_identity(user_schema), replace=replace)
         self.writer = version.sink.data_file_writer(req, self.txn)
         self.arrow_schema = self.writer.arrow_schema
-        self.to_delete: list[DataFile] = list(version.files) if replace else []
+        self.to_delete: list[DataFile] = list(version.files) if replace and req.partition is None else []
+        self.partial: list[DataFile] = []
+        if replace and req.partition is not None:  # replace exactly the partition's rows
+            self.bound = req.partition.bind(_strip(self.arrow_schema))
+            self.to_delete, self.partial = version.partition_files(self.bound)
 
     def put(self, batches: Iterable[pa.RecordBatch]) -> int:
         n = 0
@@ -186,7 +263,20 @@ class IcebergWrite(SinkWrite):
         self.writer.write_all(conform(b, self.arrow_schema) for b in removal.kept_rows(rows))
         self.to_delete = affected
 
+    def _rewrite_partial(self) -> None:
+        """Copy-on-write of files holding rows on both sides of the partition: their rows outside
+        it are kept (identity unchanged), split by partition like every other row."""
+        if not self.partial:
+            return
+        assert self.version.table is not None
+        old = self.version.schema
+        keep = pc_invert(self.bound.arrow_expr())
+        rows = _scan(self.version.sink.file_dataset(self.version.table, [f.file_path for f in self.partial], old), None, keep)
+        self.writer.write_all(conform(b, self.arrow_schema) for b in rows)
+        self.to_delete = [*self.to_delete, *self.partial]
+
     def commit(self, counts: WriteCounts) -> Outcome:
+        self._rewrite_partial()
         files = self.writer.close()
         failpoint("write.before_commit")
         props = {
@@ -195,7 +285,10 @@ class IcebergWrite(SinkWrite):
             "trident.created-at": self.req.tau.isoformat(),
             **{f"trident.{k.replace('_', '-')}": str(v) for k, v in asdict(counts).items()},
         }
-        snap = self.version.sink.commit_snapshot(self.req, self.txn, files, self.to_delete, props)
+        base = self.version.table.current_snapshot() if self.version.table is not None else None
+        snap = self.version.sink.commit_snapshot(
+            self.req, self.txn, files, self.to_delete, props, base_snapshot_id=base.snapshot_id if base else None
+        )
         return _summary_outcome(snap, _strip(self.arrow_schema))
 
     def discard(self) -> None:
@@ -206,6 +299,7 @@ class IcebergSink(Sink):
     name = "iceberg_native"
     tracks_files = True
     stages = True
+    partitions = True
 
     def __init__(self, catalog: Catalog, settings: TridentSettings) -> None:
         self.catalog = catalog
@@ -273,8 +367,30 @@ class IcebergSink(Sink):
             if any(f.name not in current.names for f in target) or replace:
                 with txn.update_schema() as upd:
                     upd.union_by_name(to_iceberg(target))
+        if req.partition is not None:
+            self._ensure_spec(txn, req)
         req.note_location(txn.table_metadata.location)
         return txn
+
+    def _ensure_spec(self, txn: Transaction, req: WriteRequest) -> None:
+        """Partition the table as the write declares: at creation, or evolved in this same commit
+        when an unpartitioned dataset gains partitions. A different partitioning is refused (a
+        re-partitioning is a rewrite to ask for, not a side effect of one partition run)."""
+        assert req.partition is not None
+        meta = txn.table_metadata
+        spec, schema = meta.spec(), meta.schema()
+        wanted = req.partition.spec
+        if matches_spec(spec, schema, wanted):
+            return
+        if spec.fields:
+            raise PartitionError(
+                f"dataset {req.dataset.key!r} is partitioned by {describe_spec(spec, schema)} but this write declares "
+                f"{[f'{t}({c})' for c, t in wanted]}; declare the dataset's partitioning (partitions_def and "
+                "partition_expr), or rewrite the dataset with a full replace under a new key"
+            )
+        with txn.update_spec() as upd:
+            for column, transform in wanted:
+                upd.add_field(column, iceberg_transform(transform), f"{column}_{transform}" if transform != "identity" else column)
 
     def _create_transaction(self, ident: tuple[str, ...], target: pa.Schema) -> Transaction:
         """Create the table in the same commit as its first data when the catalog supports staged
@@ -291,8 +407,16 @@ class IcebergSink(Sink):
                 self._staged_create = False
         return self.catalog.create_table(ident, schema=schema, properties=properties).transaction()
 
-    def data_file_writer(self, req: WriteRequest, txn: Transaction) -> DataFileWriter:
+    def data_file_writer(self, req: WriteRequest, txn: Transaction) -> DataFileWriter | PartitionedDataFileWriter:
         meta = txn.table_metadata
+        spec = meta.spec()
+        if spec.fields:  # a partitioned table: every write splits its rows by partition
+            return PartitionedDataFileWriter(
+                transaction_io(txn), meta.location, req.txn_id, meta.schema(), dict(meta.properties),
+                partitioner=Partitioner(spec, meta.schema()), spec_id=meta.default_spec_id,
+                target_file_bytes=self.settings.target_file_bytes, row_group_bytes=self.settings.row_group_bytes,
+                parallelism=self.settings.write_parallelism,
+            )
         return DataFileWriter(
             transaction_io(txn),
             meta.location,
@@ -305,10 +429,54 @@ class IcebergSink(Sink):
             parallelism=self.settings.write_parallelism,
         )
 
-    def data_files(self, table: Table | None, snapshot_id: int | None = None) -> list[DataFile]:
+    def data_files(self, table: Table | None, snapshot_id: int | None = None, row_filter: Any = None) -> list[DataFile]:
+        """The data files of the current (or ``snapshot_id``'s) version; with ``row_filter`` only
+        those that may hold matching rows (pruned by partition and column statistics)."""
         if table is None or table.current_snapshot() is None:
             return []
-        return [task.file for task in table.scan(snapshot_id=snapshot_id).plan_files()]
+        scan = table.scan(snapshot_id=snapshot_id, row_filter=row_filter if row_filter is not None else AlwaysTrue())
+        return [task.file for task in scan.plan_files()]
+
+    def partitioning(self, ds: DatasetRecord) -> tuple[tuple[str, str], ...] | None:
+        table = self.table(ds)
+        if table is None:
+            return None
+        schema = table.schema()
+        return tuple(
+            (schema.find_column_name(f.source_id) or "", _transform_name(f.transform)) for f in table.spec().fields
+        )
+
+    def partition_stats(self, ds: DatasetRecord) -> list[dict[str, Any]]:
+        """Computed from the current snapshot's data files (not kept in the control plane): the
+        files ARE the partitions, so this can never disagree with what a read returns, and the
+        concurrent partition writers have no second record to keep in step."""
+        table = self.table(ds)
+        if table is None or table.current_snapshot() is None or not table.spec().fields:
+            return []
+        schema = table.schema()
+        spec = table.spec()
+        names = [f"{_transform_name(f.transform)}({schema.find_column_name(f.source_id)})" for f in spec.fields]
+        txn_of = {s.snapshot_id: (s.summary or {}).get(TXN_PROPERTY) for s in table.snapshots()}
+        out: dict[tuple[Any, ...], dict[str, Any]] = {}
+        entries = table.inspect.entries()
+        live = [r for r in entries.to_pylist() if r["status"] != 2 and r["data_file"]["content"] == 0]
+        for r in live:
+            part = r["data_file"]["partition"] or {}
+            key = tuple(part.get(f.name) for f in spec.fields)
+            row = out.setdefault(key, {
+                "partition": {n: _human(f, schema, part.get(f.name)) for n, f in zip(names, spec.fields)},
+                "row_count": 0, "files": 0, "last_snapshot_id": None, "last_txn_id": None, "_seq": -1,
+            })
+            row["row_count"] += r["data_file"]["record_count"]
+            row["files"] += 1
+            seq = r["sequence_number"] or 0
+            if seq > row["_seq"]:
+                row["_seq"], row["last_snapshot_id"] = seq, r["snapshot_id"]
+                row["last_txn_id"] = txn_of.get(r["snapshot_id"])
+        rows = sorted(out.values(), key=lambda r: [str(v) for v in r["partition"].values()])
+        for r in rows:
+            r.pop("_seq")
+        return rows
 
     def file_dataset(self, table: Table, paths: list[str], schema: pa.Schema | None = None) -> pads.Dataset:
         schema = schema or published_schema(table)
@@ -318,14 +486,28 @@ class IcebergSink(Sink):
         return pads.dataset([filesystem_for(table.io, p)[1] for p in paths], schema=schema, filesystem=fs, format=_PARQUET)
 
     def commit_snapshot(
-        self, req: WriteRequest, txn: Transaction, files: list[DataFile], to_delete: list[DataFile], props: dict[str, str]
+        self,
+        req: WriteRequest,
+        txn: Transaction,
+        files: list[DataFile],
+        to_delete: list[DataFile],
+        props: dict[str, str],
+        *,
+        base_snapshot_id: int | None = None,
     ) -> Snapshot:
         """Commit ONE snapshot. pyiceberg itself retries a commit that conflicts with a concurrent
-        one (table property ``commit.retry.num-retries``); what still conflicts is a named error."""
-        branch: str | None = MAIN_BRANCH
-        if req.stage:  # an audit branch; a table with no version yet takes an unreferenced snapshot
-            branch = audit_branch(req.txn_id) if txn.table_metadata.current_snapshot() is not None else None
+        one (table property ``commit.retry.num-retries``); what still conflicts is a named error.
+
+        A partition write first takes the dataset's commit lock (through ``req.fence``) and, when
+        writers of other partitions committed since it began, re-bases its change on the table
+        as it is now: same files added and deleted, on the new parent snapshot."""
         try:
+            if req.partition is not None:
+                req.fence()
+                txn = self._rebased(req, txn, to_delete, base_snapshot_id)
+            branch: str | None = MAIN_BRANCH
+            if req.stage:  # an audit branch; a table with no version yet takes an unreferenced snapshot
+                branch = audit_branch(req.txn_id) if txn.table_metadata.current_snapshot() is not None else None
             update = txn.update_snapshot(snapshot_properties=props, branch=branch)
             producer = update.overwrite() if to_delete else update.fast_append()
             with producer as p:
@@ -345,6 +527,38 @@ class IcebergSink(Sink):
         snap = committed.snapshot_by_id(snapshot_id)
         assert snap is not None and snap.summary is not None and snap.summary[TXN_PROPERTY] == str(req.txn_id)
         return snap
+
+    def _rebased(self, req: WriteRequest, txn: Transaction, to_delete: list[DataFile], base_snapshot_id: int | None) -> Transaction:
+        fresh = self.table(req.dataset)
+        head = fresh.current_snapshot() if fresh is not None else None
+        if fresh is None or (head.snapshot_id if head else None) == base_snapshot_id:
+            return txn
+        ours = txn.table_metadata
+        new = fresh.transaction()
+        current = new.table_metadata.schema()
+        if any(not _has(current, f.name) for f in ours.schema().fields):
+            with new.update_schema() as upd:
+                upd.union_by_name(ours.schema())
+        theirs = new.table_metadata
+        for f in ours.schema().fields:
+            other = theirs.schema().find_field(f.name) if _has(theirs.schema(), f.name) else None
+            if other is None or other.field_id != f.field_id or other.field_type != f.field_type:
+                raise TransactionConflictError(
+                    f"the schema of {req.dataset.key!r} changed while this partition was being written "
+                    f"(column {f.name!r}); nothing was committed, retry the write"
+                )
+        if theirs.spec() != ours.spec() or theirs.default_spec_id != ours.default_spec_id:
+            raise TransactionConflictError(
+                f"the partitioning of {req.dataset.key!r} changed while this partition was being written; retry the write"
+            )
+        present = {f.file_path for f in self.data_files(fresh)}
+        gone = [f.file_path for f in to_delete if f.file_path not in present]
+        if gone:
+            raise TransactionConflictError(
+                f"{len(gone)} data file(s) this write replaces were changed by a concurrent write of {req.dataset.key!r}; "
+                "nothing was committed, retry the write"
+            )
+        return new
 
     # -- recovery ---------------------------------------------------------------------------
     def _txn_snapshot(self, table: Table, txn_id: uuid.UUID) -> Snapshot | None:
@@ -490,9 +704,10 @@ class IcebergSink(Sink):
         wanted = _strip(reader.schema)
         return pa.RecordBatchReader.from_batches(wanted, (conform(b, wanted) for b in reader))
 
-    def arrow_source(self, ds: DatasetRecord) -> Any:
+    def arrow_source(self, ds: DatasetRecord, partition: BoundPartition | None = None) -> Any:
         table = self._existing_table(ds)
-        return self.file_dataset(table, [f.file_path for f in self.data_files(table)])
+        expr = partition.iceberg_expr() if partition is not None else None
+        return self.file_dataset(table, [f.file_path for f in self.data_files(table, row_filter=expr)])
 
     def maintain(self, ds: DatasetRecord, *, older_than: datetime, retain_last: int) -> Maintenance:
         """Expire snapshots older than ``older_than`` (always keeping the newest ``retain_last`` and

@@ -31,6 +31,7 @@ from pyiceberg.io.pyarrow import schema_to_pyarrow
 
 from ... import queries as q
 from ...control_plane import ControlPlane, DatasetRecord, Outcome
+from ...partitions import PartitionFilter
 from ...errors import (
     DatasetNotFoundError,
     SchemaMismatchError,
@@ -83,7 +84,7 @@ class PgVersion(StoredVersion):
         self.prior = prior
         self.schema = None if prior is None else storage_schema(prior.user_schema)
 
-    def existing_keys(self, keys: tuple[str, ...]) -> pa.RecordBatchReader:
+    def existing_keys(self, keys: tuple[str, ...], partition: PartitionFilter | None = None) -> pa.RecordBatchReader:
         assert self.prior is not None
         return self.sink.scan_rows(self.ds, self.prior, [*keys, ROW_ID, ROW_INDEX], None)
 

@@ -1,0 +1,184 @@
+#!/usr/bin/env python
+"""Partition benchmark (not in CI): TPC-H ``lineitem`` partitioned daily by ``l_shipdate``.
+
+  (a) a single-run backfill of every partition: ONE ``Trident.write(partition=<whole range>)``;
+  (b) the same rows as an unpartitioned replace (the baseline): a/b is the cost of partitioning;
+  (c) re-materializing one partition of (a)'s dataset: median time, data files added and deleted;
+  (d) reading one partition vs the whole table: data files opened and time.
+
+Each of (a) and (b) runs in its own process (peak RSS = the child's ``ru_maxrss`` from
+``os.wait4``, interpreter and imports included; Postgres is a separate process). (c) and (d) run
+in one more child against (a)'s dataset. Data: ``bench/write_bench.generate`` (tpchgen-cli).
+
+    python bench/partition_bench.py --sf 0.1
+    python bench/partition_bench.py --sf 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from datetime import date, timedelta
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from bench.write_bench import DATA, MIB, generate, warm  # noqa: E402
+
+KEY = "bench/lineitem_daily"
+COLUMN = "l_shipdate"
+TARGET_AB = 1.5
+TARGET_RSS_MIB = 1024
+
+
+def _trident(args: argparse.Namespace) -> Any:
+    from trident_resources import Trident, TridentSettings
+
+    return Trident(TridentSettings(home=Path(args.home), workspace=args.workspace))
+
+
+def _one_day(path: str, day: date) -> Any:
+    """The rows of one day (view columns made plain first: pyarrow cannot filter string_view)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    pf = pq.ParquetFile(path, pre_buffer=False)
+    plain = pa.schema([f.with_type(pa.large_string()) if pa.types.is_string_view(f.type) else f for f in pf.schema_arrow])
+    parts = []
+    for b in pf.iter_batches(batch_size=65_536):
+        b = b.cast(plain)
+        parts.append(b.filter(pc.equal(b.column(COLUMN), pa.scalar(day))))
+    return pa.Table.from_batches(parts, schema=plain)
+
+
+def _reader(path: str) -> Any:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pf = pq.ParquetFile(path, pre_buffer=False)
+    return pa.RecordBatchReader.from_batches(pf.schema_arrow, pf.iter_batches(batch_size=65_536))
+
+
+def _span(path: str) -> tuple[date, date]:
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    col = pq.read_table(path, columns=[COLUMN]).column(COLUMN)
+    mm = pc.min_max(col).as_py()
+    return mm["min"], mm["max"] + timedelta(days=1)
+
+
+def child(args: argparse.Namespace) -> dict[str, Any]:
+    from trident_resources import PartitionFilter
+
+    t = _trident(args)
+    lo, hi = _span(args.file)
+    out: dict[str, Any] = {}
+    if args.child == "a":
+        t0 = time.perf_counter()
+        r = t.write(KEY, _reader(args.file), partition=PartitionFilter.time_window(COLUMN, lo, hi, "day"))
+        out |= {"wall_s": time.perf_counter() - t0, "rows": r.row_count, "partitions": len(t.describe(KEY).partitions)}
+        sink = t.driver.sinks["iceberg_native"]
+        out["files"] = len(sink.data_files(sink.table(t._record(KEY))))  # type: ignore[attr-defined]
+    elif args.child == "b":
+        t0 = time.perf_counter()
+        r = t.write(KEY, _reader(args.file), mode="replace")
+        out |= {"wall_s": time.perf_counter() - t0, "rows": r.row_count}
+        sink = t.driver.sinks["iceberg_native"]
+        out["files"] = len(sink.data_files(sink.table(t._record(KEY))))  # type: ignore[attr-defined]
+    else:  # c and d on (a)'s dataset
+        day = lo + (hi - lo) // 2
+        rows = _one_day(args.file, day)
+        part = PartitionFilter.time_window(COLUMN, day, day + timedelta(days=1), "day")
+        sink = t.driver.sinks["iceberg_native"]
+        times, added, deleted = [], [], []
+        for _ in range(args.repeat):
+            t0 = time.perf_counter()
+            r = t.write(KEY, rows, partition=part)
+            times.append(time.perf_counter() - t0)
+            snap = sink.table(t._record(KEY)).current_snapshot()  # type: ignore[attr-defined]
+            added.append(int(snap.summary["added-data-files"] if "added-data-files" in snap.summary.additional_properties else 0))
+            deleted.append(int(snap.summary["deleted-data-files"] if "deleted-data-files" in snap.summary.additional_properties else 0))
+        out |= {"c_median_s": statistics.median(times), "c_added": added, "c_deleted": deleted, "c_rows": r.rows_written}
+        table = sink.table(t._record(KEY))  # type: ignore[attr-defined]
+        row_filter = part.bind(t.schema(KEY)).to_row_filter()
+        one_files = len(list(table.scan(row_filter=row_filter).plan_files()))
+        all_files = len(list(table.scan().plan_files()))
+        reads_one, reads_all = [], []
+        for _ in range(args.repeat):
+            t0 = time.perf_counter()
+            n_one = t.read(KEY, partition=part).num_rows
+            reads_one.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            n_all = sum(b.num_rows for b in t.stream(KEY))
+            reads_all.append(time.perf_counter() - t0)
+        out |= {"d_one_files": one_files, "d_all_files": all_files, "d_one_s": statistics.median(reads_one),
+                "d_all_s": statistics.median(reads_all), "d_one_rows": n_one, "d_all_rows": n_all, "day": day.isoformat()}
+    t.close()
+    return out
+
+
+def run(args: argparse.Namespace, mode: str, workspace: str, path: Path) -> dict[str, Any]:
+    logs = DATA / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    result = logs / f"partition-{mode}-{workspace}.json"
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", mode, "--file", str(path), "--workspace", workspace,
+           "--home", str(args.home), "--result", str(result), "--repeat", str(args.repeat)]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    with open(logs / f"partition-{mode}.log", "wb") as log:
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+        _, status, usage = os.wait4(proc.pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise RuntimeError((logs / f"partition-{mode}.log").read_text(errors="replace")[-4000:])
+    res = json.loads(result.read_text())
+    res["peak_rss_mib"] = usage.ru_maxrss / 1024
+    return res
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sf", type=float, default=1.0)
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--home", default=str(DATA / "home"))
+    p.add_argument("--child")
+    p.add_argument("--file")
+    p.add_argument("--workspace")
+    p.add_argument("--result")
+    args = p.parse_args()
+    if args.child:
+        Path(args.result).write_text(json.dumps(child(args), default=str))
+        return
+    path = generate(args.sf)
+    warm(path)
+    ws = f"pb{uuid.uuid4().hex[:10]}"
+    a = run(args, "a", ws, path)
+    b = run(args, "b", f"pb{uuid.uuid4().hex[:10]}", path)
+    cd = run(args, "cd", ws, path)
+    ratio = a["wall_s"] / b["wall_s"]
+    lines = [
+        f"TPC-H lineitem SF{args.sf:g}: {a['rows']:,} rows, {a['partitions']} daily partitions on {COLUMN}",
+        f"(a) single-run backfill, one snapshot : {a['wall_s']:7.2f} s  peak RSS {a['peak_rss_mib']:6.0f} MiB  {a['files']} data files",
+        f"(b) unpartitioned replace             : {b['wall_s']:7.2f} s  peak RSS {b['peak_rss_mib']:6.0f} MiB  {b['files']} data files",
+        f"    a/b = {ratio:.2f} (target <= {TARGET_AB}) {'OK' if ratio <= TARGET_AB else 'MISSED'};"
+        f" peak RSS of (a) {'<' if a['peak_rss_mib'] < TARGET_RSS_MIB else '>='} 1 GiB",
+        f"(c) re-materialize one partition ({cd['day']}, {cd['c_rows']} rows): median {cd['c_median_s']:.3f} s over {args.repeat};"
+        f" data files added {cd['c_added']} deleted {cd['c_deleted']} per run",
+        f"(d) read one partition: {cd['d_one_files']} file(s) opened, {cd['d_one_rows']:,} rows, median {cd['d_one_s']:.3f} s",
+        f"    read whole table  : {cd['d_all_files']} file(s) opened, {cd['d_all_rows']:,} rows, median {cd['d_all_s']:.3f} s",
+        f"    (load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)",
+    ]
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
