@@ -22,7 +22,7 @@ from .results import Description, ReconcileReport, WriteResult
 from .router import RouteDecision, Router
 from .settings import TridentSettings
 from .sinks import open_sinks
-from .sinks.base import WRITE_MODES, AsOf, Maintenance, Sink, WriteMode
+from .sinks.base import WRITE_MODES, AsOf, Maintenance, ScanPlan, Sink, WriteMode
 from .transaction import Intent, TransactionDriver, Watermarks
 
 if TYPE_CHECKING:  # returned by ingest_stream / migrate
@@ -193,7 +193,12 @@ class Trident:
     def read(
         self, key: str, columns: list[str] | None = None, row_filter: str | None = None, as_of: AsOf = None
     ) -> pa.Table:
-        return self.stream(key, columns=columns, row_filter=row_filter, as_of=as_of).read_all()
+        """The whole result in memory, so the sink may read its files in parallel (``stream``
+        stays bounded: one file and one batch in flight)."""
+        ds = self._record(key)
+        sink = self._sink(ds.sink)
+        version = self._version_at(ds, as_of) if sink.time_travel else as_of
+        return sink.read(ds, columns=columns, row_filter=row_filter, as_of=version)
 
     def schema(self, key: str) -> pa.Schema:
         ds = self._record(key)
@@ -204,9 +209,21 @@ class Trident:
         ds = self._record(key)
         return self._sink(ds.sink).arrow_source(ds)
 
+    def scan_plan(self, key: str) -> ScanPlan:
+        """How DuckDB reads ``key``'s current version: on a local warehouse, the exact data files
+        of the current snapshot with the schema and field ids (``path == "native"``); otherwise
+        ``path == "arrow"`` and the caller registers ``arrow_source(key)``. The path taken is
+        logged (and ``describe`` shows it) so a slow query can be explained."""
+        ds = self._record(key)
+        plan = self._sink(ds.sink).scan_plan(ds)
+        log.info("trident scan %s path=%s files=%d (%s)", key, plan.path, len(plan.files), plan.reason)
+        return plan
+
     def describe(self, key: str) -> Description:
         ds = self._record(key)
+        scan_path, scan_reason = self._sink(ds.sink).scan_path(ds)
         return Description(
+            scan_path=scan_path, scan_reason=scan_reason,
             key=ds.key, workspace=ds.workspace, dataset_id=ds.dataset_id, sink=ds.sink, row_count=ds.row_count,
             schema=ds.schema or [], schema_version=ds.schema_version, snapshot_id=ds.snapshot_id,
             last_txn_id=ds.last_txn_id, committed_at=ds.committed_at, updated_at=ds.updated_at,

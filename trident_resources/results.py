@@ -45,6 +45,10 @@ class Description:
     updated_at: datetime
     iceberg_identifier: str | None
     provenance: dict[str, Any] = field(default_factory=dict)
+    # How SQL and node compute scan it: "native" (DuckDB read_parquet over the snapshot's files)
+    # or "arrow" (pyarrow reads, DuckDB scans Arrow), and why.
+    scan_path: str = "arrow"
+    scan_reason: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

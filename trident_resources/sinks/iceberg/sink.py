@@ -8,6 +8,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict
 from datetime import datetime
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 import numpy as np
 import pyarrow as pa
@@ -36,7 +37,9 @@ from ...keys import iceberg_identifier
 from ...merge import FILE_COLUMN
 from ...schemas import compatible, conform, describe_schema, to_iceberg, with_identity
 from ...settings import TridentSettings
-from ..base import AsOf, Maintenance, Removal, Sink, SinkWrite, StoredVersion, WriteCounts, WriteRequest
+from ..base import (
+    AsOf, Maintenance, Removal, ScanPath, ScanPlan, Sink, SinkWrite, StoredVersion, WriteCounts, WriteRequest,
+)
 from ...pyiceberg_compat import transaction_io
 from .files import DataFileWriter, delete_paths, filesystem_for, list_txn_files
 
@@ -85,6 +88,19 @@ def _summary_outcome(snap: Snapshot, schema: pa.Schema) -> Outcome:
         preserved=_num(s, "trident.preserved"),
         deleted=_num(s, "trident.deleted"),
     )
+
+
+def _local_path(location: str) -> str:
+    """``file:///a/b.parquet`` (or a bare path) as the filesystem path DuckDB is allowed to read."""
+    if location.startswith("file://"):
+        return unquote(urlparse(location).path)
+    return location
+
+
+def _duckdb_version() -> str:
+    import duckdb
+
+    return str(duckdb.__version__)
 
 
 def _strip(schema: pa.Schema) -> pa.Schema:
@@ -191,6 +207,7 @@ class IcebergSink(Sink):
         self.catalog = catalog
         self.settings = settings
         self._staged_create = True
+        self._locations: dict[uuid.UUID, str] = {}  # dataset id -> table location (scan_path)
         self._nested = settings.catalog_nested_namespaces if settings.catalog_nested_namespaces is not None else bool(settings.catalog_uri)
 
     # -- tables -----------------------------------------------------------------------------
@@ -403,6 +420,49 @@ class IcebergSink(Sink):
         table = self._existing_table(ds)
         return self.file_dataset(table, [f.file_path for f in self.data_files(table)])
 
+    # -- native scans (issue 12): DuckDB reads the snapshot's files itself ---------------------
+    def scan_path(self, ds: DatasetRecord) -> tuple[ScanPath, str]:
+        """``native`` when the table's files are on the local filesystem; on object storage the
+        Arrow path, because DuckDB's S3 reader (httpfs) is not built into the pinned DuckDB and
+        no wheel of it matches that version, and loading one would be a download at run time.
+        A table's location never changes, so it is looked up once per dataset."""
+        location = self._locations.get(ds.dataset_id)
+        if location is None and not self.settings.catalog_uri:
+            location = self.settings.warehouse  # the SQL catalog puts every table under it
+        if location is None:  # a REST catalog decides where tables live: ask it once
+            location = self._existing_table(ds).location()
+            self._locations[ds.dataset_id] = location
+        scheme = location.split("://", 1)[0] if "://" in location else "file"
+        if scheme == "file":
+            return "native", "local warehouse: DuckDB read_parquet over the snapshot's data files"
+        return "arrow", (
+            f"{scheme}:// storage: DuckDB's S3 reader (httpfs) cannot be loaded without a download "
+            f"for DuckDB {_duckdb_version()}, so pyarrow reads the files and DuckDB scans Arrow"
+        )
+
+    def scan_plan(self, ds: DatasetRecord) -> ScanPlan:
+        """The current snapshot's exact data files, its schema and each column's field id.
+
+        The trident never writes delete files, so these files ARE the dataset; DuckDB matches
+        columns by field id (as Iceberg does), so a column added later reads NULL in older files."""
+        path, reason = self.scan_path(ds)
+        table = self._existing_table(ds)
+        schema = schema_to_pyarrow(table.schema(), include_field_ids=False)
+        snap = table.current_snapshot()
+        if path != "native":
+            return ScanPlan(key=ds.key, path=path, schema=schema, reason=reason,
+                            snapshot_id=None if snap is None else snap.snapshot_id)
+        locations = [f.file_path for f in self.data_files(table)]
+        if any("://" in p and not p.startswith("file://") for p in locations):  # a file written elsewhere
+            return ScanPlan(key=ds.key, path="arrow", schema=schema, snapshot_id=None if snap is None else snap.snapshot_id,
+                            reason="some data files are not on the local filesystem: pyarrow reads them")
+        files = tuple(_local_path(p) for p in locations)
+        return ScanPlan(
+            key=ds.key, path="native", schema=schema, reason=reason,
+            snapshot_id=None if snap is None else snap.snapshot_id, files=files,
+            field_ids=tuple(f.field_id for f in table.schema().fields),
+        )
+
     def maintain(self, ds: DatasetRecord, *, older_than: datetime, retain_last: int) -> Maintenance:
         """Expire snapshots older than ``older_than`` (always keeping the newest ``retain_last`` and
         the current one), then delete data files no remaining snapshot references. The caller holds
@@ -429,6 +489,7 @@ class IcebergSink(Sink):
         return Maintenance(key=ds.key, expired_snapshots=len(expire), deleted_files=len(orphans))
 
     def drop(self, ds: DatasetRecord) -> None:
+        self._locations.pop(ds.dataset_id, None)
         try:
             self.catalog.purge_table(self.identifier(ds))
         except NoSuchTableError:
