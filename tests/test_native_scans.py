@@ -141,3 +141,15 @@ def test_on_s3_storage_the_scan_takes_the_arrow_path_and_says_why(
         plan = t.scan_plan("n/remote")
         assert plan.path == "arrow" and plan.files == ()
         assert t.sql('select sum(a) as s from "n/remote"').column("s").to_pylist() == [3]
+
+
+def test_read_in_parallel_gives_what_stream_gives(trident: Trident) -> None:
+    t = trident
+    t.write("n/r", pa.table({"id": [1, 2, 3], "a": ["p", "q", "r"]}))
+    t.write("n/r", pa.table({"id": [4], "b": [4.5]}), mode="append")
+    for kwargs in ({}, {"columns": ["id", "b"]}, {"row_filter": "id >= 3"}, {"columns": ["__row_id"], "row_filter": "id < 3"}):
+        got = t.read("n/r", **kwargs).sort_by("__row_id" if kwargs.get("columns") == ["__row_id"] else "id")
+        want = t.stream("n/r", **kwargs).read_all().sort_by("__row_id" if kwargs.get("columns") == ["__row_id"] else "id")
+        assert got.equals(want), kwargs
+    first = t.history("n/r")[-1].txn_id
+    assert t.read("n/r", as_of=first).column("id").to_pylist() == [1, 2, 3]
