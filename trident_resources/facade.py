@@ -3,6 +3,7 @@ the dataset lives in, and every write is one INTENT -> WRITE -> COMMIT transacti
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import uuid
 from collections.abc import Iterable, Mapping
@@ -259,11 +260,22 @@ class Trident:
         return run_sql(self, query)
 
     def maintain(self, key: str, *, older_than: timedelta = timedelta(days=7), retain_last: int = 5) -> Maintenance:
-        """Table maintenance: expire versions older than ``older_than`` (keeping the newest
-        ``retain_last``) and delete the files only they used. Time travel to them ends here."""
+        """Table maintenance: compact small data files into target-size ones (one snapshot,
+        identity unchanged, readers see the same rows), then expire versions older than
+        ``older_than`` (keeping the newest ``retain_last``) and delete the files only they used.
+        Time travel to expired versions ends here; to the version before compaction it does not.
+
+        Runs under the dataset's writer lock: a write of the dataset that is open makes this wait
+        (``TRIDENT_WRITER_WAIT_SECONDS``) and then fail with ConcurrentWriteError, changing nothing."""
         with self.driver.locked(self._record(key)) as ds:
-            return self._sink(ds.sink).maintain(
-                ds, older_than=datetime.now(timezone.utc) - older_than, retain_last=retain_last
+            sink = self._sink(ds.sink)
+            compacted = sink.compact(ds)
+            expired = sink.maintain(ds, older_than=datetime.now(timezone.utc) - older_than, retain_last=retain_last)
+            log.info("trident maintain %s: %s", key, compacted)
+            return dataclasses.replace(
+                expired, compacted_files=compacted.compacted_files,
+                compaction_files_written=compacted.compaction_files_written,
+                data_files_before=compacted.data_files_before, data_files_after=compacted.data_files_after,
             )
 
     def drop(self, key: str) -> None:

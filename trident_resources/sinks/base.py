@@ -64,6 +64,11 @@ class Maintenance:
     key: str
     expired_snapshots: int
     deleted_files: int
+    # compaction (issue 12): small data files rewritten into target-size ones, in one snapshot
+    compacted_files: int = 0
+    compaction_files_written: int = 0
+    data_files_before: int | None = None
+    data_files_after: int | None = None
 
 
 ScanPath = Literal["native", "arrow"]
@@ -205,6 +210,11 @@ class Sink(ABC):
     @abstractmethod
     def schema(self, ds: DatasetRecord) -> pa.Schema:
         """The dataset's current Arrow schema, identity columns first."""
+
+    def compact(self, ds: DatasetRecord) -> Maintenance:
+        """Rewrite small storage units into target-size ones without changing any row (nothing to
+        do by default); the caller holds the dataset's writer lock."""
+        return Maintenance(key=ds.key, expired_snapshots=0, deleted_files=0)
 
     def maintain(self, ds: DatasetRecord, *, older_than: datetime, retain_last: int) -> Maintenance:
         """Expire old versions and delete the storage only they used (nothing to do by default)."""

@@ -489,6 +489,17 @@ class IcebergSink(Sink):
             field_ids=tuple(f.field_id for f in table.schema().fields),
         )
 
+    def compact(self, ds: DatasetRecord) -> Maintenance:
+        """Small data files rewritten into target-size ones, ONE snapshot, identity unchanged
+        (``compaction.py``); ``Trident.maintain`` runs it before expiring snapshots."""
+        from .compaction import compact
+
+        done = compact(self, ds, self._existing_table(ds))
+        return Maintenance(
+            key=ds.key, expired_snapshots=0, deleted_files=0, compacted_files=done.rewritten,
+            compaction_files_written=done.written, data_files_before=done.files_before, data_files_after=done.files_after,
+        )
+
     def maintain(self, ds: DatasetRecord, *, older_than: datetime, retain_last: int) -> Maintenance:
         """Expire snapshots older than ``older_than`` (always keeping the newest ``retain_last`` and
         the current one), then delete data files no remaining snapshot references. The caller holds
