@@ -8,8 +8,7 @@
   stream RSS        peak RSS of a subprocess that drains Trident.stream() (bounded memory)
   small appends     N appends of M rows, full scan before vs after Trident.maintain (compaction),
                     vs the same rows written in one go
-  pg read           Trident.stream() of a pg-sink dataset (COPY TO STDOUT) vs the former
-                    server-side cursor read, rows/s (run with --pg-rows)
+  pg read           Trident.stream() of a pg-sink dataset, rows/s (run with --pg-rows)
 
 Each timing is the best of ``--repeat`` runs. Prints tables with ratios and peak RSS.
 
@@ -239,40 +238,13 @@ def pg_read(t: Trident, path: Path, n: int) -> None:
     t.router.set_pin("b/pg", "pg")
     t.write("b/pg", data)
     t.write("b/pg_ice", data)
-    s_old, old_n = best(lambda: cursor_read(t, "b/pg"), 1)
     s_pg, got = best(lambda: sum(b.num_rows for b in t.stream("b/pg")), 1)
     s_ice, _ = best(lambda: sum(b.num_rows for b in t.stream("b/pg_ice")), 1)
-    assert got == old_n == n
-    header(f"pg sink read of {n:,} lineitem rows (every column)")
-    print(row(f"COPY TO STDOUT ({n / s_pg / 1000:,.0f}k rows/s) vs cursor ({n / s_old / 1000:,.0f}k rows/s)", s_pg, s_old))
-    print(row("pg read (COPY) vs iceberg read", s_pg, s_ice))
+    assert got == n
+    header(f"pg sink read of {n:,} lineitem rows (Trident.stream, every column)")
+    print(row(f"pg read ({n / s_pg / 1000:,.0f}k rows/s) vs iceberg read", s_pg, s_ice))
     t.drop("b/pg")
     t.drop("b/pg_ice")
-
-
-def cursor_read(t: Trident, key: str) -> int:
-    """Before issue 12: the pg sink read through a server-side cursor, 20,000 tuples per fetch,
-    decoded by the same DuckDB codec (reproduced here so before/after share one run)."""
-    from psycopg.rows import tuple_row
-
-    from trident_resources import queries as q
-    from trident_resources.sinks.pg.codec import JsonCodec
-    from trident_resources.sinks.pg.sink import storage_schema
-
-    ds = t._record(key)  # type: ignore[attr-defined]
-    sink = t.driver.sink("pg")
-    state = sink.current_commit(ds)  # type: ignore[attr-defined]
-    full = storage_schema(state.user_schema)
-    codec = JsonCodec(state.user_schema)
-    n = 0
-    with t.control.pool.connection() as conn, conn.transaction():
-        with conn.cursor(name=f"bench_{uuid.uuid4().hex}", row_factory=tuple_row) as cur:
-            cur.itersize = 20_000
-            cur.execute(q.PG_SCAN_ROWS, (ds.dataset_id, state.gen))
-            while rows := cur.fetchmany(20_000):
-                n += codec.decode(rows, full).num_rows
-    codec.close()
-    return n
 
 
 if __name__ == "__main__":

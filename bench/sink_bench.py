@@ -5,7 +5,7 @@ canary that moves the pg copy to iceberg_native, all in ONE run so the ratios co
   iceberg write   Trident.write(mode="replace") into iceberg_native, streamed from the Parquet file
   iceberg read    Trident.stream() of every row and column (batches consumed, nothing kept)
   pg write        the same write pinned to the pg sink (jsonb rows via COPY)
-  pg read         Trident.stream() of the pg dataset (COPY ... TO STDOUT as CSV parsed by pyarrow, jsonb cast back to Arrow)
+  pg read         Trident.stream() of the pg dataset (server-side cursor, jsonb cast back to Arrow)
   canary          Trident.migrate(): copy pg -> iceberg with identity + checksum both copies + flip
 
 Wall time around each operation only (Postgres start-up and imports excluded). Nothing asserts:

@@ -100,22 +100,12 @@ class JsonCodec:
         """Rows fetched as (row_index, row_id, created_at micros, data text) -> a batch in ``target``
         (a projection of identity + user columns, in the caller's order)."""
         index, ids, created, data = zip(*rows) if rows else ((), (), (), ())
-        return self.decode_arrow(
-            pa.array(index, pa.int64()), pa.array(ids, pa.large_string()), pa.array(created, pa.int64()),
-            pa.array(data, pa.large_string()), target,
-        )
-
-    def decode_arrow(
-        self, index: pa.Array, ids: pa.Array, created_micros: pa.Array, data: pa.Array, target: pa.Schema
-    ) -> pa.RecordBatch:
-        """The same decoding from columns already in Arrow (what ``COPY ... TO STDOUT`` parsed by
-        pyarrow gives): no row ever becomes a Python object."""
-        chunk = pa.table(  # noqa: F841 - DuckDB replacement scan
+        chunk = pa.table(  # noqa: F841
             {
-                ROW_INDEX: index.cast(pa.int64()),
-                ROW_ID: ids.cast(pa.large_string()),
-                CREATED_AT: created_micros.cast(pa.int64()).view(TIMESTAMP_TYPE),
-                "__data": data,
+                ROW_INDEX: pa.array(index, pa.int64()),
+                ROW_ID: pa.array(ids, pa.large_string()),
+                CREATED_AT: pa.array(created, pa.int64()).view(TIMESTAMP_TYPE),
+                "__data": pa.array(data, pa.large_string()),
             }
         )
         wanted_user = [f for f in target if f.name in self.user_schema.names]

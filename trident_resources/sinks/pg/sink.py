@@ -4,8 +4,8 @@
 - One Postgres transaction per write: rows and a commit marker (``trident_pg_commits``, carrying the
   txn id, the Arrow schema and the outcome) become visible together or not at all; a killed
   process leaves nothing because Postgres rolls its transaction back.
-- Bulk writes use COPY with lines built in DuckDB; reads stream ``COPY ... TO STDOUT`` (CSV parsed by
-  pyarrow), so both run in bounded memory whatever the size.
+- Bulk writes use COPY with lines built in DuckDB; reads use a server-side cursor, so both run in
+  bounded memory whatever the size.
 - Keyed modes reuse the sink-neutral ``KeyedMerge``; identity rules are the lakehouse's.
 - A replace writes a new generation; the old one (and the undo log of keyed writes) is purged by
   the next write, so ``undo`` of a write whose ledger COMMIT failed is exact and cheap.
@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import uuid
@@ -24,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-import pyarrow.csv as pacsv
+from psycopg.rows import tuple_row
 import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.ipc as ipc
@@ -46,6 +45,7 @@ from ...schemas import conform, describe_schema, to_iceberg, with_identity
 from ...settings import TridentSettings
 from ..base import AsOf, Removal, Sink, SinkWrite, StoredVersion, WriteCounts, WriteRequest
 
+FETCH_ROWS = 20_000  # rows per server-side cursor round trip (and per decoded batch)
 
 
 @dataclass(frozen=True)
@@ -182,52 +182,6 @@ def _translated() -> Iterator[None]:
         raise StorageUnavailableError(f"the pg sink lost Postgres; nothing was committed: {exc}") from exc
 
 
-_COPY_COLUMNS = ("row_index", "row_id", "created_micros", "data")
-_COPY_TYPES = {"row_index": pa.int64(), "row_id": pa.large_string(), "created_micros": pa.int64(), "data": pa.large_string()}
-COPY_BLOCK_BYTES = 4 << 20  # CSV parsed per block: bounds memory, and ~20k lineitem rows per batch
-
-
-class _CopyStream(io.RawIOBase):
-    """``COPY ... TO STDOUT`` output as a readable stream for pyarrow's CSV reader."""
-
-    def __init__(self, chunks: Iterator[memoryview]) -> None:
-        self._chunks = chunks
-        self._left = memoryview(b"")
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buf: Any) -> int:
-        while not self._left:
-            nxt = next(self._chunks, None)
-            if nxt is None:
-                return 0
-            self._left = memoryview(nxt)
-        n = min(len(buf), len(self._left))
-        buf[:n] = self._left[:n]
-        self._left = self._left[n:]
-        return n
-
-
-def _copy_out(cur: psycopg.Cursor[Any], dataset_id: uuid.UUID, gen: int) -> Iterator[tuple[pa.Array, ...]]:
-    """The generation's rows as Arrow columns (row_index, row_id, created micros, data text),
-    streamed by ``COPY (...) TO STDOUT`` in CSV and parsed by pyarrow block by block.
-
-    Far faster than a server-side cursor: no row becomes a Python tuple (psycopg hands over raw
-    COPY bytes and pyarrow parses them in C++). CSV, not COPY's text format, because pyarrow parses
-    its quoting exactly (jsonb text never has a raw newline, so no newlines-in-values mode)."""
-    with cur.copy(f"COPY ({q.PG_SCAN_ROWS}) TO STDOUT (FORMAT csv)", (dataset_id, gen)) as copy:  # bound client-side
-        reader = pacsv.open_csv(
-            io.BufferedReader(_CopyStream(iter(copy)), buffer_size=COPY_BLOCK_BYTES),
-            read_options=pacsv.ReadOptions(column_names=list(_COPY_COLUMNS), block_size=COPY_BLOCK_BYTES, use_threads=False),
-            parse_options=pacsv.ParseOptions(newlines_in_values=False),
-            convert_options=pacsv.ConvertOptions(column_types=_COPY_TYPES, strings_can_be_null=False, quoted_strings_can_be_null=False),
-        )
-        for batch in reader:
-            if batch.num_rows:
-                yield tuple(batch.columns)
-
-
 class PgSink(Sink):
     name = "pg"
     time_travel = False  # only the current version is kept: scan checks ``as_of`` itself
@@ -333,16 +287,18 @@ class PgSink(Sink):
         def batches() -> Iterator[pa.RecordBatch]:
             codec = JsonCodec(state.user_schema)
             try:
-                with pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
-                    for cols in _copy_out(cur, ds.dataset_id, gen):
-                        batch = codec.decode_arrow(*cols, decode_to)
-                        if expr is None:
-                            yield batch
-                            continue
-                        for b in pa.Table.from_batches([batch]).filter(expr).select(wanted.names).to_batches():
-                            yield conform(b, wanted)
-            except psycopg.OperationalError as exc:
-                raise StorageUnavailableError(f"the pg sink lost Postgres while reading {ds.key!r}: {exc}") from exc
+                with pool.connection() as conn, conn.transaction():
+                    with conn.cursor(name=f"trident_scan_{uuid.uuid4().hex}", row_factory=tuple_row) as cur:
+                        cur.itersize = FETCH_ROWS
+                        cur.execute(q.PG_SCAN_ROWS, (ds.dataset_id, gen))
+                        while rows := cur.fetchmany(FETCH_ROWS):
+                            batch = codec.decode(rows, decode_to)
+                            if expr is not None:
+                                batch = pa.Table.from_batches([batch]).filter(expr).select(wanted.names)
+                                for b in batch.to_batches():
+                                    yield conform(b, wanted)
+                            else:
+                                yield batch
             finally:
                 codec.close()
 
