@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from bench.write_bench import DATA, MIB, generate, warm  # noqa: E402
+from bench.write_bench import DATA, generate, warm  # noqa: E402
 
 KEY = "bench/lineitem_daily"
 COLUMN = "l_shipdate"

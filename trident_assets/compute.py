@@ -1,7 +1,8 @@
-"""DuckDB compute over Arrow sources read through the facade.
+"""DuckDB compute over the sources as the facade's ``scan_plan`` exposes them.
 
 A node opens one ``Session``: its sources are registered as DuckDB views named as the node's SQL
-names them, with the engine's identity columns hidden (a producer may not send them back) and,
+names them (on a local warehouse over DuckDB's own ``read_parquet`` of exactly each source
+version's data files, which are all the sandbox lets the node read; elsewhere over Arrow), with the engine's identity columns hidden (a producer may not send them back) and,
 for a delta run, only the rows committed after the output's watermark. The session checks that no
 source changed while it was being opened, so the rows read and the watermarks recorded describe
 the same source versions. Results leave as a ``RecordBatchReader`` that the facade drains batch by
@@ -19,7 +20,7 @@ import pyarrow as pa
 
 from trident_resources import PartitionError, PartitionFilter, Trident, TridentError
 from trident_resources.identity import CREATED_AT, IDENTITY_COLUMNS, ROW_INDEX
-from trident_resources.sql import sandbox
+from trident_resources.sql import native_paths, register_dataset, sandbox
 
 from .strategies import Plan, Strategy, _open_write, plan_output, wait_for_quiet_sources
 
@@ -72,13 +73,18 @@ def open_session(
     for _ in range(attempts):
         wait_for_quiet_sources(t, keys, t.settings.writer_wait_seconds)
         plan = plan_output(t, output, keys, strategy)
-        con = sandbox(t.settings.duckdb_memory_limit, t.settings.duckdb_threads)
+        scans = {key: t.scan_plan(key) for key in keys}
+        con = sandbox(t.settings.duckdb_memory_limit, t.settings.duckdb_threads, native_paths(scans.values()))
         try:
             for i, (name, key) in enumerate(sources.items()):
                 raw = f"__trident_src_{i}"
                 has = partition is not None and all(c in t.schema(key).names for c in partition.columns)
-                con.register(raw, t.arrow_source(key, partition=partition if has else None))
+                if has:  # a partitioned run reads only its partitions: pruned Arrow scan of their files
+                    con.register(raw, t.arrow_source(key, partition=partition))
+                else:
+                    register_dataset(con, raw, scans[key], lambda key=key: t.arrow_source(key))  # type: ignore[misc]
                 con.execute(_view_sql(name, raw, plan.since.get(key), source_row_index))
+            con.execute("SET lock_configuration = true")  # the node's SQL cannot widen the sandbox
         except BaseException:
             con.close()
             raise

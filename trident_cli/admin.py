@@ -308,8 +308,8 @@ def reconcile() -> None:
 @click.option("--older-than-days", type=float, default=7.0, show_default=True, help="Expire snapshots older than this.")
 @click.option("--retain-last", type=int, default=5, show_default=True, help="Always keep this many newest snapshots.")
 def maintain(keys: tuple[str, ...], older_than_days: float, retain_last: int) -> None:
-    """Table maintenance: expire old snapshots and delete the files only they used (default: every
-    iceberg dataset). Time travel to expired versions ends here."""
+    """Table maintenance: compact small data files, expire old snapshots and delete the files only
+    they used (default: every iceberg dataset). Time travel to expired versions ends here."""
     with _trident() as t:
         targets = list(keys) or [d.key for d in t.datasets() if d.sink == "iceberg_native"]
         rows = []
@@ -317,7 +317,8 @@ def maintain(keys: tuple[str, ...], older_than_days: float, retain_last: int) ->
             task = bar.add_task("maintain", total=len(targets))
             for key in targets:
                 r = t.maintain(key, older_than=timedelta(days=older_than_days), retain_last=retain_last)
-                rows.append((key, f"{r.expired_snapshots} snapshots expired, {r.deleted_files} files deleted"))
+                rows.append((key, f"{r.compacted_files} small files compacted into {r.compaction_files_written}, "
+                                  f"{r.expired_snapshots} snapshots expired, {r.deleted_files} files deleted"))
                 bar.advance(task)
         _kv("maintain", rows or [("datasets", "none")])
 

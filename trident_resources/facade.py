@@ -24,8 +24,8 @@ from .results import Description, ReconcileReport, WriteResult
 from .router import RouteDecision, Router
 from .settings import TridentSettings
 from .sinks import open_sinks
-from .sinks.base import WRITE_MODES, AsOf, Maintenance, Sink, WriteMode
 from .partitions import PartitionFilter
+from .sinks.base import WRITE_MODES, AsOf, Maintenance, ScanPlan, Sink, WriteMode
 from .transaction import PARTITION_META, Intent, TransactionDriver, Watermarks
 
 if TYPE_CHECKING:  # returned by ingest_stream / migrate
@@ -271,9 +271,16 @@ class Trident:
         *,
         staged: uuid.UUID | str | None = None,
     ) -> pa.Table:
-        return self.stream(
-            key, columns=columns, row_filter=row_filter, as_of=as_of, partition=partition, staged=staged
-        ).read_all()
+        """The whole result in memory, so the sink may read its files in parallel (``stream``
+        stays bounded: one file and one batch in flight)."""
+        if staged is not None:
+            return self.stream(key, columns=columns, row_filter=row_filter, as_of=as_of, partition=partition, staged=staged).read_all()
+        columns = validate.read_columns(columns)
+        ds = self._record(key)
+        sink = self._sink(ds.sink)
+        row_filter = self._with_partition(sink, ds, row_filter, partition)
+        version = self._version_at(ds, as_of) if sink.time_travel else as_of
+        return sink.read(ds, columns=columns, row_filter=row_filter, as_of=version)
 
     # -- write-audit-publish --------------------------------------------------------------------
     def _staged_entry(self, key: str, txn_id: uuid.UUID | str) -> tuple[DatasetRecord, LedgerEntry]:
@@ -348,9 +355,21 @@ class Trident:
         source = sink.arrow_source(ds, partition=bound) if sink.partitions else sink.arrow_source(ds)
         return source.filter(bound.arrow_expr())
 
+    def scan_plan(self, key: str) -> ScanPlan:
+        """How DuckDB reads ``key``'s current version: on a local warehouse, the exact data files
+        of the current snapshot with the schema and field ids (``path == "native"``); otherwise
+        ``path == "arrow"`` and the caller registers ``arrow_source(key)``. The path taken is
+        logged (and ``describe`` shows it) so a slow query can be explained."""
+        ds = self._record(key)
+        plan = self._sink(ds.sink).scan_plan(ds)
+        log.info("trident scan %s path=%s files=%d (%s)", key, plan.path, len(plan.files), plan.reason)
+        return plan
+
     def describe(self, key: str) -> Description:
         ds = self._record(key)
+        scan_path, scan_reason = self._sink(ds.sink).scan_path(ds)
         return Description(
+            scan_path=scan_path, scan_reason=scan_reason,
             key=ds.key, workspace=ds.workspace, dataset_id=ds.dataset_id, sink=ds.sink, row_count=ds.row_count,
             schema=ds.schema or [], schema_version=ds.schema_version, snapshot_id=ds.snapshot_id,
             last_txn_id=ds.last_txn_id, committed_at=ds.committed_at, updated_at=ds.updated_at,
@@ -388,17 +407,29 @@ class Trident:
         return run_sql(self, query)
 
     def maintain(self, key: str, *, older_than: timedelta = timedelta(days=7), retain_last: int = 5) -> Maintenance:
-        """Table maintenance: expire versions older than ``older_than`` (keeping the newest
-        ``retain_last``) and delete the files only they used. Time travel to them ends here."""
+        """Table maintenance: compact small data files into target-size ones (one snapshot,
+        identity unchanged, readers see the same rows), then expire versions older than
+        ``older_than`` (keeping the newest ``retain_last``) and delete the files only they used.
+        Time travel to expired versions ends here; to the version before compaction it does not.
+
+        Runs under the dataset's writer lock: a write of the dataset that is open makes this wait
+        (``TRIDENT_WRITER_WAIT_SECONDS``) and then fail with ConcurrentWriteError, changing nothing."""
         with self.driver.locked(self._record(key)) as ds:
             cutoff = datetime.now(timezone.utc) - timedelta(days=self.settings.staged_max_age_days)
             stale = [e for e in self.control.staged_entries(ds.dataset_id) if e.staged_at is not None and e.staged_at < cutoff]
             for entry in stale:
                 self.driver.discard_staged(ds, entry, f"discarded by maintenance: staged over {self.settings.staged_max_age_days} days ago")
-            report = self._sink(ds.sink).maintain(
+            sink = self._sink(ds.sink)
+            compacted = sink.compact(ds)
+            log.info("trident maintain %s: %s", key, compacted)
+            report = sink.maintain(
                 ds, older_than=datetime.now(timezone.utc) - older_than, retain_last=retain_last
             )
-            return replace(report, discarded_staged=[e.txn_id for e in stale])
+            return replace(
+                report, discarded_staged=[e.txn_id for e in stale], compacted_files=compacted.compacted_files,
+                compaction_files_written=compacted.compaction_files_written,
+                data_files_before=compacted.data_files_before, data_files_after=compacted.data_files_after,
+            )
 
     def drop(self, key: str) -> None:
         """Delete a dataset: its rows, storage and control-plane records."""

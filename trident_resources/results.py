@@ -49,6 +49,10 @@ class Description:
     partitioning: list[str] = field(default_factory=list)  # e.g. ["day(l_shipdate)"]; [] unpartitioned
     # per partition: {"partition": {...}, "row_count", "files", "last_snapshot_id", "last_txn_id"}
     partitions: list[dict[str, Any]] = field(default_factory=list)
+    # How SQL and node compute scan it: "native" (DuckDB read_parquet over the snapshot's files)
+    # or "arrow" (pyarrow reads, DuckDB scans Arrow), and why.
+    scan_path: str = "arrow"
+    scan_reason: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

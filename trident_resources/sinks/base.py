@@ -72,6 +72,34 @@ class Maintenance:
     expired_snapshots: int
     deleted_files: int
     discarded_staged: list[uuid.UUID] = field(default_factory=list)  # staged versions past their age
+    # compaction (issue 12): small data files rewritten into target-size ones, in one snapshot
+    compacted_files: int = 0
+    compaction_files_written: int = 0
+    data_files_before: int | None = None
+    data_files_after: int | None = None
+
+
+ScanPath = Literal["native", "arrow"]
+
+
+@dataclass(frozen=True)
+class ScanPlan:
+    """How SQL and node compute read one dataset version (``Trident.scan_plan``).
+
+    ``native``: ``files`` are the local paths of EXACTLY the snapshot's data files (the trident
+    never writes delete files, so they are the rows) and ``field_ids`` maps each column of
+    ``schema`` to its Iceberg field id, so DuckDB reads them itself with ``read_parquet`` and
+    matches columns by id (a column added later reads as NULL in older files). ``arrow``: the
+    caller registers ``Sink.arrow_source`` instead; ``reason`` says why (logged, and shown by
+    ``describe``)."""
+
+    key: str
+    path: ScanPath
+    schema: pa.Schema  # identity + user columns, in the table's order
+    reason: str
+    snapshot_id: int | None = None
+    files: tuple[str, ...] = ()
+    field_ids: tuple[int, ...] = ()
 
 
 class Removal(Protocol):
@@ -197,9 +225,28 @@ class Sink(ABC):
     def arrow_source(self, ds: DatasetRecord) -> Any:
         """Something DuckDB can scan repeatedly with projection pushdown (SQL over datasets)."""
 
+    def scan_plan(self, ds: DatasetRecord) -> ScanPlan:
+        """How DuckDB should read the current version; by default through ``arrow_source``."""
+        return ScanPlan(key=ds.key, path="arrow", schema=self.schema(ds), reason=self.scan_path(ds)[1])
+
+    def scan_path(self, ds: DatasetRecord) -> tuple[ScanPath, str]:
+        """Which path a scan of ``ds`` takes and why, without planning it (cheap: ``describe``)."""
+        return "arrow", f"sink {self.name!r} has no files DuckDB can read itself"
+
+    def read(
+        self, ds: DatasetRecord, *, columns: list[str] | None, row_filter: str | None, as_of: AsOf
+    ) -> pa.Table:
+        """The whole result in memory; a sink may read faster than draining ``scan`` (in parallel)."""
+        return self.scan(ds, columns=columns, row_filter=row_filter, as_of=as_of).read_all()
+
     @abstractmethod
     def schema(self, ds: DatasetRecord) -> pa.Schema:
         """The dataset's current Arrow schema, identity columns first."""
+
+    def compact(self, ds: DatasetRecord) -> Maintenance:
+        """Rewrite small storage units into target-size ones without changing any row (nothing to
+        do by default); the caller holds the dataset's writer lock."""
+        return Maintenance(key=ds.key, expired_snapshots=0, deleted_files=0)
 
     def maintain(self, ds: DatasetRecord, *, older_than: datetime, retain_last: int) -> Maintenance:
         """Expire old versions and delete the storage only they used (nothing to do by default)."""

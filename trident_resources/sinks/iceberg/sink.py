@@ -8,6 +8,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict
 from datetime import datetime
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 import numpy as np
 import pyarrow as pa
@@ -39,7 +40,9 @@ from ...keys import iceberg_identifier
 from ...merge import FILE_COLUMN
 from ...schemas import compatible, conform, describe_schema, to_iceberg, with_identity
 from ...settings import TridentSettings
-from ..base import AsOf, Maintenance, Removal, Sink, SinkWrite, StoredVersion, WriteCounts, WriteRequest
+from ..base import (
+    AsOf, Maintenance, Removal, ScanPath, ScanPlan, Sink, SinkWrite, StoredVersion, WriteCounts, WriteRequest,
+)
 from ...pyiceberg_compat import transaction_io
 from .catalog import ensure_namespace
 from ...partitions import (
@@ -71,6 +74,11 @@ def _num(summary: Any, key: str) -> int:
 # Scans of this format (ours, or DuckDB's through arrow_source) read one row group at a time:
 # pre-buffering would hold whole files' compressed bytes in memory.
 _PARQUET = pads.ParquetFileFormat(default_fragment_scan_options=pads.ParquetFragmentScanOptions(pre_buffer=False))
+
+
+# ``read()`` holds the whole result anyway: pre-buffer each file's column chunks (fewer, larger
+# reads; what pyiceberg's own to_arrow does) and let pyarrow read files in parallel.
+_PARQUET_PARALLEL = pads.ParquetFileFormat(default_fragment_scan_options=pads.ParquetFragmentScanOptions(pre_buffer=True))
 
 
 def _scan(dataset: pads.Dataset, columns: list[str] | None, expr: Any) -> pa.RecordBatchReader:
@@ -107,14 +115,18 @@ def audit_branch(txn_id: uuid.UUID) -> str:
     return f"trident-audit-{txn_id}"
 
 
-def published_schema(table: Table) -> pa.Schema:
-    """The schema of the version readers see (main's snapshot), which a staged write's schema
-    evolution on the table must not change."""
+def published_iceberg_schema(table: Table) -> Any:
+    """The Iceberg schema of the version readers see (main's snapshot), which a staged write's
+    schema evolution on the table must not change."""
     snap = table.current_snapshot()
     schema = table.schema()
     if snap is not None and snap.schema_id is not None:
         schema = table.schemas().get(snap.schema_id, schema)
-    return schema_to_pyarrow(schema, include_field_ids=False)
+    return schema
+
+
+def published_schema(table: Table) -> pa.Schema:
+    return schema_to_pyarrow(published_iceberg_schema(table), include_field_ids=False)
 
 
 def _has(schema: Any, name: str) -> bool:
@@ -144,6 +156,19 @@ def _human(field: Any, schema: Any, value: Any) -> Any:
         return field.transform.to_human_string(schema.find_field(field.source_id).field_type, value)
     except Exception:
         return value
+
+
+def _local_path(location: str) -> str:
+    """``file:///a/b.parquet`` (or a bare path) as the filesystem path DuckDB is allowed to read."""
+    if location.startswith("file://"):
+        return unquote(urlparse(location).path)
+    return location
+
+
+def _duckdb_version() -> str:
+    import duckdb
+
+    return str(duckdb.__version__)
 
 
 def _strip(schema: pa.Schema) -> pa.Schema:
@@ -305,6 +330,7 @@ class IcebergSink(Sink):
         self.catalog = catalog
         self.settings = settings
         self._staged_create = True
+        self._locations: dict[uuid.UUID, str] = {}  # dataset id -> table location (scan_path)
         self._nested = settings.catalog_nested_namespaces if settings.catalog_nested_namespaces is not None else bool(settings.catalog_uri)
 
     # -- tables -----------------------------------------------------------------------------
@@ -478,12 +504,14 @@ class IcebergSink(Sink):
             r.pop("_seq")
         return rows
 
-    def file_dataset(self, table: Table, paths: list[str], schema: pa.Schema | None = None) -> pads.Dataset:
+    def file_dataset(
+        self, table: Table, paths: list[str], schema: pa.Schema | None = None, fmt: pads.ParquetFileFormat = _PARQUET
+    ) -> pads.Dataset:
         schema = schema or published_schema(table)
         if not paths:
             return pads.dataset(pa.Table.from_batches([], schema=schema))
         fs, _ = filesystem_for(table.io, paths[0])
-        return pads.dataset([filesystem_for(table.io, p)[1] for p in paths], schema=schema, filesystem=fs, format=_PARQUET)
+        return pads.dataset([filesystem_for(table.io, p)[1] for p in paths], schema=schema, filesystem=fs, format=fmt)
 
     def commit_snapshot(
         self,
@@ -687,6 +715,25 @@ class IcebergSink(Sink):
         ] if current is not None else []
         return _scan(self.file_dataset(table, files, schema), columns or schema.names, expr)
 
+    def read(
+        self, ds: DatasetRecord, *, columns: list[str] | None, row_filter: str | None, as_of: AsOf
+    ) -> pa.Table:
+        """The whole result at once (the caller holds it in memory anyway), so every file is read
+        in parallel with pre-buffered I/O (pyarrow's threaded ``to_table``), unlike ``scan``,
+        which keeps one file and one batch in flight to stay bounded."""
+        table = self._existing_table(ds)
+        current = table.current_snapshot()
+        if as_of is not None and (current is None or as_of != current.snapshot_id):
+            return self._scan_past(table, int(as_of), columns, row_filter).read_all()  # type: ignore[arg-type]
+        schema = published_schema(table)
+        check_columns(columns, schema)
+        expr = arrow_filter(schema, row_filter) if row_filter else None
+        files = [
+            t.file.file_path for t in table.scan(row_filter=row_filter or AlwaysTrue()).plan_files()
+        ] if current is not None else []
+        dataset = self.file_dataset(table, files, schema, fmt=_PARQUET_PARALLEL)
+        return dataset.to_table(columns=columns or schema.names, filter=expr, use_threads=True)
+
     def _scan_past(self, table: Table, snapshot_id: int, columns: list[str] | None, row_filter: str | None) -> pa.RecordBatchReader:
         if table.snapshot_by_id(snapshot_id) is None:
             raise InvalidReadError(
@@ -708,6 +755,60 @@ class IcebergSink(Sink):
         table = self._existing_table(ds)
         expr = partition.iceberg_expr() if partition is not None else None
         return self.file_dataset(table, [f.file_path for f in self.data_files(table, row_filter=expr)])
+
+    # -- native scans (issue 12): DuckDB reads the snapshot's files itself ---------------------
+    def scan_path(self, ds: DatasetRecord) -> tuple[ScanPath, str]:
+        """``native`` when the table's files are on the local filesystem; on object storage the
+        Arrow path, because DuckDB's S3 reader (httpfs) is not built into the pinned DuckDB and
+        no wheel of it matches that version, and loading one would be a download at run time.
+        A table's location never changes, so it is looked up once per dataset."""
+        location = self._locations.get(ds.dataset_id)
+        if location is None and not self.settings.catalog_uri:
+            location = self.settings.warehouse  # the SQL catalog puts every table under it
+        if location is None:  # a REST catalog decides where tables live: ask it once
+            location = self._existing_table(ds).location()
+            self._locations[ds.dataset_id] = location
+        scheme = location.split("://", 1)[0] if "://" in location else "file"
+        if scheme == "file":
+            return "native", "local warehouse: DuckDB read_parquet over the snapshot's data files"
+        return "arrow", (
+            f"{scheme}:// storage: DuckDB's S3 reader (httpfs) cannot be loaded without a download "
+            f"for DuckDB {_duckdb_version()}, so pyarrow reads the files and DuckDB scans Arrow"
+        )
+
+    def scan_plan(self, ds: DatasetRecord) -> ScanPlan:
+        """The current snapshot's exact data files, its schema and each column's field id.
+
+        The trident never writes delete files, so these files ARE the dataset; DuckDB matches
+        columns by field id (as Iceberg does), so a column added later reads NULL in older files."""
+        path, reason = self.scan_path(ds)
+        table = self._existing_table(ds)
+        schema = published_schema(table)
+        snap = table.current_snapshot()
+        if path != "native":
+            return ScanPlan(key=ds.key, path=path, schema=schema, reason=reason,
+                            snapshot_id=None if snap is None else snap.snapshot_id)
+        locations = [f.file_path for f in self.data_files(table)]
+        if any("://" in p and not p.startswith("file://") for p in locations):  # a file written elsewhere
+            return ScanPlan(key=ds.key, path="arrow", schema=schema, snapshot_id=None if snap is None else snap.snapshot_id,
+                            reason="some data files are not on the local filesystem: pyarrow reads them")
+        files = tuple(_local_path(p) for p in locations)
+        return ScanPlan(
+            key=ds.key, path="native", schema=schema, reason=reason,
+            snapshot_id=None if snap is None else snap.snapshot_id, files=files,
+            field_ids=tuple(f.field_id for f in published_iceberg_schema(table).fields),
+        )
+
+    def compact(self, ds: DatasetRecord) -> Maintenance:
+        """Small data files rewritten into target-size ones, ONE snapshot, identity unchanged
+        (``compaction.py``); ``Trident.maintain`` runs it before expiring snapshots."""
+        from .compaction import compact
+
+        done = compact(self, ds, self._existing_table(ds))
+        return Maintenance(
+            key=ds.key, expired_snapshots=0, deleted_files=0, compacted_files=done.rewritten,
+            compaction_files_written=done.written, data_files_before=done.files_before, data_files_after=done.files_after,
+        )
 
     def maintain(self, ds: DatasetRecord, *, older_than: datetime, retain_last: int) -> Maintenance:
         """Expire snapshots older than ``older_than`` (always keeping the newest ``retain_last`` and
@@ -731,6 +832,7 @@ class IcebergSink(Sink):
         return Maintenance(key=ds.key, expired_snapshots=len(expire), deleted_files=len(garbage))
 
     def drop(self, ds: DatasetRecord) -> None:
+        self._locations.pop(ds.dataset_id, None)
         try:
             self.catalog.purge_table(self.identifier(ds))
         except NoSuchTableError:

@@ -1,0 +1,99 @@
+"""Issue 12: ``Trident.maintain`` compacts small data files into target-size ones, one snapshot,
+identity unchanged per row, nothing visible to readers; time travel to before it still works."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+import pyarrow as pa
+import pytest
+from click.testing import CliRunner
+
+from tests.helpers import cli_env
+from trident_cli.main import cli
+from trident_resources import ConcurrentWriteError, Trident, TridentSettings
+from trident_resources.identity import IDENTITY_COLUMNS
+
+
+def _rows(t: Trident, key: str, **kwargs: object) -> list[dict[str, object]]:
+    return sorted(t.read(key, **kwargs).to_pylist(), key=lambda r: r["__row_index"])  # type: ignore[arg-type]
+
+
+def _files(t: Trident, key: str) -> int:
+    return len(t.scan_plan(key).files)
+
+
+def test_two_hundred_small_appends_compact_into_one_file_with_identity_unchanged(trident: Trident) -> None:
+    t = trident
+    first = t.write("c/many", pa.table({"id": [0], "v": ["x0"]}))
+    for i in range(1, 200):
+        last = t.write("c/many", pa.table({"id": [i], "v": [f"x{i}"]}), mode="append")
+    t.write("c/many", pa.table({"id": [200], "v": ["x200"], "extra": [1.5]}), mode="append")  # evolved schema
+    before = _rows(t, "c/many")
+    sql_before = t.sql('select count(*) as n, sum(id) as s, count(distinct __row_id) as ids from "c/many"').to_pylist()
+    described = t.describe("c/many")
+    assert _files(t, "c/many") == 201 and len(before) == 201
+
+    report = t.maintain("c/many")
+    assert report.compacted_files == 201 and report.compaction_files_written == 1
+    assert (report.data_files_before, report.data_files_after) == (201, 1)
+    assert report.expired_snapshots == 0 and report.deleted_files == 0  # the small files still serve time travel
+    assert _files(t, "c/many") == 1
+
+    after = _rows(t, "c/many")
+    assert after == before  # every row with the same __row_id, __row_index and __created_at
+    assert [r["extra"] for r in after][-2:] == [None, 1.5]
+    assert t.sql('select count(*) as n, sum(id) as s, count(distinct __row_id) as ids from "c/many"').to_pylist() == sql_before
+    now = t.describe("c/many")
+    assert (now.row_count, now.last_txn_id, now.snapshot_id) == (described.row_count, described.last_txn_id, described.snapshot_id)
+    assert len(t.history("c/many")) == 201  # compaction is not a transaction of the dataset
+
+    # time travel to versions before the compaction still works
+    assert [r["id"] for r in _rows(t, "c/many", as_of=last.txn_id)] == list(range(200))
+    assert [r["id"] for r in _rows(t, "c/many", as_of=first.txn_id)] == [0]
+
+    # the next write continues as before: identity numbering and appends are unaffected
+    nxt = t.write("c/many", pa.table({"id": [201], "v": ["x201"]}), mode="append")
+    assert nxt.row_count == 202 and _rows(t, "c/many")[-1]["__row_index"] == 201
+    assert _files(t, "c/many") == 2
+
+    # a later maintain that expires old snapshots deletes the small files, and the rows stay
+    gone = t.maintain("c/many", older_than=timedelta(0), retain_last=1)
+    assert gone.deleted_files >= 201
+    assert [r["id"] for r in _rows(t, "c/many")] == list(range(202))
+
+
+def test_a_few_files_are_left_alone(trident: Trident) -> None:
+    t = trident
+    t.write("c/few", pa.table({"id": [0]}))
+    for i in range(1, 4):
+        t.write("c/few", pa.table({"id": [i]}), mode="append")
+    report = t.maintain("c/few")
+    assert report.compacted_files == 0 and _files(t, "c/few") == 4
+
+
+def test_maintain_waits_for_an_open_write_and_compacts_nothing_meanwhile(settings: TridentSettings) -> None:
+    with Trident(settings.model_copy(update={"writer_wait_seconds": 1})) as t:
+        t.write("c/busy", pa.table({"id": [0]}))
+        for i in range(1, 6):
+            t.write("c/busy", pa.table({"id": [i]}), mode="append")
+        with t.ingest_stream("c/busy") as s:
+            s.append(pa.record_batch({"id": pa.array([99], pa.int64())}))
+            deadline = time.monotonic() + 10
+            while not [e for e in t.history("c/busy") if e.status == "open"] and time.monotonic() < deadline:
+                time.sleep(0.05)
+            with pytest.raises(ConcurrentWriteError):
+                t.maintain("c/busy")
+            assert _files(t, "c/busy") == 6
+        assert t.maintain("c/busy").compacted_files == 7
+
+
+def test_cli_maintain_reports_compaction(trident: Trident, settings: TridentSettings) -> None:
+    for i in range(6):
+        trident.write("c/cli", pa.table({"id": [i]}), mode="append" if i else "replace")
+    res = CliRunner().invoke(cli, ["maintain", "c/cli"], env=cli_env(settings))
+    assert res.exit_code == 0, res.output
+    assert "6 small files compacted into 1" in res.output
+    assert sorted(trident.read("c/cli", columns=["id"]).column("id").to_pylist()) == list(range(6))
+    assert set(IDENTITY_COLUMNS) <= set(trident.schema("c/cli").names)

@@ -1,0 +1,117 @@
+"""Compaction: many small data files rewritten into target-size ones, as ONE snapshot.
+
+Small appends and stream ingests leave one or a few small Parquet files per transaction; a scan
+pays per file (footer read, planning, a task), so 1,000 appends read far slower than the same rows
+in one file. Compaction reads the small files' rows exactly as stored (identity columns included:
+``__row_id``, ``__row_index`` and ``__created_at`` stay what they were for every row) and writes
+them into new files that roll at the write path's target size, then commits one snapshot that
+removes the inputs and adds the outputs. The rows of the dataset are the same before and after, so
+a reader sees nothing change; the snapshot before compaction stays, so time travel to it still
+works until ``maintain`` expires it (and only then are the small files deleted).
+
+The caller (``IcebergSink.maintain``, through ``Trident.maintain``) holds the dataset's writer lock,
+so no Trident write of the dataset is open while it runs. The snapshot carries
+``trident.operation = compaction`` and no ``trident.txn-id``: it is not a ledger transaction, and the
+reconciler, which looks for txn ids in the snapshot chain, never mistakes it for one.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.io.pyarrow import schema_to_pyarrow
+from pyiceberg.manifest import DataFile
+from pyiceberg.table import Table
+
+from ...errors import StorageUnavailableError, TransactionConflictError
+from ...failpoints import failpoint
+from ...pyiceberg_compat import transaction_io
+from ...schemas import conform
+from .files import DataFileWriter
+
+if TYPE_CHECKING:
+    from ...control_plane import DatasetRecord
+    from .sink import IcebergSink
+
+# Iceberg's own rewrite_data_files default: fewer small files than this are not worth a snapshot.
+MIN_INPUT_FILES = 5
+OPERATION_PROPERTY = "trident.operation"
+
+
+@dataclass(frozen=True)
+class Compaction:
+    files_before: int
+    files_after: int
+    rewritten: int  # small files replaced
+    written: int  # target-size files written for them
+    snapshot_id: int | None  # the compaction snapshot, None when nothing was worth rewriting
+
+
+def small_file_bytes(target_file_bytes: int) -> int:
+    """A file is small below a quarter of the target: the target counts uncompressed Arrow bytes
+    and zstd Parquet is typically 3-5x smaller, so a file of a full target is well above this."""
+    return max(target_file_bytes // 4, 1)
+
+
+def compact(sink: IcebergSink, ds: DatasetRecord, table: Table, *, min_input_files: int = MIN_INPUT_FILES) -> Compaction:
+    """Rewrite the current snapshot's small data files into target-size files, one snapshot."""
+    files = sink.data_files(table)
+    limit = small_file_bytes(sink.settings.target_file_bytes)
+    small = [f for f in files if f.file_size_in_bytes < limit]
+    current = table.current_snapshot()
+    if len(small) < min_input_files or current is None:
+        return Compaction(len(files), len(files), 0, 0, None)
+    txn = table.transaction()
+    meta = txn.table_metadata
+    compaction_id = uuid.uuid4()
+    writer = DataFileWriter(
+        transaction_io(txn), meta.location, compaction_id, meta.schema(), dict(meta.properties),
+        spec_id=meta.default_spec_id, target_file_bytes=sink.settings.target_file_bytes,
+        row_group_bytes=sink.settings.row_group_bytes, parallelism=sink.settings.write_parallelism,
+    )
+    target = writer.arrow_schema
+    stored = schema_to_pyarrow(meta.schema(), include_field_ids=False)
+    try:
+        for f in small:  # one file at a time: bounded memory whatever the dataset's size
+            for batch in sink.file_dataset(table, [f.file_path], stored).to_batches(batch_size=65_536):
+                writer.write(conform(batch, target))
+        written = writer.close()
+        failpoint("compaction.before_commit")
+        _commit(txn, small, written, current.snapshot_id, compaction_id)
+    except CommitFailedException as exc:
+        writer.discard()
+        raise TransactionConflictError(
+            f"compaction of {ds.key!r} conflicted with a concurrent change: {exc}. Nothing changed; run maintain again"
+        ) from exc
+    except OSError as exc:
+        writer.discard()
+        raise StorageUnavailableError(f"compaction of {ds.key!r} could not reach storage: {exc}. Nothing changed") from exc
+    except BaseException:
+        writer.discard()
+        raise
+    after = table.refresh()
+    snap = after.current_snapshot()
+    return Compaction(len(files), len(files) - len(small) + len(written), len(small), len(written),
+                      None if snap is None else snap.snapshot_id)
+
+
+def _commit(txn: object, inputs: list[DataFile], outputs: list[DataFile], parent: int, compaction_id: uuid.UUID) -> None:
+    props = {
+        OPERATION_PROPERTY: "compaction",
+        "trident.compaction-id": str(compaction_id),
+        "trident.compacted-from": str(parent),
+        "trident.rewritten-files": str(len(inputs)),
+    }
+    update = txn.update_snapshot(snapshot_properties=props)  # type: ignore[attr-defined]
+    with update.overwrite() as p:
+        for f in inputs:
+            p.delete_data_file(f)
+        for f in outputs:
+            p.append_data_file(f)
+    txn.commit_transaction()  # type: ignore[attr-defined]
+
+
+__all__ = ["MIN_INPUT_FILES", "Compaction", "compact", "small_file_bytes"]
