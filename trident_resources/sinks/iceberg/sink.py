@@ -37,7 +37,8 @@ from ...merge import FILE_COLUMN
 from ...schemas import compatible, conform, describe_schema, to_iceberg, with_identity
 from ...settings import TridentSettings
 from ..base import AsOf, Maintenance, Removal, Sink, SinkWrite, StoredVersion, WriteCounts, WriteRequest
-from ...pyiceberg_compat import transaction_io
+from ...pyiceberg_compat import transaction_io, transaction_table
+from .credentials import StorageAccess
 from .files import DataFileWriter, delete_paths, filesystem_for, list_txn_files
 
 TXN_PROPERTY = "trident.txn-id"
@@ -190,7 +191,8 @@ class IcebergSink(Sink):
     def __init__(self, catalog: Catalog, settings: TridentSettings) -> None:
         self.catalog = catalog
         self.settings = settings
-        self._staged_create = True
+        self.access = StorageAccess(settings)
+        self._staged_create = not self.access.refreshable_only
         self._nested = settings.catalog_nested_namespaces if settings.catalog_nested_namespaces is not None else bool(settings.catalog_uri)
 
     # -- tables -----------------------------------------------------------------------------
@@ -203,8 +205,9 @@ class IcebergSink(Sink):
         return (".".join(parts[:-1]), parts[-1])
 
     def table(self, ds: DatasetRecord) -> Table | None:
+        ident = self.identifier(ds)
         try:
-            return self.catalog.load_table(self.identifier(ds))
+            return self.access.bind(self.catalog.load_table(ident), reload=lambda: self.catalog.load_table(ident))
         except NoSuchTableError:
             return None
         except (OSError, ConnectionError) as exc:
@@ -260,12 +263,15 @@ class IcebergSink(Sink):
         properties = {**TABLE_PROPERTIES, "commit.retry.num-retries": str(self.settings.commit_retries)}
         if self._staged_create:
             try:
-                return self.catalog.create_table_transaction(ident, schema=schema, properties=properties)
+                txn = self.catalog.create_table_transaction(ident, schema=schema, properties=properties)
+                self.access.bind(transaction_table(txn), reload=None)  # staged: nothing to reload yet
+                return txn
             except (NotImplementedError, RESTError) as exc:
                 if "not implemented" not in str(exc).lower() and not isinstance(exc, NotImplementedError):
                     raise
                 self._staged_create = False
-        return self.catalog.create_table(ident, schema=schema, properties=properties).transaction()
+        created = self.catalog.create_table(ident, schema=schema, properties=properties)
+        return self.access.bind(created, reload=lambda: self.catalog.load_table(ident)).transaction()
 
     def data_file_writer(self, req: WriteRequest, txn: Transaction) -> DataFileWriter:
         meta = txn.table_metadata
