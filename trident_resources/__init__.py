@@ -23,6 +23,9 @@ from .errors import (
     StreamClosedError,
     UnsupportedBySinkError,
     WriterLockLostError,
+    StorageCredentialsError,
+    CatalogAuthenticationError,
+    TableOwnershipError,
 )
 from .facade import Trident
 from .results import Description, ReconcileReport, WriteResult
@@ -32,6 +35,9 @@ __all__ = [
     "ControlPlaneUnavailableError",
     "TridentError",
     "WriterLockLostError",
+    "StorageCredentialsError",
+    "CatalogAuthenticationError",
+    "TableOwnershipError",
     "InvalidReadError",
     "KeyNotFoundError",
     "MigrationError",
