@@ -20,8 +20,8 @@ from tests.conftest import make_settings
 from tests.support.catalog_proxy import SIGNER_KEY, CatalogProxy, catalog_proxy
 from tests.support.s3_gate import S3Gate, s3_gate
 from trident_resources import Trident, TridentSettings
-from trident_resources.failpoints import armed
 from trident_resources.errors import CatalogAuthenticationError, StorageCredentialsError
+from trident_resources.failpoints import InjectedFault, armed
 
 if TYPE_CHECKING:
     from tests.support.rest_catalog import RestCatalogServer
@@ -136,7 +136,7 @@ def test_remote_signing_signs_every_request_through_the_catalog(
             t.write("sign/a", _rows(5, 20), mode="append")
             t.write("sign/a", _rows(3), mode="upsert", keys=["k"])  # copy-on-write: reads + rewrites
             assert t.read("sign/a").num_rows == 25
-            with armed("write.before_commit"), pytest.raises(Exception):  # abort: its files listed and deleted
+            with armed("write.before_commit"), pytest.raises(InjectedFault):  # abort: its files listed and deleted
                 t.write("sign/a", _rows(7, 100), mode="append")
             assert t.read("sign/a", columns=["k"]).num_rows == 25
         assert {r[2].get(DELEGATION) for r in proxy.requests if "/tables" in r[1]} == {"remote-signing"}
