@@ -108,7 +108,7 @@ def backend_settings(request: pytest.FixtureRequest, kind: str, home: Path, dsn:
     return make_settings(
         home, dsn, **s3_values,
         catalog_uri=rest.uri, catalog_warehouse=rest.warehouse, catalog_token=rest.token,
-        catalog_properties={"prefix": rest.warehouse}, catalog_vended_credentials=False,
+        catalog_properties={"prefix": rest.warehouse},
         namespace_root="bronze", **overrides,
     )
 

@@ -323,4 +323,15 @@ def maintain(keys: tuple[str, ...], older_than_days: float, retain_last: int) ->
         _kv("maintain", rows or [("datasets", "none")])
 
 
-COMMANDS = [datasets, describe, history, sql, export, writers, flag, pin, pins, canary, reconcile, maintain]
+@click.command("adopt")
+@click.argument("key")
+def adopt(key: str) -> None:
+    """Take over the existing Iceberg table at KEY's identifier (one this control plane did not
+    create, e.g. after rebuilding the control plane). It must carry Trident's identity columns and
+    no other dataset's id; __row_index continues from its max + 1."""
+    with _trident() as t:
+        d = t.adopt(key)
+        _kv("adopted", [("key", d.key), ("dataset id", str(d.dataset_id)), ("rows", d.row_count)])
+
+
+COMMANDS = [datasets, describe, history, sql, export, writers, flag, pin, pins, canary, reconcile, maintain, adopt]

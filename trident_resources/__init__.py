@@ -29,6 +29,9 @@ from .errors import (
     StreamClosedError,
     UnsupportedBySinkError,
     WriterLockLostError,
+    StorageCredentialsError,
+    CatalogAuthenticationError,
+    TableOwnershipError,
 )
 from .facade import Trident
 from .partitions import PartitionDim, PartitionFilter
@@ -44,6 +47,9 @@ __all__ = [
     "ControlPlaneUnavailableError",
     "TridentError",
     "WriterLockLostError",
+    "StorageCredentialsError",
+    "CatalogAuthenticationError",
+    "TableOwnershipError",
     "InvalidReadError",
     "KeyNotFoundError",
     "MigrationError",

@@ -154,3 +154,20 @@ class PartitionError(TridentError, ValueError):
     """A partitioned write or read the trident cannot honour as asked (an undeclared partition
     column, rows outside the partition being written, a partitioning that differs from the
     dataset's); the message says what to declare. Nothing was written."""
+
+
+class StorageCredentialsError(TridentError):
+    """The storage access mode chosen by ``TRIDENT_S3_CREDENTIALS`` got nothing usable from the
+    catalog (no vended credentials, no signer) or the catalog stopped providing it. Nothing falls
+    back to static keys or unsigned requests: fix the warehouse's storage profile or the mode."""
+
+
+class CatalogAuthenticationError(TridentError):
+    """The REST catalog (or the OAuth2 identity provider in front of it) refused Trident's
+    credential or token; check ``TRIDENT_CATALOG_CREDENTIAL``/``_TOKEN`` and the OAuth2 settings."""
+
+
+class TableOwnershipError(TridentError):
+    """The Iceberg table at a dataset's identifier was not created by this control plane (its
+    ``trident.dataset-id`` property is missing or names another dataset); writing to it would stamp
+    identity on rows Trident does not own. ``trident adopt KEY`` takes it over deliberately."""

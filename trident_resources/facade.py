@@ -196,6 +196,41 @@ class Trident:
         )
         return _result(key, prior, outcome, route, noop=True)
 
+    def adopt(self, key: str) -> Description:
+        """Take over an existing Iceberg table at ``key``'s identifier that this control plane did
+        not create (a rebuilt control plane, a table written by another tool with Trident's identity
+        columns). The table is stamped with the dataset's id and recorded as one ledger
+        transaction; ``__row_index`` continues from the table's max + 1. Refused (TableOwnershipError)
+        when the table belongs to another dataset or lacks the identity columns; see README."""
+        from .router import RouteDecision
+        from .sinks.iceberg.sink import IcebergSink
+
+        validate_key(key)
+        existing = self.control.dataset(self.workspace, key)
+        if existing is not None and existing.exists:
+            raise InvalidWriteError(f"{key!r} is already a dataset of this control plane; there is nothing to adopt")
+        sink = self._sink("iceberg_native")
+        assert isinstance(sink, IcebergSink)
+        ident = ".".join(iceberg_identifier(self.settings.namespace_root, self.workspace, key))
+        ds = existing or self.control.ensure_dataset(self.workspace, key, sink.name, ident)
+        with self.driver.locked(ds) as ds:
+            if ds.sink != sink.name:
+                self.control.set_dataset_sink(ds.dataset_id, sink.name, ident)
+                ds = self.control.dataset_by_id(ds.dataset_id) or ds
+            sink.adoptable(ds)  # refuse before any ledger row exists
+            route = RouteDecision(sink=sink.name, requested=sink.name, clamped=False, reason="adopt")
+            intent = Intent(txn_id=uuid.uuid4(), mode="adopt", writer="manual.table", sink=sink.name, route=route)  # type: ignore[arg-type]
+            transaction = self.driver.open(ds, intent)
+            assert transaction is not None
+            try:
+                outcome = sink.adopt(ds, transaction.txn_id)
+            except BaseException as exc:
+                transaction.fail(exc)
+                raise
+            transaction.commit(outcome)
+        log.info("trident adopted the Iceberg table %s as %s", ident, key)
+        return self.describe(key)
+
     def reconcile(self) -> ReconcileReport:
         """Repair transactions left open by crashed processes; live writers are left alone."""
         return self.driver.reconcile(self.workspace)

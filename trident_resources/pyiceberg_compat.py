@@ -7,15 +7,35 @@ so the fix is here and nowhere else.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import lru_cache
 from typing import Any
 
 import pyarrow as pa
+from fsspec import AbstractFileSystem
+from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.io import FileIO
-from pyiceberg.io.pyarrow import _ConvertToIcebergWithoutIDs, _get_parquet_writer_kwargs, visit_pyarrow
+from pyiceberg.io.fsspec import FsspecFileIO
+from pyiceberg.io.pyarrow import PyArrowFileIO, _ConvertToIcebergWithoutIDs, _get_parquet_writer_kwargs, visit_pyarrow
 from pyiceberg.schema import Schema
-from pyiceberg.table import Transaction
+from pyiceberg.table import Table, Transaction
+from pyiceberg.typedef import Properties
+from requests import Session
 
-__all__ = ["arrow_to_iceberg_without_ids", "parquet_writer_kwargs", "transaction_io"]
+__all__ = [
+    "ACCESS_DELEGATION_HEADER",
+    "FsspecFileIOBase",
+    "RestCatalogWithExplicitDelegation",
+    "arrow_to_iceberg_without_ids",
+    "fresh_pyarrow_filesystems",
+    "parquet_writer_kwargs",
+    "register_fsspec_scheme",
+    "transaction_io",
+    "transaction_table",
+]
+
+ACCESS_DELEGATION_HEADER = "X-Iceberg-Access-Delegation"
+FsspecFileIOBase = FsspecFileIO
 
 
 def arrow_to_iceberg_without_ids(schema: pa.Schema) -> Schema:
@@ -30,7 +50,37 @@ def parquet_writer_kwargs(table_properties: dict[str, str]) -> dict[str, Any]:
     return _get_parquet_writer_kwargs(table_properties)
 
 
+def transaction_table(txn: Transaction) -> Table:
+    """The table a transaction writes: for a table created in the same transaction (staged
+    creation) only the transaction knows it, with the catalog's per-table storage access."""
+    return txn._table
+
+
 def transaction_io(txn: Transaction) -> FileIO:
-    """The FileIO of the table a transaction writes: for a table created in the same transaction
-    (staged creation) only the transaction knows it, with the catalog's per-table credentials."""
-    return txn._table.io
+    """The FileIO of the table a transaction writes (see ``transaction_table``)."""
+    return transaction_table(txn).io
+
+
+class RestCatalogWithExplicitDelegation(RestCatalog):
+    """pyiceberg's REST catalog, except that ``X-Iceberg-Access-Delegation`` is sent only when the
+    properties ask for it (``header.X-Iceberg-Access-Delegation``). pyiceberg's
+    ``_config_headers`` adds ``vended-credentials`` with ``setdefault``, so a client that wants
+    none (static keys) cannot say so through properties; this override removes the default."""
+
+    def _config_headers(self, session: Session) -> None:
+        super()._config_headers(session)
+        if f"header.{ACCESS_DELEGATION_HEADER}" not in self.properties:
+            session.headers.pop(ACCESS_DELEGATION_HEADER, None)
+
+
+def register_fsspec_scheme(io: FsspecFileIO, scheme: str, factory: Callable[[Properties], AbstractFileSystem]) -> None:
+    """Make an ``FsspecFileIO`` build ``scheme``'s filesystem with ``factory`` (its per-instance
+    ``_scheme_to_fs`` table, which pyiceberg copies from ``SCHEME_TO_FS`` for each FileIO)."""
+    io._scheme_to_fs[scheme] = factory
+
+
+def fresh_pyarrow_filesystems(io: PyArrowFileIO) -> Callable[[str, str | None], Any]:
+    """A new filesystem cache for a ``PyArrowFileIO`` whose properties changed (new credentials):
+    pyiceberg caches one pyarrow filesystem per scheme built by ``_initialize_fs`` from the
+    properties at first use, exactly as its ``__setstate__`` rebuilds it."""
+    return lru_cache(io._initialize_fs)

@@ -8,12 +8,23 @@ Secrets are ``SecretStr`` so they never leak through reprs, logs or error messag
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import Field, SecretStr, ValidationInfo, field_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .keys import validate_name
+
+CredentialMode = Literal["static", "vended", "remote-signing"]
+"""How Trident gets access to table bytes in object storage (``TRIDENT_S3_CREDENTIALS``):
+
+- ``static``: its own long-lived ``TRIDENT_S3_ACCESS_KEY_ID``/``_SECRET_ACCESS_KEY``; the catalog is
+  asked for nothing (no ``X-Iceberg-Access-Delegation`` header is sent).
+- ``vended``: the REST catalog's short-lived per-table credentials, reloaded before they expire.
+- ``remote-signing``: the REST catalog signs every S3 request; Trident holds no storage secret.
+"""
+
+ChecksumMode = Literal["when_required", "when_supported"]
 
 
 class TridentSettings(BaseSettings):
@@ -39,8 +50,12 @@ class TridentSettings(BaseSettings):
     catalog_warehouse: str | None = Field(None, description="REST catalog warehouse name or location.")
     catalog_token: SecretStr | None = None
     catalog_credential: SecretStr | None = Field(None, description="OAuth2 client_id:client_secret.")
-    catalog_scope: str | None = None
-    catalog_vended_credentials: bool = Field(True, description="Ask the REST catalog to vend storage credentials per table.")
+    catalog_scope: str | None = Field(None, description="OAuth2 scope requested with the client credential.")
+    catalog_oauth2_server_uri: str | None = Field(
+        None, description="OAuth2 token endpoint of the identity provider (Lakekeeper serves none itself)."
+    )
+    catalog_audience: str | None = Field(None, description="OAuth2 audience of the requested token (e.g. Lakekeeper's client id).")
+    catalog_resource: str | None = Field(None, description="OAuth2 resource indicator (RFC 8707) of the requested token.")
     catalog_nested_namespaces: bool | None = Field(
         None, description="Use one namespace level per key folder; default: yes for REST, no for the SQL catalog."
     )
@@ -54,6 +69,17 @@ class TridentSettings(BaseSettings):
     s3_secret_access_key: SecretStr | None = None
     s3_region: str | None = None
     s3_path_style: bool = Field(True, description="Path-style addressing; what MinIO and moto need, fine for R2.")
+    s3_credentials: CredentialMode = Field(
+        "static", description="static (own keys) | vended (catalog's temporary keys) | remote-signing (catalog signs)."
+    )
+    s3_credential_refresh_seconds: float = Field(
+        300.0, ge=0, description="Vended credentials are reloaded from the catalog this long before they expire."
+    )
+    s3_checksum: ChecksumMode = Field(
+        "when_required",
+        description="AWS SDK request checksums / response validation: when_required sends plain signed PUTs "
+        "(safe for R2 and other S3-compatible stores); when_supported adds aws-chunked CRC trailers.",
+    )
 
     # Behaviour
     writer_wait_seconds: float = Field(30.0, ge=0, description="How long a writer waits for another writer of the same dataset.")
@@ -85,6 +111,17 @@ class TridentSettings(BaseSettings):
     tpch_scale: str = Field("0.01", pattern=r"^[0-9]+(\.[0-9]+)?$", description="TPC-H scale factor of the example pipeline.")
     rebuild_cron: str = Field("0 3 * * *", description="Cron schedule of the example pipeline's rebuild (it starts stopped).")
 
+    @model_validator(mode="after")
+    def _credential_mode_needs_a_rest_catalog(self) -> TridentSettings:
+        """Vending and signing are REST-catalog protocols: with the SQL catalog they cannot work, and
+        a silent fallback to static keys (or to unsigned requests) is exactly what must not happen."""
+        if self.s3_credentials != "static" and not self.catalog_uri:
+            raise ValueError(
+                f"TRIDENT_S3_CREDENTIALS={self.s3_credentials} needs a REST catalog (TRIDENT_CATALOG_URI); "
+                "with the embedded SQL catalog use static"
+            )
+        return self
+
     @field_validator("home")
     @classmethod
     def _absolute_home(cls, v: Path) -> Path:
@@ -99,13 +136,16 @@ class TridentSettings(BaseSettings):
         return (self.home / "warehouse").as_uri()
 
     def s3_properties(self) -> dict[str, str]:
-        """pyiceberg FileIO properties for S3-API storage (empty when storage is local)."""
+        """pyiceberg FileIO properties for S3-API storage (empty when storage is local).
+
+        Static keys are passed only in ``static`` mode: in the other modes the catalog must provide
+        access, and keys configured "just in case" would silently hide that it does not."""
         props: dict[str, str] = {}
         if self.s3_endpoint:
             props["s3.endpoint"] = self.s3_endpoint
-        if self.s3_access_key_id:
+        if self.s3_credentials == "static" and self.s3_access_key_id:
             props["s3.access-key-id"] = self.s3_access_key_id.get_secret_value()
-        if self.s3_secret_access_key:
+        if self.s3_credentials == "static" and self.s3_secret_access_key:
             props["s3.secret-access-key"] = self.s3_secret_access_key.get_secret_value()
         if self.s3_region:
             props["s3.region"] = self.s3_region

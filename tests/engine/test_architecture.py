@@ -59,3 +59,25 @@ def test_pyiceberg_internals_we_rely_on_still_exist() -> None:
     assert "self._table" in inspect.getsource(Transaction.__init__), (
         "pyiceberg's Transaction no longer keeps its table in _table: update pyiceberg_compat.transaction_io"
     )
+
+
+def test_pyiceberg_internals_for_storage_access_still_exist() -> None:
+    """The storage-access modes rely on three pyiceberg internals (see ``pyiceberg_compat``):
+    the REST session's default delegation header, FsspecFileIO's per-instance scheme table, and
+    PyArrowFileIO's filesystem factory."""
+    import inspect
+
+    from pyiceberg.catalog.rest import RestCatalog
+    from pyiceberg.io.fsspec import FsspecFileIO
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+
+    from trident_resources import pyiceberg_compat as compat
+
+    assert "X-Iceberg-Access-Delegation" in inspect.getsource(RestCatalog._config_headers), (
+        "pyiceberg no longer sets the delegation header in _config_headers: update RestCatalogWithExplicitDelegation"
+    )
+    io = FsspecFileIO({})
+    assert isinstance(io._scheme_to_fs, dict) and "s3" in io._scheme_to_fs
+    compat.register_fsspec_scheme(io, "s3", lambda props: None)  # type: ignore[arg-type,return-value]
+    fs = compat.fresh_pyarrow_filesystems(PyArrowFileIO({}))("file", None)
+    assert fs.type_name == "local"

@@ -10,11 +10,14 @@ from __future__ import annotations
 from urllib.parse import urlsplit, urlunsplit
 
 from pyiceberg.catalog import Catalog, load_catalog
-from pyiceberg.exceptions import NamespaceAlreadyExistsError
+from pyiceberg.exceptions import ForbiddenError, NamespaceAlreadyExistsError, OAuthError, RESTError, UnauthorizedError
 from pyiceberg.typedef import Identifier
+from requests import RequestException
 
-from ...errors import StorageUnavailableError
+from ...errors import CatalogAuthenticationError, StorageUnavailableError
+from ...pyiceberg_compat import RestCatalogWithExplicitDelegation
 from ...settings import TridentSettings
+from . import credentials
 
 CATALOG_NAME = "trident"
 
@@ -30,17 +33,27 @@ def sqlalchemy_url(dsn: str) -> str:
 def catalog_properties(settings: TridentSettings, dsn: str) -> dict[str, str]:
     props: dict[str, str] = {}
     if settings.catalog_uri:
-        props |= {"type": "rest", "uri": settings.catalog_uri}
+        props |= {
+            "py-catalog-impl": f"{RestCatalogWithExplicitDelegation.__module__}.{RestCatalogWithExplicitDelegation.__qualname__}",
+            "uri": settings.catalog_uri,
+        }
         if settings.catalog_warehouse:
             props["warehouse"] = settings.catalog_warehouse
         if settings.catalog_token:
             props["token"] = settings.catalog_token.get_secret_value()
         if settings.catalog_credential:
             props["credential"] = settings.catalog_credential.get_secret_value()
-        if settings.catalog_scope:
-            props["scope"] = settings.catalog_scope
-        if settings.catalog_vended_credentials:
-            props["header.X-Iceberg-Access-Delegation"] = "vended-credentials"
+        # OAuth2 client credentials against an external identity provider (Lakekeeper serves no
+        # token endpoint; pyiceberg's default is {uri}/v1/oauth/tokens).
+        for key, value in (
+            ("scope", settings.catalog_scope),
+            ("oauth2-server-uri", settings.catalog_oauth2_server_uri),
+            ("audience", settings.catalog_audience),
+            ("resource", settings.catalog_resource),
+        ):
+            if value:
+                props[key] = value
+        props |= credentials.catalog_properties(settings)
     else:
         props |= {
             "type": "sql",
@@ -55,15 +68,19 @@ def catalog_properties(settings: TridentSettings, dsn: str) -> dict[str, str]:
 
 
 def open_catalog(settings: TridentSettings, dsn: str) -> Catalog:
-    """Open the catalog; one that cannot be reached is StorageUnavailableError, as promised.
-
-    pyiceberg's REST catalog fetches its config while opening, so an unreachable URI raised a raw
-    ``requests.ConnectionError`` (an OSError) from the Trident constructor. The message names the
-    URI (never the token or credential, which are not part of it) and chains the cause.
-    """
+    """The catalog, connected (a REST catalog fetches its config, and its OAuth2 token, here): a
+    refused credential or an unreachable catalog is a named error at startup, not at first write."""
+    if settings.s3_bucket or settings.catalog_uri:
+        credentials.apply_checksum_policy(settings)
     try:
         return load_catalog(CATALOG_NAME, **catalog_properties(settings, dsn))
-    except (OSError, ConnectionError) as exc:
+    except (OAuthError, UnauthorizedError, ForbiddenError) as exc:
+        raise CatalogAuthenticationError(
+            f"the Iceberg REST catalog at {settings.catalog_uri} refused Trident's credentials: {exc}. "
+            "Check TRIDENT_CATALOG_CREDENTIAL/_TOKEN and, with an external identity provider, "
+            "TRIDENT_CATALOG_OAUTH2_SERVER_URI, _SCOPE, _AUDIENCE, _RESOURCE"
+        ) from exc
+    except (RequestException, OSError, ConnectionError, RESTError) as exc:
         where = settings.catalog_uri or "the SQL catalog in the control-plane Postgres"
         raise StorageUnavailableError(
             f"Iceberg catalog unavailable at {where}: {type(exc).__name__}; check TRIDENT_CATALOG_URI "

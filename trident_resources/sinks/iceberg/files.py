@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 import pyarrow.fs as pafs
 from pyiceberg.io import FileIO
 from pyiceberg.io.fileformat import DataFileStatistics
+from pyiceberg.io.fsspec import FsspecFileIO
 from pyiceberg.io.pyarrow import (
     PyArrowFileIO,
     compute_statistics_plan,
@@ -29,6 +30,7 @@ from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.schema import Schema
 from pyiceberg.typedef import Record
 
+from ...errors import StorageCredentialsError
 from ...failpoints import failpoint
 from ...identity import ROW_ID, ROW_INDEX
 from ...partitions import Partitioner
@@ -145,9 +147,21 @@ class DataFileWriter:
         self.paths.append(path)
         return _Lane(path, _ParquetFile(self._io, path, self._schema, self.arrow_schema, self._properties))
 
+    def _credentials_expiring(self) -> bool:
+        """Vended credentials about to be reloaded (see ``credentials.VendedFileIO``)."""
+        expiring = getattr(self._io, "expiring", None)
+        return bool(expiring()) if callable(expiring) else False
+
     def _flush(self) -> None:
         if not self._buffer:
             return
+        if self._credentials_expiring():
+            # Finish every open file while its upload's credentials are still valid; the next file
+            # opens on a filesystem built from freshly reloaded ones.
+            for j, open_lane in enumerate(self._lanes):
+                if open_lane is not None:
+                    self._close_lane(open_lane)
+                    self._lanes[j] = None
         table = pa.Table.from_batches(self._buffer, schema=self.arrow_schema)
         self._buffer, self._buffered_bytes = [], 0
         i = self._turn
@@ -216,11 +230,84 @@ def delete_paths(io: FileIO, paths: Iterable[str]) -> None:
 
 
 def filesystem_for(io: FileIO, location: str) -> tuple[pafs.FileSystem, str]:
-    """The pyarrow filesystem behind a location, and the path in it (credentials come from the io)."""
-    if not isinstance(io, PyArrowFileIO):
-        io = PyArrowFileIO(io.properties)
+    """The pyarrow filesystem behind a location, and the path in it, from the table's own FileIO:
+    its credentials, refreshes and request signing apply to every read, listing and delete.
+    (Rebuilding a ``PyArrowFileIO`` from the properties would drop a signer on the floor.)"""
     scheme, netloc, path = PyArrowFileIO.parse_location(location)
-    return io.fs_by_scheme(scheme, netloc), path
+    if isinstance(io, PyArrowFileIO) and callable(getattr(io, "expiring", None)):
+        return pafs.PyFileSystem(_CurrentFileSystem(io, scheme, netloc)), path
+    if isinstance(io, PyArrowFileIO):
+        return io.fs_by_scheme(scheme, netloc), path
+    if isinstance(io, FsspecFileIO):
+        return pafs.PyFileSystem(pafs.FSSpecHandler(io.get_fs(scheme, netloc))), path
+    raise StorageCredentialsError(
+        f"cannot read {location!r} through a {type(io).__name__}: Trident reads tables through "
+        "pyiceberg's PyArrowFileIO or FsspecFileIO (py-io-impl)"
+    )
+
+
+class _CurrentFileSystem(pafs.FileSystemHandler):
+    """A pyarrow filesystem that asks the FileIO for its current filesystem on every call, so a
+    long scan over many files opens each one with credentials that are fresh at that moment
+    (``credentials.VendedFileIO`` reloads them before they expire). A file already open keeps the
+    credentials it was opened with."""
+
+    def __init__(self, io: PyArrowFileIO, scheme: str, netloc: str) -> None:
+        self._io, self._scheme, self._netloc = io, scheme, netloc
+
+    def _fs(self) -> pafs.FileSystem:
+        return self._io.fs_by_scheme(self._scheme, self._netloc)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _CurrentFileSystem) and other._io is self._io and other._scheme == self._scheme
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    def get_type_name(self) -> str:
+        return f"trident-{self._scheme}"
+
+    def normalize_path(self, path: str) -> str:
+        return self._fs().normalize_path(path)
+
+    def get_file_info(self, paths: list[str]) -> list[pafs.FileInfo]:
+        return self._fs().get_file_info(paths)
+
+    def get_file_info_selector(self, selector: pafs.FileSelector) -> list[pafs.FileInfo]:
+        return self._fs().get_file_info(selector)
+
+    def create_dir(self, path: str, recursive: bool) -> None:
+        self._fs().create_dir(path, recursive=recursive)
+
+    def delete_dir(self, path: str) -> None:
+        self._fs().delete_dir(path)
+
+    def delete_dir_contents(self, path: str, missing_dir_ok: bool = False) -> None:
+        self._fs().delete_dir_contents(path, missing_dir_ok=missing_dir_ok)
+
+    def delete_root_dir_contents(self) -> None:
+        raise OSError("refusing to delete a bucket's contents")
+
+    def delete_file(self, path: str) -> None:
+        self._fs().delete_file(path)
+
+    def move(self, src: str, dest: str) -> None:
+        self._fs().move(src, dest)
+
+    def copy_file(self, src: str, dest: str) -> None:
+        self._fs().copy_file(src, dest)
+
+    def open_input_stream(self, path: str) -> Any:
+        return self._fs().open_input_stream(path)
+
+    def open_input_file(self, path: str) -> Any:
+        return self._fs().open_input_file(path)
+
+    def open_output_stream(self, path: str, metadata: Any) -> Any:
+        return self._fs().open_output_stream(path, metadata=metadata)
+
+    def open_append_stream(self, path: str, metadata: Any) -> Any:
+        return self._fs().open_append_stream(path, metadata=metadata)
 
 
 def list_txn_files(io: FileIO, location: str, txn_id: uuid.UUID) -> list[str]:

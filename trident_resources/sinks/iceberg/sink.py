@@ -12,6 +12,7 @@ from urllib.parse import unquote, urlparse
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as pads
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, RESTError
@@ -31,11 +32,12 @@ from ...errors import (
     InvalidWriteError,
     StagedVersionConflictError,
     StorageUnavailableError,
+    TableOwnershipError,
     TransactionConflictError,
 )
 from ...failpoints import failpoint
 from ...filters import arrow_filter, check_columns
-from ...identity import ROW_ID, ROW_INDEX
+from ...identity import CREATED_AT, ROW_ID, ROW_INDEX
 from ...keys import iceberg_identifier
 from ...merge import FILE_COLUMN
 from ...schemas import compatible, conform, describe_schema, to_iceberg, with_identity
@@ -43,7 +45,8 @@ from ...settings import TridentSettings
 from ..base import (
     AsOf, Maintenance, Removal, ScanPath, ScanPlan, Sink, SinkWrite, StoredVersion, WriteCounts, WriteRequest,
 )
-from ...pyiceberg_compat import transaction_io
+from ...pyiceberg_compat import transaction_io, transaction_table
+from .credentials import StorageAccess
 from .catalog import ensure_namespace
 from ...partitions import (
     BoundPartition,
@@ -59,6 +62,8 @@ from .files import DataFileWriter, PartitionedDataFileWriter, delete_paths, file
 from .maintenance import data_files_of, existing_under, once_referenced
 
 TXN_PROPERTY = "trident.txn-id"
+OWNER_PROPERTY = "trident.dataset-id"
+"""Table property naming the control-plane dataset that created (or adopted) the table."""
 TABLE_PROPERTIES = {"format-version": "2", "write.parquet.compression-codec": "zstd"}
 
 
@@ -329,7 +334,8 @@ class IcebergSink(Sink):
     def __init__(self, catalog: Catalog, settings: TridentSettings) -> None:
         self.catalog = catalog
         self.settings = settings
-        self._staged_create = True
+        self.access = StorageAccess(settings)
+        self._staged_create = not self.access.refreshable_only
         self._locations: dict[uuid.UUID, str] = {}  # dataset id -> table location (scan_path)
         self._nested = settings.catalog_nested_namespaces if settings.catalog_nested_namespaces is not None else bool(settings.catalog_uri)
 
@@ -343,12 +349,71 @@ class IcebergSink(Sink):
         return (".".join(parts[:-1]), parts[-1])
 
     def table(self, ds: DatasetRecord) -> Table | None:
+        ident = self.identifier(ds)
         try:
-            return self.catalog.load_table(self.identifier(ds))
+            table = self.catalog.load_table(ident)
         except NoSuchTableError:
             return None
         except (OSError, ConnectionError) as exc:
             raise StorageUnavailableError(f"Iceberg catalog unavailable: {type(exc).__name__}: {exc}") from exc
+        self._check_owner(ds, table)
+        return self.access.bind(table, reload=lambda: self.catalog.load_table(ident))
+
+    def _check_owner(self, ds: DatasetRecord, table: Table) -> None:
+        """Never write to (nor clean up, nor read as a dataset) a table this control plane did not
+        create: its ``__row_index`` and files are someone else's."""
+        owner = table.properties.get(OWNER_PROPERTY)
+        if owner != str(ds.dataset_id):
+            whose = f"dataset {owner}, not this control plane's {ds.dataset_id}" if owner else "no Trident dataset"
+            raise TableOwnershipError(
+                f"the Iceberg table {'.'.join(self.identifier(ds))} for {ds.key!r} belongs to {whose}; "
+                f"Trident will not write over it. If this control plane should own it, run `trident adopt {ds.key}`"
+            )
+
+    def adoptable(self, ds: DatasetRecord) -> Table:
+        """The table at ``ds``'s identifier if this control plane may adopt it: unowned (or already
+        ours), and carrying Trident's identity columns (a table without them would need every row
+        rewritten to gain them: that is a copy, ``write(key, rows)``, not an adoption)."""
+        ident = self.identifier(ds)
+        try:
+            table = self.catalog.load_table(ident)
+        except NoSuchTableError:
+            raise TableOwnershipError(f"there is no Iceberg table {'.'.join(ident)} to adopt as {ds.key!r}") from None
+        owner = table.properties.get(OWNER_PROPERTY)
+        if owner and owner != str(ds.dataset_id):
+            raise TableOwnershipError(
+                f"the Iceberg table {'.'.join(ident)} belongs to Trident dataset {owner} (another control plane "
+                "or workspace); two control planes must not own one table"
+            )
+        names = set(table.schema().column_names)
+        missing = [c for c in (ROW_ID, ROW_INDEX, CREATED_AT) if c not in names]
+        if missing:
+            raise TableOwnershipError(
+                f"the Iceberg table {'.'.join(ident)} has no Trident identity column(s) {missing}; adopting it "
+                f"would leave rows without identity. Copy it instead: t.write({ds.key!r}, table rows)"
+            )
+        if table.current_snapshot() is None:
+            raise TableOwnershipError(f"the Iceberg table {'.'.join(ident)} has no snapshot: nothing to adopt")
+        return self.access.bind(table, reload=lambda: self.catalog.load_table(ident))
+
+    def adopt(self, ds: DatasetRecord, txn_id: uuid.UUID) -> Outcome:
+        """Stamp the table as ``ds``'s and report it as a commit: ``__row_index`` continues from the
+        table's max + 1, so later appends never reuse an index the adopted rows carry."""
+        table = self.adoptable(ds)
+        snap = table.current_snapshot()
+        assert snap is not None
+        schema = _strip(schema_to_pyarrow(table.schema(), include_field_ids=False))
+        top = -1
+        for batch in _scan(self.file_dataset(table, [f.file_path for f in self.data_files(table)], schema), [ROW_INDEX], None):
+            m = pc.max(batch.column(0)).as_py()
+            if m is not None and m > top:
+                top = m
+        with table.transaction() as txn:
+            txn.set_properties({OWNER_PROPERTY: str(ds.dataset_id), "trident.adopted-by-txn": str(txn_id)})
+        return Outcome(
+            rows_written=0, row_count=_num(snap.summary, "total-records"), next_row_index=top + 1,
+            snapshot_id=snap.snapshot_id, schema=describe_schema(schema),
+        )
 
     def _existing_table(self, ds: DatasetRecord) -> Table:
         table = self.table(ds)
@@ -372,7 +437,7 @@ class IcebergSink(Sink):
         if table is None:
             ident = self.identifier(req.dataset)
             self._ensure_namespaces(ident)
-            txn = self._create_transaction(ident, target)
+            txn = self._create_transaction(ident, target, owner=req.dataset.dataset_id)
         else:
             head = table.current_snapshot()
             if req.stage and head is not None:  # the audit branch starts at the published version
@@ -418,20 +483,25 @@ class IcebergSink(Sink):
             for column, transform in wanted:
                 upd.add_field(column, iceberg_transform(transform), f"{column}_{transform}" if transform != "identity" else column)
 
-    def _create_transaction(self, ident: tuple[str, ...], target: pa.Schema) -> Transaction:
+    def _create_transaction(self, ident: tuple[str, ...], target: pa.Schema, *, owner: uuid.UUID) -> Transaction:
         """Create the table in the same commit as its first data when the catalog supports staged
         creation; otherwise create it empty first (an empty table is no dataset: the control plane
         only knows committed ones, and ``discard`` drops a table that never got a snapshot)."""
         schema = to_iceberg(target)
-        properties = {**TABLE_PROPERTIES, "commit.retry.num-retries": str(self.settings.commit_retries)}
+        properties = {
+            **TABLE_PROPERTIES, "commit.retry.num-retries": str(self.settings.commit_retries), OWNER_PROPERTY: str(owner),
+        }
         if self._staged_create:
             try:
-                return self.catalog.create_table_transaction(ident, schema=schema, properties=properties)
+                txn = self.catalog.create_table_transaction(ident, schema=schema, properties=properties)
+                self.access.bind(transaction_table(txn), reload=None)  # staged: nothing to reload yet
+                return txn
             except (NotImplementedError, RESTError) as exc:
                 if "not implemented" not in str(exc).lower() and not isinstance(exc, NotImplementedError):
                     raise
                 self._staged_create = False
-        return self.catalog.create_table(ident, schema=schema, properties=properties).transaction()
+        created = self.catalog.create_table(ident, schema=schema, properties=properties)
+        return self.access.bind(created, reload=lambda: self.catalog.load_table(ident)).transaction()
 
     def data_file_writer(self, req: WriteRequest, txn: Transaction) -> DataFileWriter | PartitionedDataFileWriter:
         meta = txn.table_metadata
