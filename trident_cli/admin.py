@@ -234,8 +234,13 @@ def pin_set(key: str, sink: str) -> None:
     with _trident() as t:
         t.router.set_pin(key, sink)
         if t.exists(key) and t.describe(key).sink != sink:
-            console.print(f"[yellow]{key} lives in {t.describe(key).sink}: writes will be refused until it is moved "
-                          f"(`trident canary {key} --to {sink}`)")
+            refusal = t.move_refusal(key, sink)
+            if refusal is not None:
+                console.print(f"[yellow]{escape(refusal)}: the pin cannot move it, and its writer keeps the dataset "
+                              f"where it is (clear the pin: `trident pin clear {key}`)")
+            else:
+                console.print(f"[yellow]{key} lives in {t.describe(key).sink}: writes will be refused until it is moved "
+                              f"(`trident canary {key} --to {sink}`)")
         console.print(f"pin {key} -> {sink}")
 
 

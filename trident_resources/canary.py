@@ -120,17 +120,25 @@ def _checksum(reader: pa.RecordBatchReader, schema: pa.Schema, total: int, progr
     return check
 
 
-def _refuse_a_move_its_writers_cannot_follow(t: Trident, dataset_id: uuid.UUID, key: str, to_sink: str) -> None:
-    """A canary may only move a dataset where every writer that writes it may go: otherwise the
-    router would clamp its own writer back and refuse it forever after (the split rule)."""
+def move_refusal(t: Trident, dataset_id: uuid.UUID, key: str, to_sink: str) -> str | None:
+    """Why ``key`` may not move to ``to_sink``, or None. A dataset may only go where every writer
+    that writes it may go: otherwise the router would clamp its own writer back and refuse it
+    forever after (the split rule)."""
     writers = {e.writer for e in t.control.history(dataset_id, None) if e.status == "committed"} - {CANARY_WRITER}
     for writer in sorted(writers):
         spec = writer_spec(writer)
         if clamp(to_sink, spec.max_mode)[1]:
-            raise MigrationError(
+            return (
                 f"dataset {key!r} is written by {writer!r}, whose sinks end at {spec.max_mode!r}: moved to "
-                f"{to_sink!r} it could never be written by {writer!r} again. Not moved"
+                f"{to_sink!r} it could never be written by {writer!r} again"
             )
+    return None
+
+
+def _refuse_a_move_its_writers_cannot_follow(t: Trident, dataset_id: uuid.UUID, key: str, to_sink: str) -> None:
+    reason = move_refusal(t, dataset_id, key, to_sink)
+    if reason is not None:
+        raise MigrationError(f"{reason}. Not moved")
 
 
 def migrate(t: Trident, key: str, to_sink: str, progress: Progress | None = None) -> MigrationReport:

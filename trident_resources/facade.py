@@ -564,6 +564,12 @@ class Trident:
         keys = None if mode == "replace" else [MANIFEST_KEY]
         return self.write(key, table, mode=mode, keys=keys, writer=MANIFEST_WRITER, **write_kwargs)
 
+    def move_refusal(self, key: str, to_sink: str) -> str | None:
+        """Why a canary may not move ``key`` to ``to_sink`` (its writers could not follow), or None."""
+        from .canary import move_refusal
+
+        return move_refusal(self, self._record(key).dataset_id, key, to_sink)
+
     def migrate(self, key: str, to_sink: str = "iceberg_native", *, progress: Any = None) -> MigrationReport:
         """Canary: copy ``key`` to ``to_sink`` preserving identity, compare order-independent
         checksums of both copies, and flip the dataset only on parity (else revert, unchanged).
