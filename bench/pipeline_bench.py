@@ -33,8 +33,8 @@ def _peak_rss_mib() -> float:
 
 def run_trident(home: str, scale: str) -> dict:
     os.environ.update({"TRIDENT_HOME": home, "TRIDENT_TPCH_SCALE": scale, "TRIDENT_WORKSPACE": f"bench_{int(time.time())}"})
-    from trident_cli.check import QUIET
     from trident_assets.definitions import defs
+    from trident_cli.check import QUIET
 
     job = defs.resolve_job_def("tpch_pipeline")
     start = time.perf_counter()

@@ -73,7 +73,7 @@ BACKENDS = ("local", "s3", "rest")
 
 
 @pytest.fixture(scope="session")
-def s3() -> Iterator["S3Server"]:
+def s3() -> Iterator[S3Server]:
     from tests.support.s3_server import s3_server
 
     with s3_server() as server:
@@ -81,7 +81,7 @@ def s3() -> Iterator["S3Server"]:
 
 
 @pytest.fixture(scope="session")
-def rest_catalog(tmp_path_factory: pytest.TempPathFactory, s3: "S3Server") -> Iterator["RestCatalogServer"]:
+def rest_catalog(tmp_path_factory: pytest.TempPathFactory, s3: S3Server) -> Iterator[RestCatalogServer]:
     from tests.support.rest_catalog import rest_catalog_server
 
     with rest_catalog_server(tmp_path_factory.mktemp("lakana"), s3=s3) as server:

@@ -38,7 +38,7 @@ def test_full_canary_of_tpch_keeps_every_row_and_its_identity(trident: Trident, 
         key = f"tpch/{name}"
         before, desc = t.read(key), t.describe(key)
         seen: list[tuple[str, int, int]] = []
-        report = t.migrate(key, progress=lambda phase, done, total: seen.append((phase, done, total)))
+        report = t.migrate(key, progress=lambda phase, done, total: seen.append((phase, done, total)))  # noqa: B023 - called before the loop moves on
         assert report.parity and report.flipped, report.message
         assert report.source_rows == report.target_rows == tpch_tables[name].num_rows
         assert {p for p, _, _ in seen} == {"copy", "verify"} and seen[-1][1] == desc.row_count

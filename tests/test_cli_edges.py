@@ -17,9 +17,9 @@ import pytest
 from click.testing import CliRunner
 
 from tests.helpers import cli_env
+from trident_cli.main import cli
 from trident_resources import Trident, TridentError, TridentSettings
 from trident_resources.errors import SqlError
-from trident_cli.main import cli
 
 REPO = Path(__file__).resolve().parents[1]
 

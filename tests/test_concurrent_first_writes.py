@@ -42,7 +42,7 @@ def test_concurrent_first_writes_under_one_new_folder(shared_settings: TridentSe
                 try:
                     barrier.wait(timeout=60)
                     tridents[i].write(f"{folder}/d{i}", table(k=[i, i + 1]))
-                except BaseException as exc:  # noqa: BLE001 - collected and asserted below
+                except BaseException as exc:
                     errors.append(exc)
 
             threads = [threading.Thread(target=run, args=(i,)) for i in range(WRITERS)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import dagster as dg
 import pyarrow as pa
@@ -109,7 +109,7 @@ def _entry(ended_at: datetime, run_id: str | None = None) -> LedgerEntry:
 def test_the_cursor_reports_each_commit_once_even_when_commits_become_visible_out_of_order() -> None:
     """Two writers committing at once can make sequence 2 visible after 3; the cursor only moves
     past settled commits and remembers the newer ones it reported."""
-    now = datetime(2026, 1, 1, 12, tzinfo=timezone.utc)
+    now = datetime(2026, 1, 1, 12, tzinfo=UTC)
     old, fresh = now - timedelta(minutes=5), now - timedelta(seconds=1)
     c1, c2, c3 = (1, "a/x", _entry(old)), (2, "a/y", _entry(fresh)), (3, "a/z", _entry(fresh))
 

@@ -61,7 +61,7 @@ def test_the_whole_graph_materializes_with_its_checks(run: Any) -> None:
 
 
 def test_row_counts_identity_and_ledger(run: Any) -> None:
-    _, t, result, folder = run
+    _, t, _result, folder = run
     con = duckdb.connect()
     for table in ("customer", "orders", "lineitem"):
         expected = con.execute(f"SELECT count(*) FROM '{parquet(folder, table)}'").fetchone()[0]

@@ -7,8 +7,17 @@ import pyarrow as pa
 import pytest
 
 from trident_assets import (
-    append_always, append_new, delta, join_asset, model_asset, row_count_between, snapshot_replace, split_asset,
-    transform_asset, unique, upsert,
+    append_always,
+    append_new,
+    delta,
+    join_asset,
+    model_asset,
+    row_count_between,
+    snapshot_replace,
+    split_asset,
+    transform_asset,
+    unique,
+    upsert,
 )
 from trident_resources import DatasetNotFoundError, Trident, TridentSettings
 

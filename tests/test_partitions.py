@@ -141,7 +141,7 @@ def test_four_concurrent_writers_of_four_partitions_all_land(settings: TridentSe
                 barrier.wait()
                 day = D0 + timedelta(days=i)
                 t.write("p/conc", days(day, 1, 1000, base=1000 * (i + 1)), partition=window(day))
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]

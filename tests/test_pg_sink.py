@@ -76,14 +76,14 @@ def test_every_mode_gives_the_same_rows_in_both_sinks(trident: Trident) -> None:
     joined = t.sql(f'select count(*) n from "{keys["pg"]}" p join "{keys["iceberg_native"]}" i using (id, tag)')
     assert joined.column("n").to_pylist() == [4]
     con = duckdb.connect()
-    src = t.arrow_source(keys["pg"])  # re-scannable: DuckDB reads it twice
+    src = t.arrow_source(keys["pg"])  # noqa: F841 - read by DuckDB (replacement scan), re-scannable: it reads it twice
     assert con.execute("select count(*) from src").fetchall() == con.execute("select count(*) from src").fetchall()
 
 
 def test_types_round_trip_through_jsonb(trident: Trident) -> None:
     t = trident
     keys = _pin_both(t, "types/all")
-    when = dt.datetime(2024, 1, 1, 1, 2, 3, 456789, tzinfo=dt.timezone.utc)
+    when = dt.datetime(2024, 1, 1, 1, 2, 3, 456789, tzinfo=dt.UTC)
     data = pa.table({
         "i": pa.array([1, None, 2**62], pa.int64()), "i32": pa.array([1, -2, None], pa.int32()),
         "f": [1.1, float("nan"), float("-inf")], "f32": pa.array([0.1, None, 3.5], pa.float32()),
@@ -105,7 +105,7 @@ def test_types_round_trip_through_jsonb(trident: Trident) -> None:
 
 def test_jsonb_refuses_nul_characters_loudly(trident: Trident) -> None:
     trident.router.set_pin("bad/nul", "pg")
-    with pytest.raises(SchemaMismatchError, match="jsonb|refused"):
+    with pytest.raises(SchemaMismatchError, match=r"jsonb|refused"):
         trident.write("bad/nul", pa.table({"s": ["a\x00b"]}))
     assert not trident.exists("bad/nul")
 

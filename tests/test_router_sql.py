@@ -12,8 +12,8 @@ import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 
-from trident_cli.main import cli
 from tests.helpers import cli_env
+from trident_cli.main import cli
 from trident_resources import SinkMismatchError, SqlNotAllowedError, Trident, TridentSettings
 from trident_resources.router import WRITERS
 

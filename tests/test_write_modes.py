@@ -5,7 +5,6 @@ from __future__ import annotations
 import uuid
 
 import pyarrow as pa
-import pytest
 
 from tests.helpers import rows_by, table, user_rows
 from trident_resources import Trident

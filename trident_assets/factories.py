@@ -303,4 +303,4 @@ def model_asset(
     return Node(_model, build_checks(key, expectations))
 
 
-__all__ = ["Node", "SOURCE_ROW_INDEX", "join_asset", "model_asset", "split_asset", "transform_asset"]
+__all__ = ["SOURCE_ROW_INDEX", "Node", "join_asset", "model_asset", "split_asset", "transform_asset"]

@@ -126,7 +126,7 @@ def plan_output(t: Trident, output: str, sources: Sequence[str], strategy: Strat
         return _why(rebuild, "full rebuild: first run")
     seen = t.watermarks(output)
     since: dict[str, datetime | None] = {}
-    for s, d in described.items():
+    for s, _d in described.items():
         mark = seen.get(s)
         if mark is None:
             return _why(rebuild, f"full rebuild: no watermark for {s}")

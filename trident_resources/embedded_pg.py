@@ -41,7 +41,7 @@ import time
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -461,7 +461,7 @@ def embedded_status(data_dir: Path) -> EmbeddedStatus:
     watchdog = _watchdog_record(root)
     last_use = None
     with contextlib.suppress(OSError):
-        last_use = datetime.fromtimestamp((root / "last_use").stat().st_mtime, tz=timezone.utc)
+        last_use = datetime.fromtimestamp((root / "last_use").stat().st_mtime, tz=UTC)
     return EmbeddedStatus(
         data_dir=root, initialized=version is not None, running=live is not None, pid=(live[0] or None) if live else None,
         port=port, size_bytes=_tree_bytes(pgdata) if pgdata.exists() else 0, clients=clients, version=version,
@@ -534,7 +534,7 @@ def _started_at(pid: int | None) -> float | None:
 
 
 def _log(msg: str) -> None:
-    print(f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M:%S} watchdog {os.getpid()}: {msg}", flush=True)
+    print(f"{datetime.now(UTC):%Y-%m-%d %H:%M:%S} watchdog {os.getpid()}: {msg}", flush=True)
 
 
 def watch(data_dir: Path, idle_minutes: float, owner_pid: int | None = None) -> None:

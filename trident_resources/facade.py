@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import logging
 import uuid
-from dataclasses import replace
 from collections.abc import Iterable, Mapping
-from datetime import datetime, timedelta, timezone
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -20,11 +20,11 @@ from .errors import DatasetNotFoundError, InvalidReadError, InvalidWriteError, S
 from .identity import refuse_reserved
 from .inputs import to_reader
 from .keys import iceberg_identifier, validate_key
+from .partitions import PartitionFilter
 from .results import Description, ReconcileReport, WriteResult
 from .router import RouteDecision, Router
 from .settings import TridentSettings
 from .sinks import open_sinks
-from .partitions import PartitionFilter
 from .sinks.base import WRITE_MODES, AsOf, Maintenance, ScanPlan, Sink, WriteMode
 from .transaction import PARTITION_META, Intent, TransactionDriver, Watermarks
 
@@ -275,7 +275,7 @@ class Trident:
         if isinstance(as_of, bool) or not isinstance(as_of, (int, str, uuid.UUID, datetime)):
             raise InvalidReadError(f"as_of must be a transaction id, a snapshot id or a datetime, not {as_of!r}")
         if isinstance(as_of, datetime):
-            when = as_of if as_of.tzinfo is not None else as_of.replace(tzinfo=timezone.utc)
+            when = as_of if as_of.tzinfo is not None else as_of.replace(tzinfo=UTC)
             at = [e for e in committed if e.committed_at is not None and e.committed_at <= when]
             if not at:
                 raise InvalidReadError(f"dataset {ds.key!r} has no version committed at or before {when.isoformat()}")
@@ -450,7 +450,7 @@ class Trident:
         Runs under the dataset's writer lock: a write of the dataset that is open makes this wait
         (``TRIDENT_WRITER_WAIT_SECONDS``) and then fail with ConcurrentWriteError, changing nothing."""
         with self.driver.locked(self._record(key)) as ds:
-            cutoff = datetime.now(timezone.utc) - timedelta(days=self.settings.staged_max_age_days)
+            cutoff = datetime.now(UTC) - timedelta(days=self.settings.staged_max_age_days)
             stale = [e for e in self.control.staged_entries(ds.dataset_id) if e.staged_at is not None and e.staged_at < cutoff]
             for entry in stale:
                 self.driver.discard_staged(ds, entry, f"discarded by maintenance: staged over {self.settings.staged_max_age_days} days ago")
@@ -458,7 +458,7 @@ class Trident:
             compacted = sink.compact(ds)
             log.info("trident maintain %s: %s", key, compacted)
             report = sink.maintain(
-                ds, older_than=datetime.now(timezone.utc) - older_than, retain_last=retain_last
+                ds, older_than=datetime.now(UTC) - older_than, retain_last=retain_last
             )
             return replace(
                 report, discarded_staged=[e.txn_id for e in stale], compacted_files=compacted.compacted_files,

@@ -21,7 +21,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from typing import Any, Literal, get_args
 
 import numpy as np
@@ -407,8 +407,8 @@ def _coerce(v: Any, t: pa.DataType, column: str) -> Any:
             if isinstance(v, date) and not isinstance(v, datetime):
                 v = datetime(v.year, v.month, v.day)
             if t.tz is None:
-                return v.astimezone(timezone.utc).replace(tzinfo=None) if v.tzinfo else v
-            return v if v.tzinfo else v.replace(tzinfo=timezone.utc)
+                return v.astimezone(UTC).replace(tzinfo=None) if v.tzinfo else v
+            return v if v.tzinfo else v.replace(tzinfo=UTC)
         return pa.scalar(v).cast(t).as_py()
     except (ValueError, TypeError, pa.ArrowInvalid) as exc:
         raise PartitionError(f"partition value {v!r} does not fit column {column!r} of type {t}: {exc}") from exc
@@ -416,7 +416,7 @@ def _coerce(v: Any, t: pa.DataType, column: str) -> Any:
 
 def _micros(v: datetime) -> int:
     if v.tzinfo is not None:
-        v = v.astimezone(timezone.utc).replace(tzinfo=None)
+        v = v.astimezone(UTC).replace(tzinfo=None)
     delta = v - datetime(1970, 1, 1)
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
@@ -436,12 +436,12 @@ def _unit_start(transform: str, u: int, like: Any) -> Any:
         first = date(1970 + y, m + 1, 1)
     elif isinstance(like, datetime):
         moment = datetime(1970, 1, 1) + timedelta(microseconds=u * _US_PER[transform])
-        return moment.replace(tzinfo=like.tzinfo) if like.tzinfo is None else moment.replace(tzinfo=timezone.utc).astimezone(like.tzinfo)
+        return moment.replace(tzinfo=like.tzinfo) if like.tzinfo is None else moment.replace(tzinfo=UTC).astimezone(like.tzinfo)
     else:
         return _EPOCH + timedelta(days=u)
     if isinstance(like, datetime):
         moment = datetime(first.year, first.month, 1)
-        return moment if like.tzinfo is None else moment.replace(tzinfo=timezone.utc).astimezone(like.tzinfo)
+        return moment if like.tzinfo is None else moment.replace(tzinfo=UTC).astimezone(like.tzinfo)
     return first
 
 

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .control_plane import Outcome
 from .errors import DatasetNotFoundError, InvalidWriteError
 from .filters import arrow_filter, check_key_columns
 from .identity import IDENTITY_COLUMNS, ROW_ID, ROW_INDEX, stamp
@@ -21,7 +22,6 @@ from .partitions import PartitionFilter
 from .schemas import conform, plan_schema, user_fields, with_identity
 from .settings import TridentSettings
 from .sinks.base import Sink, SinkWrite, StoredVersion, WriteCounts, WriteRequest
-from .control_plane import Outcome
 
 # More partitions than this in one write and the input is clustered by partition first (the data
 # file writer keeps at most this many files open, one per partition).

@@ -15,8 +15,8 @@ from . import queries as q
 from .control_plane import ControlPlane, DatasetRecord
 from .errors import InvalidWriteError
 from .keys import validate_key
-
 from .sinks import SINK_NAMES as SINKS  # ordered by capability: a clamp moves left
+
 DATASET_SINK = "dataset"  # tier-3 default: wherever the dataset already lives
 
 

@@ -94,7 +94,7 @@ def _unsupported(schema: pa.Schema, exc: Exception) -> SchemaMismatchError:
     for f in schema:
         try:
             arrow_to_iceberg_without_ids(pa.schema([f]))
-        except Exception:  # noqa: BLE001 - we only want to know which column fails
+        except Exception:
             bad.append(f"column {f.name!r} has type {_hint(f.type) or f'{f.type}: cast it to a type Iceberg supports'}")
     detail = "; ".join(bad) if bad else str(exc)
     return SchemaMismatchError(f"unsupported column type: {detail}")

@@ -39,10 +39,10 @@ from .errors import (
     TridentError,
 )
 from .failpoints import failpoint
+from .partitions import PartitionFilter
 from .planner import WritePlanner
 from .results import ReconcileReport
 from .router import RouteDecision
-from .partitions import PartitionFilter
 from .settings import TridentSettings
 from .sinks.base import Sink, WriteMode, WriteRequest
 

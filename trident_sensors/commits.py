@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import dagster as dg
@@ -109,7 +109,7 @@ def trident_commits(context: dg.SensorEvaluationContext, trident: TridentResourc
     cursor = LedgerCursor.parse(context.cursor)
     with Trident(trident.settings()) as t:
         commits = t.commits_since(cursor.after, COMMITS_PER_TICK)
-    events, nxt = commit_events(commits, cursor, datetime.now(timezone.utc))
+    events, nxt = commit_events(commits, cursor, datetime.now(UTC))
     if events:
         context.log.info(f"{len(events)} commit(s) made outside Dagster: " + ", ".join(
             f"{e.asset_key.to_user_string()} ({e.metadata['trident/mode'].value})" for e in events))

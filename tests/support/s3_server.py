@@ -44,7 +44,7 @@ class S3Server:
             "s3.force-virtual-addressing": "false",
         }
 
-    def boto3_client(self):  # noqa: ANN201 - botocore client types are generated
+    def boto3_client(self):
         """A boto3 S3 client pointed at this server, for assertions in tests."""
         return boto3.client(
             "s3",

@@ -6,6 +6,7 @@ Exits non-zero on the first failure; prints timings and snapshot summaries.
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 import time
 from pathlib import Path
@@ -34,10 +35,8 @@ ROWS = pa.table(
 def create_namespaces(catalog: Catalog, namespace: tuple[str, ...]) -> None:
     """Create every level of `namespace`; a level that exists is fine."""
     for depth in range(1, len(namespace) + 1):
-        try:
+        with contextlib.suppress(NamespaceAlreadyExistsError):
             catalog.create_namespace(namespace[:depth])
-        except NamespaceAlreadyExistsError:
-            pass
 
 
 def write_and_read(catalog: Catalog, namespace: tuple[str, ...], name: str) -> None:

@@ -44,11 +44,10 @@ from ..errors import DatasetNotFoundError, InvalidDatasetKeyError, InvalidWriteE
 from ..facade import Trident
 from ..identity import IDENTITY_COLUMNS
 from ..results import Description, WriteResult
+from ..sinks.base import WriteMode
+from .partitions import input_partition, output_partition, partition_metadata
 from .provenance import lineage_entry, merge_provenance
 from .resource import TridentResource
-from .partitions import input_partition, output_partition, partition_metadata
-
-from ..sinks.base import WriteMode
 
 JS_SAFE_INTEGER = 2**53 - 1
 PIPELINE_WRITER = "pipeline.output"

@@ -24,6 +24,7 @@ partition run (the data loss this module exists to prevent).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -107,7 +108,7 @@ def _transform(pdef: dg.TimeWindowPartitionsDefinition, asset: str) -> Transform
 def _window(pdef: dg.TimeWindowPartitionsDefinition, keys: Sequence[str], asset: str) -> tuple[datetime, datetime]:
     """The run's keys as one contiguous window (a single-run backfill of a range)."""
     windows = sorted((pdef.time_window_for_partition_key(k) for k in dict.fromkeys(keys)), key=lambda w: w.start)
-    for a, b in zip(windows, windows[1:]):
+    for a, b in itertools.pairwise(windows):
         if a.end != b.start:
             raise PartitionError(
                 f"asset {asset!r}: the run's time partitions are not contiguous ({a.end} to {b.start} is missing); "
@@ -175,7 +176,7 @@ def run_partition(context: dg.AssetExecutionContext, key: str) -> PartitionFilte
     only there (when they have the partition column) and the IO manager replaces exactly that."""
     asset_key = dg.AssetKey(key.split("/"))
     pdef = context.assets_def.partitions_def
-    if pdef is None or not context.has_partition_key_range and not context.has_partition_key:
+    if pdef is None or (not context.has_partition_key_range and not context.has_partition_key):
         return None
     meta = context.assets_def.metadata_by_key.get(asset_key, {})
     return partition_filter(pdef, meta.get(PARTITION_EXPR), list(context.partition_keys), asset=key)

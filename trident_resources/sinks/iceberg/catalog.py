@@ -104,7 +104,7 @@ def ensure_namespace(catalog: Catalog, namespace: Identifier) -> None:
     except Exception as exc:  # any error: whether the namespace exists now decides
         try:
             exists = catalog.namespace_exists(namespace)
-        except Exception:  # noqa: BLE001 - unreachable: report the first error, not the check's
+        except Exception:
             raise exc from None
         if not exists:
             raise

@@ -7,6 +7,7 @@ at a target size, and returns the ``DataFile`` records for ONE commit at the end
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections import OrderedDict, deque
 from collections.abc import Iterable
@@ -14,8 +15,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import IO, Any, cast
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 from pyiceberg.io import FileIO
 from pyiceberg.io.fileformat import DataFileStatistics
 from pyiceberg.io.fsspec import FsspecFileIO
@@ -223,10 +224,8 @@ class DataFileWriter:
 
 def delete_paths(io: FileIO, paths: Iterable[str]) -> None:
     for path in paths:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             io.delete(path)
-        except FileNotFoundError:
-            pass
 
 
 def filesystem_for(io: FileIO, location: str) -> tuple[pafs.FileSystem, str]:

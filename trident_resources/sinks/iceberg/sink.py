@@ -3,6 +3,7 @@ transaction, copy-on-write for keyed writes (no delete files, so every reader st
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict
@@ -22,14 +23,15 @@ from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table, Transaction
 from pyiceberg.table.refs import MAIN_BRANCH
-from pyiceberg.transforms import IdentityTransform
 from pyiceberg.table.snapshots import Snapshot, ancestors_of
+from pyiceberg.transforms import IdentityTransform
 
 from ...control_plane import DatasetRecord, Outcome
 from ...errors import (
     DatasetNotFoundError,
     InvalidReadError,
     InvalidWriteError,
+    PartitionError,
     StagedVersionConflictError,
     StorageUnavailableError,
     TableOwnershipError,
@@ -40,24 +42,32 @@ from ...filters import arrow_filter, check_columns
 from ...identity import CREATED_AT, ROW_ID, ROW_INDEX
 from ...keys import iceberg_identifier
 from ...merge import FILE_COLUMN
-from ...schemas import compatible, conform, describe_schema, to_iceberg, with_identity
-from ...settings import TridentSettings
-from ..base import (
-    AsOf, Maintenance, Removal, ScanPath, ScanPlan, Sink, SinkWrite, StoredVersion, WriteCounts, WriteRequest,
-)
-from ...pyiceberg_compat import transaction_io, transaction_table
-from .credentials import StorageAccess
-from .catalog import ensure_namespace
 from ...partitions import (
     BoundPartition,
-    PartitionFilter,
     Partitioner,
+    PartitionFilter,
     _transform_name,
     describe_spec,
     iceberg_transform,
     matches_spec,
 )
-from ...errors import PartitionError
+from ...pyiceberg_compat import transaction_io, transaction_table
+from ...schemas import compatible, conform, describe_schema, to_iceberg, with_identity
+from ...settings import TridentSettings
+from ..base import (
+    AsOf,
+    Maintenance,
+    Removal,
+    ScanPath,
+    ScanPlan,
+    Sink,
+    SinkWrite,
+    StoredVersion,
+    WriteCounts,
+    WriteRequest,
+)
+from .catalog import ensure_namespace
+from .credentials import StorageAccess
 from .files import DataFileWriter, PartitionedDataFileWriter, delete_paths, filesystem_for, list_txn_files
 from .maintenance import data_files_of, existing_under, once_referenced
 
@@ -560,7 +570,7 @@ class IcebergSink(Sink):
             part = r["data_file"]["partition"] or {}
             key = tuple(part.get(f.name) for f in spec.fields)
             row = out.setdefault(key, {
-                "partition": {n: _human(f, schema, part.get(f.name)) for n, f in zip(names, spec.fields)},
+                "partition": {n: _human(f, schema, part.get(f.name)) for n, f in zip(names, spec.fields, strict=False)},
                 "row_count": 0, "files": 0, "last_snapshot_id": None, "last_txn_id": None, "_seq": -1,
             })
             row["row_count"] += r["data_file"]["record_count"]
@@ -903,7 +913,5 @@ class IcebergSink(Sink):
 
     def drop(self, ds: DatasetRecord) -> None:
         self._locations.pop(ds.dataset_id, None)
-        try:
+        with contextlib.suppress(NoSuchTableError):
             self.catalog.purge_table(self.identifier(ds))
-        except NoSuchTableError:
-            pass

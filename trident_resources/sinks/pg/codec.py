@@ -100,7 +100,7 @@ class JsonCodec:
     ) -> pa.RecordBatch:
         """Rows fetched as (row_index, row_id, created_at micros, data text) -> a batch in ``target``
         (a projection of identity + user columns, in the caller's order)."""
-        index, ids, created, data = zip(*rows) if rows else ((), (), (), ())
+        index, ids, created, data = zip(*rows, strict=False) if rows else ((), (), (), ())
         chunk = pa.table(
             {
                 ROW_INDEX: pa.array(index, pa.int64()),

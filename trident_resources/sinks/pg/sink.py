@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import uuid
@@ -23,15 +24,14 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from psycopg.rows import tuple_row
 import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.ipc as ipc
+from psycopg.rows import tuple_row
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 
 from ... import queries as q
 from ...control_plane import ControlPlane, DatasetRecord, Outcome
-from ...partitions import PartitionFilter
 from ...errors import (
     DatasetNotFoundError,
     SchemaMismatchError,
@@ -39,12 +39,13 @@ from ...errors import (
     UnsupportedBySinkError,
 )
 from ...failpoints import failpoint
-from ...identity import CREATED_AT, ROW_ID, ROW_INDEX
-from .codec import JsonCodec
 from ...filters import arrow_filter, check_columns
+from ...identity import CREATED_AT, ROW_ID, ROW_INDEX
+from ...partitions import PartitionFilter
 from ...schemas import conform, describe_schema, to_iceberg, with_identity
 from ...settings import TridentSettings
 from ..base import AsOf, Removal, Sink, SinkWrite, StoredVersion, WriteCounts, WriteRequest
+from .codec import JsonCodec
 
 FETCH_ROWS = 20_000  # rows per server-side cursor round trip (and per decoded batch)
 
@@ -160,10 +161,8 @@ class PgWrite(SinkWrite):
         if exc is None:
             self._stack.close()  # commits the Postgres transaction
             return
-        try:
+        with contextlib.suppress(Exception):  # the connection may be gone; Postgres has rolled back anyway
             self._stack.__exit__(type(exc), exc, None)  # rolls it back
-        except Exception:  # the connection may be gone; Postgres has rolled back anyway
-            pass
 
 
 class StoredWriteDiscarded(Exception):
@@ -339,4 +338,4 @@ class PgSink(Sink):
             old.unlink(missing_ok=True)
 
 
-__all__ = ["PgSink", "storage_schema", "CREATED_AT"]
+__all__ = ["CREATED_AT", "PgSink", "storage_schema"]
