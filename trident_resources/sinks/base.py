@@ -206,10 +206,6 @@ class Sink(ABC):
         """Make a staged version the published one, metadata only."""
         raise NotImplementedError(self.name)
 
-    def staged_outcome(self, ds: DatasetRecord, txn_id: uuid.UUID) -> Outcome | None:
-        """What a staged transaction wrote, while it is staged."""
-        return None
-
     def discard_staged(self, ds: DatasetRecord, txn_id: uuid.UUID, location: str | None = None) -> None:
         """Drop a staged version and the storage only it used."""
         raise NotImplementedError(self.name)

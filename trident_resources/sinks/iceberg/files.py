@@ -89,7 +89,83 @@ class _Lane:
             pending.result()
 
 
-class DataFileWriter:
+class _TxnFileWriter:
+    """What both data-file writers share: a transaction's files under ``<location>/data``, named
+    ``<txn_id>-NNNNN.parquet`` (so a crashed writer's files can be found by txn id), written with
+    pyiceberg's settings on a small thread pool, each closed into a ``DataFile`` record for ONE
+    commit, and deleted together when the transaction is discarded."""
+
+    def __init__(
+        self,
+        io: FileIO,
+        location: str,
+        txn_id: uuid.UUID,
+        schema: Schema,
+        properties: dict[str, str],
+        *,
+        spec_id: int,
+        target_file_bytes: int,
+        row_group_bytes: int,
+        parallelism: int,
+    ) -> None:
+        self._io = io
+        self._dir = f"{location.rstrip('/')}/data"
+        self._txn_id = txn_id
+        self._schema = schema
+        self.arrow_schema = schema_to_pyarrow(schema, include_field_ids=True)
+        self._properties = properties
+        self._spec_id = spec_id
+        self._target_file_bytes = target_file_bytes
+        self._row_group_bytes = row_group_bytes
+        self._pool = ThreadPoolExecutor(max_workers=max(1, parallelism), thread_name_prefix="trident-parquet")
+        self._seq = 0
+        self.paths: list[str] = []
+        self.data_files: list[DataFile] = []
+        self.rows = 0
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        raise NotImplementedError
+
+    def write_all(self, batches: Iterable[pa.RecordBatch]) -> None:
+        for batch in batches:
+            self.write(batch)
+
+    def _new_lane(self) -> _Lane:
+        path = f"{self._dir}/{self._txn_id}-{self._seq:05d}.parquet"
+        self._seq += 1
+        self.paths.append(path)
+        return _Lane(path, _ParquetFile(self._io, path, self._schema, self.arrow_schema, self._properties))
+
+    def _finish(self, lane: _Lane, partition: Record) -> None:
+        """Close ``lane``'s file and record it as a DataFile of ``partition``."""
+        lane.wait()
+        stats = lane.writer.close()
+        self.data_files.append(
+            DataFile.from_args(
+                content=DataFileContent.DATA,
+                file_path=lane.path,
+                file_format=FileFormat.PARQUET,
+                partition=partition,
+                file_size_in_bytes=len(self._io.new_input(lane.path)),
+                sort_order_id=None,
+                spec_id=self._spec_id,
+                equality_ids=None,
+                key_metadata=None,
+                **stats.to_serialized_dict(),
+            )
+        )
+
+    def _delete_all(self, lanes: Iterable[_Lane]) -> None:
+        """Discard: stop the open files and delete every file this writer created."""
+        for lane in lanes:
+            with contextlib.suppress(Exception):  # the file is being deleted anyway
+                lane.wait()
+                lane.writer.close()
+        self._pool.shutdown(wait=True)
+        delete_paths(self._io, self.paths)
+
+
+class DataFileWriter(_TxnFileWriter):
     """Writes batches (already in the table's Arrow schema) into rolling Parquet files.
 
     Parquet encoding is the expensive part of a write and pyarrow releases the GIL while doing it,
@@ -110,24 +186,14 @@ class DataFileWriter:
         row_group_bytes: int,
         parallelism: int = 2,
     ) -> None:
-        self._io = io
-        self._dir = f"{location.rstrip('/')}/data"
-        self._txn_id = txn_id
-        self._schema = schema
-        self.arrow_schema = schema_to_pyarrow(schema, include_field_ids=True)
-        self._properties = properties
-        self._spec_id = spec_id
-        self._target_file_bytes = target_file_bytes
-        self._row_group_bytes = row_group_bytes
+        super().__init__(
+            io, location, txn_id, schema, properties, spec_id=spec_id, target_file_bytes=target_file_bytes,
+            row_group_bytes=row_group_bytes, parallelism=parallelism,
+        )
         self._buffer: list[pa.RecordBatch] = []
         self._buffered_bytes = 0
         self._lanes: list[_Lane | None] = [None] * max(1, parallelism)
         self._turn = 0
-        self._pool = ThreadPoolExecutor(max_workers=len(self._lanes), thread_name_prefix="trident-parquet")
-        self._seq = 0
-        self.paths: list[str] = []
-        self.data_files: list[DataFile] = []
-        self.rows = 0
 
     def write(self, batch: pa.RecordBatch) -> None:
         if batch.num_rows == 0:
@@ -137,16 +203,6 @@ class DataFileWriter:
         self.rows += batch.num_rows
         if self._buffered_bytes >= self._row_group_bytes:
             self._flush()
-
-    def write_all(self, batches: Iterable[pa.RecordBatch]) -> None:
-        for batch in batches:
-            self.write(batch)
-
-    def _open_lane(self) -> _Lane:
-        path = f"{self._dir}/{self._txn_id}-{self._seq:05d}.parquet"
-        self._seq += 1
-        self.paths.append(path)
-        return _Lane(path, _ParquetFile(self._io, path, self._schema, self.arrow_schema, self._properties))
 
     def _credentials_expiring(self) -> bool:
         """Vended credentials about to be reloaded (see ``credentials.VendedFileIO``)."""
@@ -174,29 +230,14 @@ class DataFileWriter:
                 self._close_lane(lane)
                 lane = None
         if lane is None:
-            lane = self._lanes[i] = self._open_lane()
+            lane = self._lanes[i] = self._new_lane()
         lane.bytes += table.nbytes
         lane.pending = self._pool.submit(lane.writer.write, table)
         del table
         failpoint("write.file_flushed")
 
     def _close_lane(self, lane: _Lane) -> None:
-        lane.wait()
-        stats = lane.writer.close()
-        self.data_files.append(
-            DataFile.from_args(
-                content=DataFileContent.DATA,
-                file_path=lane.path,
-                file_format=FileFormat.PARQUET,
-                partition=Record(),
-                file_size_in_bytes=len(self._io.new_input(lane.path)),
-                sort_order_id=None,
-                spec_id=self._spec_id,
-                equality_ids=None,
-                key_metadata=None,
-                **stats.to_serialized_dict(),
-            )
-        )
+        self._finish(lane, Record())
 
     def close(self) -> list[DataFile]:
         self._flush()
@@ -209,17 +250,9 @@ class DataFileWriter:
 
     def discard(self) -> None:
         """Delete every file this writer created (a failed or aborted transaction)."""
-        for lane in self._lanes:
-            if lane is None:
-                continue
-            try:
-                lane.wait()
-                lane.writer.close()
-            except Exception:  # the file is being deleted anyway
-                pass
+        lanes = [lane for lane in self._lanes if lane is not None]
         self._lanes = [None] * len(self._lanes)
-        self._pool.shutdown(wait=True)
-        delete_paths(self._io, self.paths)
+        self._delete_all(lanes)
 
 
 def delete_paths(io: FileIO, paths: Iterable[str]) -> None:
@@ -334,7 +367,7 @@ class _PartitionState:
         self.lane: _Lane | None = None
 
 
-class PartitionedDataFileWriter:
+class PartitionedDataFileWriter(_TxnFileWriter):
     """``DataFileWriter`` for a partitioned table: rows are split by the table's partition spec
     and each partition gets its own files (``DataFile.partition`` set, never two partitions in one
     file, so a partition replace deletes whole files and pyiceberg prunes reads by partition).
@@ -360,16 +393,11 @@ class PartitionedDataFileWriter:
         parallelism: int = 2,
         max_open: int = 32,
     ) -> None:
-        self._io = io
-        self._dir = f"{location.rstrip('/')}/data"
-        self._txn_id = txn_id
-        self._schema = schema
-        self.arrow_schema = schema_to_pyarrow(schema, include_field_ids=True)
-        self._properties = properties
+        super().__init__(
+            io, location, txn_id, schema, properties, spec_id=spec_id, target_file_bytes=target_file_bytes,
+            row_group_bytes=row_group_bytes, parallelism=parallelism,
+        )
         self._partitioner = partitioner
-        self._spec_id = spec_id
-        self._target_file_bytes = target_file_bytes
-        self._row_group_bytes = row_group_bytes
         self._buffer_bytes = 4 * row_group_bytes
         self._parallelism = max(1, parallelism)
         self._max_open = max(1, max_open)
@@ -377,11 +405,6 @@ class PartitionedDataFileWriter:
         self._open: OrderedDict[tuple[Any, ...], _PartitionState] = OrderedDict()  # LRU of open files
         self._inflight: deque[Future[None]] = deque()
         self._buffered = 0
-        self._pool = ThreadPoolExecutor(max_workers=self._parallelism, thread_name_prefix="trident-parquet")
-        self._seq = 0
-        self.paths: list[str] = []
-        self.data_files: list[DataFile] = []
-        self.rows = 0
 
     def write(self, batch: pa.RecordBatch) -> None:
         if batch.num_rows == 0:
@@ -399,10 +422,6 @@ class PartitionedDataFileWriter:
         while self._buffered > self._buffer_bytes:
             self._flush(max(self._states.values(), key=lambda s: s.buffered))
 
-    def write_all(self, batches: Iterable[pa.RecordBatch]) -> None:
-        for batch in batches:
-            self.write(batch)
-
     def _flush(self, st: _PartitionState) -> None:
         if not st.buffer:
             return
@@ -416,10 +435,7 @@ class PartitionedDataFileWriter:
         if lane is None:
             while len(self._open) >= self._max_open:
                 self._close(next(iter(self._open.values())))
-            path = f"{self._dir}/{self._txn_id}-{self._seq:05d}.parquet"
-            self._seq += 1
-            self.paths.append(path)
-            lane = st.lane = _Lane(path, _ParquetFile(self._io, path, self._schema, self.arrow_schema, self._properties))
+            lane = st.lane = self._new_lane()
             self._open[st.key] = st
         self._open.move_to_end(st.key)
         while len(self._inflight) >= self._parallelism:
@@ -436,22 +452,7 @@ class PartitionedDataFileWriter:
             return
         st.lane = None
         self._open.pop(st.key, None)
-        lane.wait()
-        stats = lane.writer.close()
-        self.data_files.append(
-            DataFile.from_args(
-                content=DataFileContent.DATA,
-                file_path=lane.path,
-                file_format=FileFormat.PARQUET,
-                partition=st.record,
-                file_size_in_bytes=len(self._io.new_input(lane.path)),
-                sort_order_id=None,
-                spec_id=self._spec_id,
-                equality_ids=None,
-                key_metadata=None,
-                **stats.to_serialized_dict(),
-            )
-        )
+        self._finish(lane, st.record)
 
     def close(self) -> list[DataFile]:
         for st in list(self._states.values()):
@@ -463,15 +464,8 @@ class PartitionedDataFileWriter:
 
     def discard(self) -> None:
         """Delete every file this writer created (a failed or aborted transaction)."""
+        lanes = [st.lane for st in self._states.values() if st.lane is not None]
         for st in self._states.values():
-            if st.lane is None:
-                continue
-            try:
-                st.lane.wait()
-                st.lane.writer.close()
-            except Exception:  # the file is being deleted anyway
-                pass
             st.lane = None
         self._open.clear()
-        self._pool.shutdown(wait=True)
-        delete_paths(self._io, self.paths)
+        self._delete_all(lanes)

@@ -125,6 +125,11 @@ def _summary_outcome(snap: Snapshot, schema: pa.Schema) -> Outcome:
     )
 
 
+def _carries(snap: Snapshot, txn_id: uuid.UUID) -> bool:
+    """Was ``snap`` committed by transaction ``txn_id`` (its summary says so)?"""
+    return snap.summary is not None and snap.summary.get(TXN_PROPERTY) == str(txn_id)
+
+
 def audit_branch(txn_id: uuid.UUID) -> str:
     """The branch a staged (write-audit-publish) transaction commits to."""
     return f"trident-audit-{txn_id}"
@@ -670,10 +675,8 @@ class IcebergSink(Sink):
 
     # -- recovery ---------------------------------------------------------------------------
     def _txn_snapshot(self, table: Table, txn_id: uuid.UUID) -> Snapshot | None:
-        for snap in ancestors_of(table.current_snapshot(), table.metadata):
-            if snap.summary is not None and snap.summary.get(TXN_PROPERTY) == str(txn_id):
-                return snap
-        return None
+        """The published snapshot (main or its ancestors) that ``txn_id`` committed."""
+        return next((s for s in ancestors_of(table.current_snapshot(), table.metadata) if _carries(s, txn_id)), None)
 
     def find_committed(self, ds: DatasetRecord, txn_id: uuid.UUID) -> Outcome | None:
         table = self.table(ds)
@@ -744,16 +747,7 @@ class IcebergSink(Sink):
         ref = table.metadata.refs.get(audit_branch(txn_id))
         if ref is not None:
             return table.snapshot_by_id(ref.snapshot_id)
-        for snap in table.snapshots():
-            if snap.summary is not None and snap.summary.get(TXN_PROPERTY) == str(txn_id):
-                return snap
-        return None
-
-    def staged_outcome(self, ds: DatasetRecord, txn_id: uuid.UUID) -> Outcome | None:
-        """The outcome of a staged transaction while it is staged."""
-        table = self.table(ds)
-        snap = None if table is None else self._staged_snapshot(table, txn_id)
-        return None if snap is None or table is None else _summary_outcome(snap, published_schema(table))
+        return next((s for s in table.snapshots() if _carries(s, txn_id)), None)
 
     def _drop_branch(self, table: Table, txn_id: uuid.UUID) -> None:
         branch = audit_branch(txn_id)
@@ -763,7 +757,7 @@ class IcebergSink(Sink):
         table.manage_snapshots().remove_branch(branch).commit()
         table = table.refresh()
         snap = table.snapshot_by_id(ref.snapshot_id)
-        if snap is not None and snap.summary is not None and snap.summary.get(TXN_PROPERTY) == str(txn_id):
+        if snap is not None and _carries(snap, txn_id):
             table.maintenance.expire_snapshots().by_id(ref.snapshot_id).commit()  # only the staged one
 
     def discard_staged(self, ds: DatasetRecord, txn_id: uuid.UUID, location: str | None = None) -> None:
