@@ -19,7 +19,7 @@ from tests.helpers import table, user_rows
 from trident_resources import Trident
 from trident_resources.schemas import to_iceberg, with_identity
 from trident_resources.sinks.iceberg.files import filesystem_for
-from trident_resources.sinks.iceberg.sink import IcebergSink
+from trident_resources.sinks.iceberg.sink import OWNER_PROPERTY, IcebergSink
 
 
 def _sink(t: Trident) -> IcebergSink:
@@ -65,7 +65,10 @@ def test_maintain_leaves_a_folder_neighbours_files_alone(folder_trident: Trident
     b = t.control.ensure_dataset(t.workspace, "shared/b", "iceberg_native", None)
     ident = sink.identifier(b)
     sink._ensure_namespaces(ident)
-    t.driver.sinks["iceberg_native"].catalog.create_table(ident, schema=to_iceberg(with_identity(pa.schema([("k", pa.int64())]))), location=location)
+    sink.catalog.create_table(  # owned by shared/b, as if created by its first write
+        ident, schema=to_iceberg(with_identity(pa.schema([("k", pa.int64())]))), location=location,
+        properties={OWNER_PROPERTY: str(b.dataset_id)},
+    )
     t.write("shared/b", table(k=[7, 8, 9]))
     t.write("shared/b", table(k=[10]), mode="append")
     a_txns = {str(e.txn_id) for e in t.history("shared/a")}

@@ -46,7 +46,20 @@ class TridentResource(dg.ConfigurableResource):
     catalog_token: str | None = Field(default=None, description="TRIDENT_CATALOG_TOKEN (secret): REST catalog bearer token.")
     catalog_credential: str | None = Field(default=None, description="TRIDENT_CATALOG_CREDENTIAL (secret): OAuth2 client_id:client_secret.")
     catalog_scope: str | None = Field(default=None, description="TRIDENT_CATALOG_SCOPE: OAuth2 scope.")
-    catalog_vended_credentials: bool | None = Field(default=None, description="TRIDENT_CATALOG_VENDED_CREDENTIALS: ask the catalog for storage credentials.")
+    catalog_oauth2_server_uri: str | None = Field(
+        default=None, description="TRIDENT_CATALOG_OAUTH2_SERVER_URI: OAuth2 token endpoint of the identity provider."
+    )
+    catalog_audience: str | None = Field(default=None, description="TRIDENT_CATALOG_AUDIENCE: OAuth2 audience of the token.")
+    catalog_resource: str | None = Field(default=None, description="TRIDENT_CATALOG_RESOURCE: OAuth2 resource indicator (RFC 8707).")
+    s3_credentials: str | None = Field(
+        default=None, description="TRIDENT_S3_CREDENTIALS: static | vended | remote-signing (who signs object-storage requests)."
+    )
+    s3_credential_refresh_seconds: float | None = Field(
+        default=None, description="TRIDENT_S3_CREDENTIAL_REFRESH_SECONDS: reload vended credentials this long before expiry."
+    )
+    s3_checksum: str | None = Field(
+        default=None, description="TRIDENT_S3_CHECKSUM: when_required (plain signed PUTs, safe for R2) | when_supported."
+    )
     catalog_nested_namespaces: bool | None = Field(default=None, description="TRIDENT_CATALOG_NESTED_NAMESPACES: one namespace level per key folder.")
     catalog_properties: dict[str, str] | None = Field(default=None, description="TRIDENT_CATALOG_PROPERTIES: extra pyiceberg catalog properties.")
 
