@@ -379,9 +379,15 @@ class Trident:
         ds = self._record(key)
         return self._sink(ds.sink).schema(ds)
 
-    def arrow_source(self, key: str, partition: PartitionFilter | None = None) -> Any:
+    def arrow_source(
+        self, key: str, partition: PartitionFilter | None = None, *, staged: uuid.UUID | str | None = None
+    ) -> Any:
         """A re-scannable Arrow source of the dataset (a pyarrow dataset) for DuckDB compute;
-        with ``partition``, only those partitions (their files only, on the trident)."""
+        with ``partition``, only those partitions (their files only, on the trident); with
+        ``staged=txn``, that staged version."""
+        if staged is not None:
+            ds, entry = self._staged_entry(key, staged)
+            return self._sink(ds.sink).arrow_source(ds, snapshot_id=entry.snapshot_id)
         ds = self._record(key)
         sink = self._sink(ds.sink)
         if partition is None:
@@ -390,13 +396,18 @@ class Trident:
         source = sink.arrow_source(ds, partition=bound) if sink.partitions else sink.arrow_source(ds)
         return source.filter(bound.arrow_expr())
 
-    def scan_plan(self, key: str) -> ScanPlan:
-        """How DuckDB reads ``key``'s current version: on a local warehouse, the exact data files
-        of the current snapshot with the schema and field ids (``path == "native"``); otherwise
-        ``path == "arrow"`` and the caller registers ``arrow_source(key)``. The path taken is
-        logged (and ``describe`` shows it) so a slow query can be explained."""
-        ds = self._record(key)
-        plan = self._sink(ds.sink).scan_plan(ds)
+    def scan_plan(self, key: str, *, staged: uuid.UUID | str | None = None) -> ScanPlan:
+        """How DuckDB reads ``key``'s current version (or, with ``staged=txn``, a staged one): on
+        a local warehouse, the exact data files of the snapshot with the schema and field ids
+        (``path == "native"``); otherwise ``path == "arrow"`` and the caller registers
+        ``arrow_source(key)``. The path taken is logged (and ``describe`` shows it) so a slow
+        query can be explained."""
+        if staged is not None:
+            ds, entry = self._staged_entry(key, staged)
+            plan = self._sink(ds.sink).scan_plan(ds, snapshot_id=entry.snapshot_id)
+        else:
+            ds = self._record(key)
+            plan = self._sink(ds.sink).scan_plan(ds)
         log.info("trident scan %s path=%s files=%d (%s)", key, plan.path, len(plan.files), plan.reason)
         return plan
 
@@ -435,11 +446,12 @@ class Trident:
                 out[src.key] = mark
         return out
 
-    def sql(self, query: str) -> pa.Table:
-        """Read-only SQL (DuckDB) over this workspace's datasets, named by key: ``"sales/orders"``."""
+    def sql(self, query: str, *, staged: Mapping[str, uuid.UUID | str] | None = None) -> pa.Table:
+        """Read-only SQL (DuckDB) over this workspace's datasets, named by key: ``"sales/orders"``.
+        ``staged={key: txn_id}`` reads those datasets' staged versions instead (audits, checks)."""
         from .sql import run_sql
 
-        return run_sql(self, query)
+        return run_sql(self, query, staged=dict(staged or {}))
 
     def maintain(self, key: str, *, older_than: timedelta = timedelta(days=7), retain_last: int = 5) -> Maintenance:
         """Table maintenance: compact small data files into target-size ones (one snapshot,

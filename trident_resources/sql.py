@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Callable, Iterable
+import uuid
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import duckdb
@@ -124,14 +125,16 @@ def _ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def run_sql(t: Trident, query: str) -> pa.Table:
+def run_sql(t: Trident, query: str, staged: Mapping[str, uuid.UUID | str] | None = None) -> pa.Table:
+    """``staged`` maps dataset keys to staged transactions whose versions the query reads."""
     check_read_only(query)
-    known = {d.key for d in t.datasets()}
-    plans = {key: t.scan_plan(key) for key in referenced_keys(query, known)}
+    staged = dict(staged or {})
+    known = {d.key for d in t.datasets()} | set(staged)
+    plans = {key: t.scan_plan(key, staged=staged.get(key)) for key in referenced_keys(query, known)}
     con = sandbox(t.settings.duckdb_memory_limit, t.settings.duckdb_threads, native_paths(plans.values()))
     try:
         for key, plan in plans.items():
-            register_dataset(con, key, plan, lambda key=key: t.arrow_source(key))  # type: ignore[misc]
+            register_dataset(con, key, plan, lambda key=key: t.arrow_source(key, staged=staged.get(key)))  # type: ignore[misc]
         con.execute("SET lock_configuration = true")
         try:
             return bounded_result(con, query, t.settings)

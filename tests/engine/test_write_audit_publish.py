@@ -34,8 +34,10 @@ def test_a_staged_version_is_invisible_until_published(trident: Trident) -> None
     assert t.sql('select count(*) as n from "wap/a"').column("n").to_pylist() == [2]
     assert (t.describe("wap/a").row_count, t.describe("wap/a").snapshot_id) == (2, before.snapshot_id)
     assert t.history("wap/a")[0].status == "staged"
-    # the audit reads the staged version
+    # the audit reads the staged version, through read() and SQL alike
     assert _ks(t, "wap/a", staged=r.txn_id) == [1, 2, 3]
+    audited = t.sql('select count(*) as n from "wap/a"', staged={"wap/a": r.txn_id})
+    assert audited.column("n").to_pylist() == [3]
     assert [k for k, _ in t.staged()] == ["wap/a"]
     published = t.publish("wap/a", r.txn_id)
     assert published.snapshot_id == r.snapshot_id  # exactly what was audited
@@ -78,6 +80,7 @@ def test_a_staged_first_write_creates_no_dataset_until_published(trident: Triden
     r = t.write("wap/new", table(k=[5]), stage=True)
     assert not t.exists("wap/new")
     assert _ks(t, "wap/new", staged=r.txn_id) == [5]
+    assert t.sql('select sum(k) as s from "wap/new"', staged={"wap/new": r.txn_id}).column("s").to_pylist() == [5]
     t.publish("wap/new", r.txn_id)
     assert t.exists("wap/new") and _ks(t, "wap/new") == [5]
 

@@ -218,11 +218,12 @@ class Sink(ABC):
         """Stream the dataset's rows (bounded memory)."""
 
     @abstractmethod
-    def arrow_source(self, ds: DatasetRecord) -> Any:
+    def arrow_source(self, ds: DatasetRecord, partition: Any = None, snapshot_id: int | None = None) -> Any:
         """Something DuckDB can scan repeatedly with projection pushdown (SQL over datasets)."""
 
-    def scan_plan(self, ds: DatasetRecord) -> ScanPlan:
-        """How DuckDB should read the current version; by default through ``arrow_source``."""
+    def scan_plan(self, ds: DatasetRecord, snapshot_id: int | None = None) -> ScanPlan:
+        """How DuckDB should read the current (or ``snapshot_id``'s) version; by default through
+        ``arrow_source``."""
         return ScanPlan(key=ds.key, path="arrow", schema=self.schema(ds), reason=self.scan_path(ds)[1])
 
     def scan_path(self, ds: DatasetRecord) -> tuple[ScanPath, str]:

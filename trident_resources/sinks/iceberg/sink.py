@@ -543,7 +543,7 @@ class IcebergSink(Sink):
     def data_files(self, table: Table | None, snapshot_id: int | None = None, row_filter: Any = None) -> list[DataFile]:
         """The data files of the current (or ``snapshot_id``'s) version; with ``row_filter`` only
         those that may hold matching rows (pruned by partition and column statistics)."""
-        if table is None or table.current_snapshot() is None:
+        if table is None or (snapshot_id is None and table.current_snapshot() is None):
             return []
         scan = table.scan(snapshot_id=snapshot_id, row_filter=row_filter if row_filter is not None else AlwaysTrue())
         return [task.file for task in scan.plan_files()]
@@ -825,10 +825,18 @@ class IcebergSink(Sink):
         wanted = _strip(reader.schema)
         return pa.RecordBatchReader.from_batches(wanted, (conform(b, wanted) for b in reader))
 
-    def arrow_source(self, ds: DatasetRecord, partition: BoundPartition | None = None) -> Any:
+    def arrow_source(self, ds: DatasetRecord, partition: BoundPartition | None = None, snapshot_id: int | None = None) -> Any:
         table = self._existing_table(ds)
         expr = partition.iceberg_expr() if partition is not None else None
-        return self.file_dataset(table, [f.file_path for f in self.data_files(table, row_filter=expr)])
+        files = [f.file_path for f in self.data_files(table, snapshot_id=snapshot_id, row_filter=expr)]
+        return self.file_dataset(table, files, None if snapshot_id is None else self._snapshot_schema(table, snapshot_id))
+
+    @staticmethod
+    def _snapshot_iceberg_schema(table: Table, snapshot_id: int) -> Any:
+        return table.scan(snapshot_id=snapshot_id).projection()
+
+    def _snapshot_schema(self, table: Table, snapshot_id: int) -> pa.Schema:
+        return schema_to_pyarrow(self._snapshot_iceberg_schema(table, snapshot_id), include_field_ids=False)
 
     # -- native scans (issue 12): DuckDB reads the snapshot's files itself ---------------------
     def scan_path(self, ds: DatasetRecord) -> tuple[ScanPath, str]:
@@ -850,19 +858,20 @@ class IcebergSink(Sink):
             f"for DuckDB {_duckdb_version()}, so pyarrow reads the files and DuckDB scans Arrow"
         )
 
-    def scan_plan(self, ds: DatasetRecord) -> ScanPlan:
+    def scan_plan(self, ds: DatasetRecord, snapshot_id: int | None = None) -> ScanPlan:
         """The current snapshot's exact data files, its schema and each column's field id.
 
         The trident never writes delete files, so these files ARE the dataset; DuckDB matches
         columns by field id (as Iceberg does), so a column added later reads NULL in older files."""
         path, reason = self.scan_path(ds)
         table = self._existing_table(ds)
-        schema = published_schema(table)
-        snap = table.current_snapshot()
+        snap = table.current_snapshot() if snapshot_id is None else table.snapshot_by_id(snapshot_id)
+        iceberg_schema = published_iceberg_schema(table) if snapshot_id is None else self._snapshot_iceberg_schema(table, snapshot_id)
+        schema = schema_to_pyarrow(iceberg_schema, include_field_ids=False)
         if path != "native":
             return ScanPlan(key=ds.key, path=path, schema=schema, reason=reason,
                             snapshot_id=None if snap is None else snap.snapshot_id)
-        locations = [f.file_path for f in self.data_files(table)]
+        locations = [f.file_path for f in self.data_files(table, snapshot_id=snapshot_id)]
         if any("://" in p and not p.startswith("file://") for p in locations):  # a file written elsewhere
             return ScanPlan(key=ds.key, path="arrow", schema=schema, snapshot_id=None if snap is None else snap.snapshot_id,
                             reason="some data files are not on the local filesystem: pyarrow reads them")
@@ -870,7 +879,7 @@ class IcebergSink(Sink):
         return ScanPlan(
             key=ds.key, path="native", schema=schema, reason=reason,
             snapshot_id=None if snap is None else snap.snapshot_id, files=files,
-            field_ids=tuple(f.field_id for f in published_iceberg_schema(table).fields),
+            field_ids=tuple(f.field_id for f in iceberg_schema.fields),
         )
 
     def compact(self, ds: DatasetRecord) -> Maintenance:

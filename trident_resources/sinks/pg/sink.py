@@ -304,7 +304,7 @@ class PgSink(Sink):
 
         return pa.RecordBatchReader.from_batches(wanted, batches())
 
-    def arrow_source(self, ds: DatasetRecord) -> Any:
+    def arrow_source(self, ds: DatasetRecord, partition: Any = None, snapshot_id: int | None = None) -> Any:
         """A re-scannable pyarrow dataset for DuckDB: the current version spilled once to an Arrow
         IPC file under ``<home>/tmp/pg_cache`` (bounded memory, column projection), reused until
         the dataset changes."""
