@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import cast
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -65,7 +66,7 @@ def test_maintain_leaves_a_folder_neighbours_files_alone(folder_trident: Trident
     b = t.control.ensure_dataset(t.workspace, "shared/b", "iceberg_native", None)
     ident = sink.identifier(b)
     sink._ensure_namespaces(ident)
-    t.driver.sinks["iceberg_native"].catalog.create_table(ident, schema=to_iceberg(with_identity(pa.schema([("k", pa.int64())]))), location=location)
+    sink.catalog.create_table(ident, schema=to_iceberg(with_identity(pa.schema([("k", pa.int64())]))), location=location)
     t.write("shared/b", table(k=[7, 8, 9]))
     t.write("shared/b", table(k=[10]), mode="append")
     a_txns = {str(e.txn_id) for e in t.history("shared/a")}
@@ -99,7 +100,7 @@ def test_maintain_finishes_a_cleanup_an_earlier_run_could_not(trident: Trident) 
     assert ds is not None
     tbl = _sink(t).table(ds)
     assert tbl is not None
-    first = min(tbl.snapshots(), key=lambda s: s.sequence_number).snapshot_id
+    first = min(tbl.snapshots(), key=lambda s: cast(int, s.sequence_number)).snapshot_id
     tbl.maintenance.expire_snapshots().by_ids([first]).commit()  # expired, files left behind
     assert len(_files(t, "m/log")) == 2
 
