@@ -60,7 +60,7 @@ def lineitem(sf: str) -> Path:
     return path
 
 
-def best(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
+def best(fn: Callable[..., Any], repeat: int) -> tuple[float, Any]:
     """Best wall time of ``repeat`` runs (the machine is shared: the minimum is the least noisy)."""
     times, out = [], None
     for _ in range(repeat):
@@ -92,7 +92,7 @@ def header(title: str) -> None:
 
 # -- the stream() RSS child ----------------------------------------------------------------------
 def stream_child(home: str, dsn: str, workspace: str, key: str) -> None:
-    settings = TridentSettings(home=home, pg_dsn=dsn, workspace=workspace)  # type: ignore[arg-type]
+    settings = TridentSettings(home=home, pg_dsn=dsn, workspace=workspace)
     with Trident(settings) as t:
         base = peak_rss_mib()
         t0 = time.perf_counter()
@@ -118,7 +118,7 @@ def main() -> None:
     rows = pq.ParquetFile(path).metadata.num_rows
     home = ROOT / "data" / "home"
     dsn = ensure_embedded_postgres(home / "pg")
-    settings = TridentSettings(home=home, pg_dsn=dsn, workspace=f"readbench_{uuid.uuid4().hex[:8]}")  # type: ignore[arg-type]
+    settings = TridentSettings(home=home, pg_dsn=dsn, workspace=f"readbench_{uuid.uuid4().hex[:8]}")
     print(f"lineitem SF{args.sf}: {rows:,} rows; workspace {settings.workspace}; best of {args.repeat}; "
           f"machine shared with other engineers (ratios are within this run)")
     import duckdb

@@ -140,7 +140,7 @@ def _prepare_b(args: argparse.Namespace) -> Any:
         data = pq.read_table(args.file)
         table = catalog.create_table(("bench", args.workspace), schema=data.schema)
         table.append(data)
-        return data.num_rows, {"data_files": len(table.inspect.files())}  # type: ignore[dict-item]
+        return data.num_rows, {"data_files": len(table.inspect.files())}
 
     return op
 

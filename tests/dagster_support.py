@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import dagster as dg
+from dagster._core.execution.plan.objects import StepFailureData
+from dagster_shared.error import SerializableErrorInfo
 
 from trident_assets import Node
 from trident_resources import TridentSettings
@@ -37,9 +39,10 @@ def materialized(result: dg.ExecuteInProcessResult) -> dict[str, dict[str, Any]]
 
 def step_errors(result: dg.ExecuteInProcessResult) -> list[str]:
     """Each failed step's error, with the user exception Dagster wraps it in."""
-    out = []
+    out: list[str] = []
     for e in result.all_events:
-        if e.is_step_failure and e.event_specific_data and e.event_specific_data.error:
+        if e.is_step_failure and isinstance(e.event_specific_data, StepFailureData) and e.event_specific_data.error:
+            err: SerializableErrorInfo | None
             err, text = e.event_specific_data.error, []
             while err is not None:
                 text.append(err.message)

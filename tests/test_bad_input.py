@@ -80,7 +80,7 @@ def test_empty_iterable_and_unknown_things(trident: Trident) -> None:
     with pytest.raises(InvalidWriteError, match="cannot write a str"):
         t.write("bad/str", "not data")
     with pytest.raises(InvalidWriteError, match="unknown mode"):
-        t.write("bad/mode", table(k=[1]), mode="merge")
+        t.write("bad/mode", table(k=[1]), mode="merge")  # type: ignore[arg-type]  # deliberately not a WriteMode
     with pytest.raises(InvalidWriteError, match="needs keys"):
         t.write("bad/mode", table(k=[1]), mode="upsert")
     with pytest.raises(InvalidWriteError, match="unknown writer"):
@@ -116,7 +116,7 @@ def test_secrets_stay_out_of_reprs(trident: Trident) -> None:
         assert "hunter2" not in text and "s3cr3t" not in text and "tok3n" not in text
 
 
-def test_unreachable_object_storage_is_a_named_error_and_loses_nothing(trident_home, pg_dsn) -> None:  # type: ignore[no-untyped-def]
+def test_unreachable_object_storage_is_a_named_error_and_loses_nothing(trident_home, pg_dsn) -> None:
     """S3 refusing connections: StorageUnavailableError, the ledger says aborted, no dataset appears."""
     import socket
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from datetime import timedelta
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -16,8 +17,8 @@ from trident_resources import ConcurrentWriteError, Trident, TridentSettings
 from trident_resources.identity import IDENTITY_COLUMNS
 
 
-def _rows(t: Trident, key: str, **kwargs: object) -> list[dict[str, object]]:
-    return sorted(t.read(key, **kwargs).to_pylist(), key=lambda r: r["__row_index"])  # type: ignore[arg-type]
+def _rows(t: Trident, key: str, **kwargs: Any) -> list[dict[str, Any]]:
+    return sorted(t.read(key, **kwargs).to_pylist(), key=lambda r: r["__row_index"])
 
 
 def _files(t: Trident, key: str) -> int:

@@ -186,7 +186,7 @@ def test_an_asset_returning_none_is_a_named_error(settings: TridentSettings, tri
     """Issue 9.5: it was shown as materialized, with no metadata and no dataset behind it."""
 
     @dg.asset(key=["io", "forgot"])
-    def forgot():  # type: ignore[no-untyped-def]  # what a user writes when they forget the return
+    def forgot():  # what a user writes when they forget the return
         pa.table({"id": [1]})
 
     result = dg.materialize([forgot], resources=resources_for(settings), raise_on_error=False)

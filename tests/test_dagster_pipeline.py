@@ -64,12 +64,12 @@ def test_row_counts_identity_and_ledger(run: Any) -> None:
     _, t, _result, folder = run
     con = duckdb.connect()
     for table in ("customer", "orders", "lineitem"):
-        expected = con.execute(f"SELECT count(*) FROM '{parquet(folder, table)}'").fetchone()[0]
+        expected = con.execute(f"SELECT count(*) FROM '{parquet(folder, table)}'").fetchall()[0][0]
         d = t.describe(f"tpch/{table}")
         assert d.row_count == expected
         [entry] = t.history(f"tpch/{table}")
         assert entry.status == "committed" and entry.writer == "ingest.api" and entry.row_count == expected
-    building = con.execute(f"SELECT count(*) FROM '{parquet(folder, 'customer')}' WHERE c_mktsegment = 'BUILDING'").fetchone()[0]
+    building = con.execute(f"SELECT count(*) FROM '{parquet(folder, 'customer')}' WHERE c_mktsegment = 'BUILDING'").fetchall()[0][0]
     assert t.describe("sales/building_customers").row_count == building
     for key in ("sales/q3_revenue", "ml/lineitem_scores", "sales/lineitem_revenue"):
         [entry] = t.history(key)
@@ -133,7 +133,7 @@ def test_trident_check_exits_zero_then_one_when_a_blocking_check_fails(run: Any,
     settings, t, _, _ = run
     monkeypatch.setenv("TRIDENT_HOME", str(settings.home))
     monkeypatch.setenv("TRIDENT_WORKSPACE", settings.workspace)
-    monkeypatch.setenv("TRIDENT_PG_DSN", settings.pg_dsn.get_secret_value())  # type: ignore[union-attr]
+    monkeypatch.setenv("TRIDENT_PG_DSN", settings.pg_dsn.get_secret_value())
     ok = CliRunner().invoke(cli, ["check", "--select", "sales/*"])
     assert ok.exit_code == 0, ok.output
     assert "14 passed, 0 blocking failure(s)" in " ".join(ok.output.split())
@@ -154,10 +154,12 @@ def test_definitions_load_cleanly() -> None:
     repo.load_all_definitions()
     assert repo.has_job("tpch_pipeline") and repo.get_sensor_def("trident_reconciler") and repo.get_schedule_def("tpch_pipeline_rebuild")
     assert repo.get_sensor_def("trident_ledger_commits")
+    assert defs.assets is not None and defs.asset_checks is not None
     conditions = {k.to_user_string(): c for a in defs.assets for k, c in a.automation_conditions_by_key.items()}  # type: ignore[union-attr]
     assert conditions == {"sales/lineitem_revenue": dg.AutomationCondition.eager()}  # the example's delta node
     checked = {spec.asset_key for c in defs.asset_checks for spec in c.check_specs}
     for asset in defs.assets:
+        assert isinstance(asset, dg.AssetsDefinition)
         for key in asset.keys:
             assert key in checked, f"{key.to_user_string()} has no checks"
             spec = asset.specs_by_key[key]

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import cast
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -102,7 +103,7 @@ def test_maintain_finishes_a_cleanup_an_earlier_run_could_not(trident: Trident) 
     assert ds is not None
     tbl = _sink(t).table(ds)
     assert tbl is not None
-    first = min(tbl.snapshots(), key=lambda s: s.sequence_number).snapshot_id
+    first = min(tbl.snapshots(), key=lambda s: cast(int, s.sequence_number)).snapshot_id
     tbl.maintenance.expire_snapshots().by_ids([first]).commit()  # expired, files left behind
     assert len(_files(t, "m/log")) == 2
 

@@ -21,6 +21,7 @@ from trident_resources import (
     Trident,
     TridentSettings,
 )
+from trident_resources.sinks.base import WriteMode
 
 # -- item 1: names are validated with a full match ------------------------------------------------
 TRAILING = ["sales/orders\n", "sales\n", "orders\r\n", "a/b\n\n"]
@@ -75,7 +76,7 @@ def _pinned(t: Trident, key: str, sink: str) -> str:
 @pytest.mark.parametrize("sink", SINKS)
 @pytest.mark.parametrize("kind", sorted(UNSUPPORTED))
 @pytest.mark.parametrize("mode", ["replace", "upsert"])
-def test_types_iceberg_cannot_store_are_a_schema_mismatch(trident: Trident, sink: str, kind: str, mode: str) -> None:
+def test_types_iceberg_cannot_store_are_a_schema_mismatch(trident: Trident, sink: str, kind: str, mode: WriteMode) -> None:
     t = trident
     arr, words = UNSUPPORTED[kind]
     key = _pinned(t, f"types/{kind}", sink)
@@ -87,7 +88,7 @@ def test_types_iceberg_cannot_store_are_a_schema_mismatch(trident: Trident, sink
 
 @pytest.mark.parametrize("sink", SINKS)
 @pytest.mark.parametrize("mode", ["replace", "upsert"])
-def test_non_utc_timestamps_are_stored_as_the_same_instants_in_utc(trident: Trident, sink: str, mode: str) -> None:
+def test_non_utc_timestamps_are_stored_as_the_same_instants_in_utc(trident: Trident, sink: str, mode: WriteMode) -> None:
     """Iceberg's timestamptz is an instant without a zone: the instant is kept, the zone becomes UTC."""
     t = trident
     key = _pinned(t, "types/tz", sink)
@@ -109,7 +110,7 @@ def test_non_utc_timestamps_are_stored_as_the_same_instants_in_utc(trident: Trid
 @pytest.mark.parametrize("sink", SINKS)
 @pytest.mark.parametrize("mode", ["replace", "upsert"])
 @pytest.mark.parametrize("name", ["__file", "__x", "__data", "__row_index2"])
-def test_the_whole_double_underscore_prefix_is_reserved(trident: Trident, sink: str, mode: str, name: str) -> None:
+def test_the_whole_double_underscore_prefix_is_reserved(trident: Trident, sink: str, mode: WriteMode, name: str) -> None:
     t = trident
     key = _pinned(t, "names/reserved", sink)
     with pytest.raises(ReservedColumnError, match=name):
@@ -132,7 +133,7 @@ def test_the_engine_lineage_column_is_not_reserved(trident: Trident) -> None:
     ids=["empty", "nul", "duplicate"],
 )
 def test_unusable_column_names_are_a_schema_mismatch(
-    trident: Trident, sink: str, mode: str, names: list[str], words: str
+    trident: Trident, sink: str, mode: WriteMode, names: list[str], words: str
 ) -> None:
     t = trident
     key = _pinned(t, "names/bad", sink)
@@ -163,7 +164,7 @@ def _drifting() -> object:
 
 @pytest.mark.parametrize("sink", SINKS)
 @pytest.mark.parametrize("mode", ["upsert", "append_new", "replace", "delete"])
-def test_a_producers_exception_reaches_the_caller_from_a_keyed_write(trident: Trident, sink: str, mode: str) -> None:
+def test_a_producers_exception_reaches_the_caller_from_a_keyed_write(trident: Trident, sink: str, mode: WriteMode) -> None:
     t = trident
     key = _pinned(t, "prod/fail", sink)
     t.write(key, table(k=[0], v=["z"]))

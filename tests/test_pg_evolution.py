@@ -12,7 +12,7 @@ from trident_resources import Trident
 
 def _rows(t: Trident, key: str) -> list[dict[str, object]]:
     tbl = t.read(key)
-    return sorted(tbl.select([c for c in tbl.column_names if not c.startswith("__")]).to_pylist(), key=lambda r: r["k"])  # type: ignore[arg-type,return-value]
+    return sorted(tbl.select([c for c in tbl.column_names if not c.startswith("__")]).to_pylist(), key=lambda r: r["k"])
 
 
 def test_added_column_reads_as_null_in_older_rows(trident: Trident) -> None:

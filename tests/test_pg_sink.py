@@ -17,6 +17,7 @@ import pytest
 from trident_resources import Trident, TridentSettings
 from trident_resources.errors import SchemaMismatchError, UnsupportedBySinkError
 from trident_resources.failpoints import InjectedFault, armed
+from trident_resources.sinks.base import WriteMode
 
 from .sinks_support import comparable
 
@@ -119,7 +120,7 @@ def test_time_travel_is_refused_on_pg_with_the_way_out(trident: Trident) -> None
 
 
 @pytest.mark.parametrize("mode", ["replace", "upsert", "delete"])
-def test_commit_failure_undoes_the_pg_write_exactly(trident: Trident, mode: str) -> None:
+def test_commit_failure_undoes_the_pg_write_exactly(trident: Trident, mode: WriteMode) -> None:
     t = trident
     t.router.set_pin("undo/x", "pg")
     t.write("undo/x", pa.table({"k": [1, 2, 3], "v": ["a", "b", "c"]}))

@@ -18,6 +18,7 @@ from tests.conftest import backend_settings, make_settings
 from tests.helpers import table, user_rows
 from trident_resources import ConcurrentWriteError, Trident, TridentSettings
 from trident_resources.failpoints import InjectedFault, armed
+from trident_resources.sinks.base import WriteMode
 from trident_resources.sinks.iceberg.files import list_txn_files
 
 STEPS = ["intent.after", "write.file_flushed", "write.before_commit", "commit.before_catalog", "commit.before_ledger"]
@@ -36,7 +37,7 @@ def _txn_files(t: Trident, key: str, txn_id: uuid.UUID) -> list[str]:
 @pytest.mark.parametrize("step", STEPS)
 @pytest.mark.parametrize("mode", ["append", "upsert"])
 def test_a_failure_at_any_step_leaves_everything_as_it_was(
-    request: pytest.FixtureRequest, trident_home: Path, pg_dsn: str, backend: str, step: str, mode: str
+    request: pytest.FixtureRequest, trident_home: Path, pg_dsn: str, backend: str, step: str, mode: WriteMode
 ) -> None:
     with Trident(backend_settings(request, backend, trident_home, pg_dsn)) as t:
         t.write("f/x", table(k=[1, 2], v=["a", "b"]))

@@ -204,6 +204,7 @@ def run_checks(defs: dg.Definitions, patterns: tuple[str, ...] = (), *, verbose:
     """Run the selected checks in-process and say how each went. Dagster's own log (ERROR blocks
     with stack traces) is shown only when ``verbose``; the outcomes carry the reasons."""
     import dagster as dg
+    from dagster._core.execution.plan.objects import StepFailureData
 
     specs = _specs(defs)
     keys = _selected(specs, patterns)
@@ -214,7 +215,7 @@ def run_checks(defs: dg.Definitions, patterns: tuple[str, ...] = (), *, verbose:
         run_config=QUIET if verbose else SILENT, raise_on_error=False
     )
     evaluated = {e.asset_check_key: e for e in result.get_asset_check_evaluations()}
-    errors = {e.step_key: _reason(e.event_specific_data.error) if e.event_specific_data and e.event_specific_data.error else e.message
+    errors = {e.step_key: _reason(e.event_specific_data.error) if isinstance(e.event_specific_data, StepFailureData) and e.event_specific_data.error else e.message
               for e in result.all_events if e.is_step_failure}
     outcomes = []
     for key in sorted(keys, key=lambda k: (k.asset_key.to_user_string(), k.name)):

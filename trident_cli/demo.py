@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from typing import TYPE_CHECKING
 
 import click
 from rich.table import Table
@@ -15,6 +16,9 @@ from trident_resources import Trident
 
 from .check import QUIET
 from .render import console
+
+if TYPE_CHECKING:
+    from dagster_shared.error import SerializableErrorInfo
 
 
 @click.command("demo")
@@ -25,6 +29,8 @@ def demo(scale: str | None) -> None:
 
     if scale:
         os.environ["TRIDENT_TPCH_SCALE"] = scale
+    from dagster._core.execution.plan.objects import StepFailureData
+
     from trident_assets.definitions import defs
     from trident_sensors.schedules import pipeline_job
 
@@ -63,7 +69,8 @@ def demo(scale: str | None) -> None:
             console.print(json.dumps({k: prov[k] for k in prov if k != "lineage"}, indent=2, default=str))
     if not result.success:
         for event in result.all_events:
-            if event.is_step_failure and event.event_specific_data and event.event_specific_data.error:
+            if event.is_step_failure and isinstance(event.event_specific_data, StepFailureData) and event.event_specific_data.error:
+                err: SerializableErrorInfo | None
                 err, lines = event.event_specific_data.error, []
                 while err is not None:  # Dagster wraps the user's exception: show the whole chain
                     lines.append(err.message.strip())

@@ -18,7 +18,7 @@ UNBOUNDED_WIDTH = 10_000  # wide enough for any row we print; tables are not exp
 class _Console(Console):
     """A rich Console that does not wrap or cut output that is not going to a terminal."""
 
-    @property  # type: ignore[override]
+    @property
     def size(self) -> ConsoleDimensions:
         dims = super().size
         if self._width is None and not self.is_terminal and "COLUMNS" not in os.environ:

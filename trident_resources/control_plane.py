@@ -14,11 +14,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from importlib import resources
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
-from psycopg.rows import dict_row
+from psycopg.rows import DictRow, dict_row
 from psycopg_pool import ConnectionPool
 
 from . import queries as q
@@ -135,7 +135,7 @@ def _masked(text: str, dsn: str) -> str:
 
 
 def _migrations() -> list[tuple[int, str, str]]:
-    files = sorted(p for p in resources.files("trident_resources.migrations").iterdir() if p.name.endswith(".sql"))
+    files = sorted((p for p in resources.files("trident_resources.migrations").iterdir() if p.name.endswith(".sql")), key=lambda p: p.name)
     return [(int(p.name.split("_", 1)[0]), p.name, p.read_text()) for p in files]
 
 
@@ -147,8 +147,8 @@ class ControlPlane:
         self._dsn = dsn
         probe_connection(dsn)
         try:
-            self.pool = ConnectionPool(
-                dsn, min_size=1, max_size=pool_max, open=True, timeout=30,
+            self.pool: ConnectionPool[psycopg.Connection[DictRow]] = ConnectionPool(
+                dsn, connection_class=psycopg.Connection[DictRow], min_size=1, max_size=pool_max, open=True, timeout=30,
                 kwargs={"autocommit": True, "row_factory": dict_row}, name="trident",
             )
             self.pool.wait(timeout=30)
@@ -252,7 +252,7 @@ class ControlPlane:
         with self.pool.connection() as conn:
             deadline = time.monotonic() + wait_s
             delay = 0.02
-            while not conn.execute(q.TRY_WRITER_LOCK, (str(dataset.dataset_id),)).fetchone()["locked"]:
+            while not cast(DictRow, conn.execute(q.TRY_WRITER_LOCK, (str(dataset.dataset_id),)).fetchone())["locked"]:
                 if time.monotonic() >= deadline:
                     holder = self.open_entries(dataset.dataset_id)
                     who = (
@@ -304,7 +304,7 @@ class ControlPlane:
         self, conn: psycopg.Connection[Any], sql: str, key: str, deadline: float, dataset: DatasetRecord, wait_s: float, what: str
     ) -> None:
         delay = 0.02
-        while not conn.execute(sql, (key,)).fetchone()["locked"]:
+        while not cast(DictRow, conn.execute(sql, (key,)).fetchone())["locked"]:
             if time.monotonic() >= deadline:
                 holders = ", ".join(f"{e.txn_id} ({e.writer}, pid {e.pid} on {e.host})" for e in self.open_entries(dataset.dataset_id))
                 raise ConcurrentWriteError(
@@ -378,6 +378,7 @@ class ControlPlane:
         ``next_row_index`` only ever grows here (other partition writers reserve past it)."""
         with self._tx_on(conn) as conn:
             ds = conn.execute(q.GET_DATASET_BY_ID_FOR_UPDATE, (entry.dataset_id,)).fetchone()
+            assert ds is not None
             if flip_to is not None:
                 conn.execute(q.SET_DATASET_SINK, (flip_to, ds["iceberg_identifier"], entry.dataset_id))
             version = ds["schema_version"]

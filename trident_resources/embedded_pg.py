@@ -154,7 +154,7 @@ def _bin_path() -> Path:
 def _run(exe: str, args: list[str], user: pwd.struct_passwd | None, timeout: float) -> None:
     """Run a bundled binary; output goes to a file, not a pipe, because the detached
     postmaster could otherwise inherit the pipe and make us wait on it."""
-    drop = {} if user is None else {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []}
+    drop: dict[str, Any] = {} if user is None else {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []}
     with tempfile.TemporaryFile("w+") as out:
         try:
             proc = subprocess.run([str(_bin_path() / exe), *args], stdin=subprocess.DEVNULL,

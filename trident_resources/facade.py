@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
 
@@ -30,6 +30,7 @@ from .transaction import PARTITION_META, Intent, TransactionDriver, Watermarks
 
 if TYPE_CHECKING:  # returned by ingest_stream / migrate
     from .canary import MigrationReport
+    from .sinks.iceberg.sink import IcebergSink
     from .streaming import IngestStream
 
 log = logging.getLogger("trident")
@@ -393,7 +394,7 @@ class Trident:
         if partition is None:
             return sink.arrow_source(ds)
         bound = partition.bind(sink.schema(ds))
-        source = sink.arrow_source(ds, partition=bound) if sink.partitions else sink.arrow_source(ds)
+        source = cast("IcebergSink", sink).arrow_source(ds, partition=bound) if sink.partitions else sink.arrow_source(ds)
         return source.filter(bound.arrow_expr())
 
     def scan_plan(self, key: str, *, staged: uuid.UUID | str | None = None) -> ScanPlan:

@@ -11,6 +11,7 @@ import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import cast
 
 _armed: dict[str, str] = {}
 
@@ -21,7 +22,7 @@ class InjectedFault(RuntimeError):
 
 def _from_env() -> dict[str, str]:
     spec = os.environ.get("TRIDENT_FAILPOINTS", "")
-    return dict(part.split("=", 1) if "=" in part else (part, "raise") for part in spec.split(",") if part)
+    return dict(cast("tuple[str, str]", tuple(part.split("=", 1))) if "=" in part else (part, "raise") for part in spec.split(",") if part)
 
 
 def failpoint(name: str) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import lru_cache
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 from fsspec import AbstractFileSystem
@@ -41,7 +41,7 @@ FsspecFileIOBase = FsspecFileIO
 def arrow_to_iceberg_without_ids(schema: pa.Schema) -> Schema:
     """An Arrow schema without field ids as an Iceberg schema (ids to be assigned by the caller);
     the conversion pyiceberg's catalogs apply to ``create_table(schema=<arrow>)``."""
-    return visit_pyarrow(schema, _ConvertToIcebergWithoutIDs())
+    return cast(Schema, visit_pyarrow(schema, _ConvertToIcebergWithoutIDs()))
 
 
 def parquet_writer_kwargs(table_properties: dict[str, str]) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from .schemas import conform
 
 if TYPE_CHECKING:
     from .facade import Trident
+    from .sinks.base import WriteMode
 
 log = logging.getLogger("trident")
 
@@ -46,7 +47,7 @@ class IngestStream:
         t: Trident,
         key: str,
         *,
-        mode: str,
+        mode: WriteMode,
         keys: tuple[str, ...],
         writer: str,
         schema: pa.Schema | None,

@@ -78,6 +78,6 @@ def test_pyiceberg_internals_for_storage_access_still_exist() -> None:
     )
     io = FsspecFileIO({})
     assert isinstance(io._scheme_to_fs, dict) and "s3" in io._scheme_to_fs
-    compat.register_fsspec_scheme(io, "s3", lambda props: None)  # type: ignore[arg-type,return-value]
+    compat.register_fsspec_scheme(io, "s3", lambda props: None)
     fs = compat.fresh_pyarrow_filesystems(PyArrowFileIO({}))("file", None)
     assert fs.type_name == "local"

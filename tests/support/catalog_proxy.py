@@ -131,6 +131,7 @@ def _handler(proxy: CatalogProxy) -> type[BaseHTTPRequestHandler]:
                 if proxy.mode != "sign":
                     return self._reply(403, b'{"error": {"message": "signing disabled", "type": "ForbiddenException", "code": 403}}')
                 return self._reply(200, json.dumps(proxy.sign(json.loads(body))).encode())
+            assert up.hostname is not None
             conn = http.client.HTTPConnection(up.hostname, up.port, timeout=60)
             try:
                 conn.putrequest(self.command, self.path, skip_host=True, skip_accept_encoding=True)

@@ -114,6 +114,7 @@ def _handler(gate: S3Gate) -> type[BaseHTTPRequestHandler]:
                 self.end_headers()
                 self.wfile.write(payload if self.command != "HEAD" else b"")
                 return
+            assert up.hostname is not None
             conn = http.client.HTTPConnection(up.hostname, up.port, timeout=60)
             try:
                 conn.putrequest(self.command, self.path, skip_host=True, skip_accept_encoding=True)

@@ -96,7 +96,7 @@ class VendedFileIO(PyArrowFileIO):
         self._filesystems = self.fs_by_scheme
         self._refresh_at = self._plan_refresh(properties)
         self.refreshes = 0
-        self.fs_by_scheme = self._current_fs  # type: ignore[method-assign]
+        self.fs_by_scheme = self._current_fs
 
     def _plan_refresh(self, properties: Properties) -> float:
         now = time.time()

@@ -218,7 +218,7 @@ class IcebergVersion(StoredVersion):
         cols = [*keys, ROW_ID, ROW_INDEX]
         out_schema = pa.schema([existing.field(c) for c in cols]).append(pa.field(FILE_COLUMN, pa.int32()))
         expr = None
-        wanted = range(len(files))
+        wanted: Iterable[int] = range(len(files))
         if partition is not None:  # a partition write merges against that partition's rows only
             bound = partition.bind(existing)
             expr = bound.arrow_expr()
@@ -567,7 +567,7 @@ class IcebergSink(Sink):
         schema = table.schema()
         spec = table.spec()
         names = [f"{_transform_name(f.transform)}({schema.find_column_name(f.source_id)})" for f in spec.fields]
-        txn_of = {s.snapshot_id: (s.summary or {}).get(TXN_PROPERTY) for s in table.snapshots()}
+        txn_of = {s.snapshot_id: s.summary.get(TXN_PROPERTY) if s.summary is not None else None for s in table.snapshots()}
         out: dict[tuple[Any, ...], dict[str, Any]] = {}
         entries = table.inspect.entries()
         live = [r for r in entries.to_pylist() if r["status"] != 2 and r["data_file"]["content"] == 0]

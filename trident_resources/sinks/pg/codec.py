@@ -90,7 +90,7 @@ class JsonCodec:
             col = col.cast(pa.large_string())
         width = np.int64 if pa.types.is_large_string(col.type) else np.int32
         offsets = np.frombuffer(col.buffers()[1], dtype=width)[col.offset : col.offset + len(col) + 1]
-        return memoryview(col.buffers()[2])[int(offsets[0]) : int(offsets[-1])]  # type: ignore[index]
+        return memoryview(col.buffers()[2])[int(offsets[0]) : int(offsets[-1])]
 
     # -- decode -----------------------------------------------------------------------------
     def decode(
@@ -127,7 +127,7 @@ class JsonCodec:
             # Rows written before a column was added lack its key: decode member by member.
             table = self._decode_tolerant(chunk, parts, structure)
         if not len(target):
-            return pa.RecordBatch.from_arrays([], schema=target)  # type: ignore[call-arg]
+            return pa.RecordBatch.from_arrays([], schema=target)
         batch = table.combine_chunks().to_batches()[0] if table.num_rows else pa.RecordBatch.from_pylist([], schema=table.schema)
         return conform(batch, target)
 

@@ -21,13 +21,13 @@ from collections.abc import Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.ipc as ipc
-from psycopg.rows import tuple_row
+from psycopg.rows import DictRow, tuple_row
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 
 from ... import queries as q
@@ -116,7 +116,7 @@ class PgWrite(SinkWrite):
                 if prior is not None:  # every earlier transaction is settled: we hold the writer lock
                     self.conn.execute(q.PG_PURGE_OLD_GENS, (ds_id, prior.gen))
                     self.conn.execute(q.PG_PURGE_UNDO, (ds_id,))
-                self.seq: int = self.conn.execute(q.PG_NEXT_SEQ).fetchone()["seq"]  # type: ignore[index]
+                self.seq: int = cast(DictRow, self.conn.execute(q.PG_NEXT_SEQ).fetchone())["seq"]
         except BaseException as exc:
             self._stack.__exit__(type(exc), exc, exc.__traceback__)  # rolls back, releases
             raise
