@@ -77,6 +77,7 @@ class LedgerEntry:
     location: str | None = None
     pid: int | None = None
     host: str | None = None
+    cleanup_pending: bool = False  # aborted, and its storage leftovers are not removed yet
 
 
 @dataclass(frozen=True)
@@ -312,8 +313,18 @@ class ControlPlane:
             conn.execute(q.SET_LEDGER_LOCATION, (location, txn_id))
 
     def abort_txn(self, txn_id: uuid.UUID, error: str) -> None:
+        """Mark the transaction aborted, owing a storage cleanup until ``cleanup_done``."""
         with self.tx() as conn:
             conn.execute(q.ABORT_LEDGER, (error[:4000], txn_id))
+
+    def cleanup_done(self, txn_id: uuid.UUID) -> None:
+        with self.tx() as conn:
+            conn.execute(q.CLEANUP_DONE, (txn_id,))
+
+    def pending_cleanups(self, workspace: str, dataset_id: uuid.UUID | None = None) -> list[LedgerEntry]:
+        """Aborted transactions whose storage leftovers could not be removed yet, oldest first."""
+        with self.pool.connection() as conn:
+            return [LedgerEntry(**r) for r in conn.execute(q.PENDING_CLEANUPS, (workspace, dataset_id, dataset_id))]
 
     # -- watermarks, flags, pins --------------------------------------------------------------
     def watermarks(self, output_id: uuid.UUID) -> dict[uuid.UUID, datetime]:

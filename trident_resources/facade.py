@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -241,13 +242,48 @@ class Trident:
 
         return run_sql(self, query)
 
-    def maintain(self, key: str, *, older_than: timedelta = timedelta(days=7), retain_last: int = 5) -> Maintenance:
+    def maintain(
+        self,
+        key: str,
+        *,
+        older_than: timedelta = timedelta(days=7),
+        retain_last: int = 5,
+        uploads_older_than: timedelta = timedelta(hours=1),
+    ) -> Maintenance:
         """Table maintenance: expire versions older than ``older_than`` (keeping the newest
-        ``retain_last``) and delete the files only they used. Time travel to them ends here."""
-        with self.driver.locked(self._record(key)) as ds:
-            return self._sink(ds.sink).maintain(
-                ds, older_than=datetime.now(timezone.utc) - older_than, retain_last=retain_last
+        ``retain_last``) and delete the files only they used; abort incomplete multipart uploads
+        under the table older than ``uploads_older_than`` (a writer killed mid-file leaves one);
+        and retry the storage cleanup of the dataset's aborted transactions that could not run
+        (``cleanup_pending``) — also for a dataset whose first write aborted, which never came to
+        exist. Time travel to expired versions ends here."""
+        ds = self.control.dataset(self.workspace, validate_key(key))
+        if ds is None:
+            raise DatasetNotFoundError(key, self.workspace)
+        with self.driver.locked(ds) as ds:
+            cleanups = self.driver.retry_cleanups(self.workspace, ds)
+            if not ds.exists:
+                if not (cleanups.cleaned or cleanups.pending):
+                    raise DatasetNotFoundError(key, self.workspace)
+                done = Maintenance(key=ds.key, expired_snapshots=0, deleted_files=0)
+            else:
+                now = datetime.now(timezone.utc)
+                done = self._sink(ds.sink).maintain(
+                    ds, older_than=now - older_than, retain_last=retain_last, uploads_before=now - uploads_older_than
+                )
+            return replace(
+                done, deleted_files=done.deleted_files + cleanups.files, aborted_uploads=done.aborted_uploads + cleanups.uploads,
+                cleaned_txns=len(cleanups.cleaned), cleanup_pending=len(cleanups.pending),
             )
+
+    def pending_cleanup_keys(self) -> list[str]:
+        """Datasets with aborted transactions whose storage cleanup could not run yet (including
+        datasets whose first write aborted and so do not exist): what ``maintain`` should visit."""
+        keys = set()
+        for entry in self.control.pending_cleanups(self.workspace):
+            ds = self.control.dataset_by_id(entry.dataset_id)
+            if ds is not None:
+                keys.add(ds.key)
+        return sorted(keys)
 
     def drop(self, key: str) -> None:
         """Delete a dataset: its rows, storage and control-plane records."""

@@ -11,7 +11,9 @@ is a ``Transaction`` opened here under the dataset's writer lock:
 Any failure reverts the change if it became visible, marks the ledger ``aborted`` and removes the
 files (``Transaction.fail``); a step that cannot run (storage or Postgres down) is logged and left
 to ``recover``, which the next writer of the dataset or ``reconcile`` runs: an open transaction
-whose change is in its sink is rolled forward, any other is aborted.
+whose change is in its sink is rolled forward, any other is aborted. An abort owes a storage
+cleanup (the ledger's ``cleanup_pending``) until ``clean`` succeeds; ``reconcile`` and
+``Trident.maintain`` retry the ones that could not run.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import shutil
 import socket
 import uuid
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NoReturn
@@ -43,7 +45,7 @@ from .planner import WritePlanner
 from .results import ReconcileReport
 from .router import RouteDecision
 from .settings import TridentSettings
-from .sinks.base import Sink, WriteMode, WriteRequest
+from .sinks.base import Discarded, Sink, WriteMode, WriteRequest
 
 log = logging.getLogger("trident")
 
@@ -120,33 +122,80 @@ class TransactionDriver:
                 f"transaction id {intent.txn_id} is a transaction of dataset "
                 f"{other.key if other else prior.dataset_id!r}; a txn id names one write of one dataset"
             )
+        if prior.status == "aborted" and prior.cleanup_pending:
+            # A retry of an aborted transaction id writes files of the same names: the earlier
+            # attempt's leftovers go first (we hold the lock), then the id is reopened.
+            if self.clean(ds, prior) is None:
+                raise StorageUnavailableError(
+                    f"transaction {intent.txn_id} of {ds.key!r} aborted earlier and its files cannot be "
+                    "removed yet (storage unreachable); retry when storage is back"
+                )
+            return self.open(ds, intent)
         if prior.status != "committed":
             raise ConcurrentWriteError(f"transaction {intent.txn_id} of {ds.key!r} is {prior.status}")
         return None  # an idempotent retry of a committed write
 
     # -- recovery ---------------------------------------------------------------------------
-    def recover(self, ds: DatasetRecord, entry: LedgerEntry) -> str:
+    def recover(self, ds: DatasetRecord, entry: LedgerEntry) -> tuple[str, Discarded | None]:
         """Settle an open transaction whose writer is gone: roll it forward when its change is
-        part of the dataset (for a canary: only when the flip happened), else undo and abort it."""
+        part of the dataset (for a canary: only when the flip happened), else undo and abort it.
+        Returns what happened and, for an abort, what its cleanup removed (``None``: pending)."""
         sink = self.sink(entry.sink)
         shutil.rmtree(self.settings.home / "tmp" / str(entry.txn_id), ignore_errors=True)  # its merge spill
         outcome = sink.find_committed(ds, entry.txn_id)
         if outcome is not None and (entry.writer != CANARY_WRITER or ds.sink == entry.sink):
             self.control.commit_txn(entry, outcome)
             log.warning("reconciled: rolled forward txn %s of %s", entry.txn_id, ds.key)
-            return "rolled_forward"
+            return "rolled_forward", None
         if outcome is not None:  # a canary copy that never flipped: the dataset still lives elsewhere
             sink.undo(ds, entry.txn_id)
         self.control.abort_txn(entry.txn_id, "aborted by the reconciler: the writer died before its change committed")
-        sink.discard(ds, entry.txn_id, location=entry.location)
         log.warning("reconciled: aborted txn %s of %s", entry.txn_id, ds.key)
-        return "aborted"
+        return "aborted", self.clean(ds, entry)
+
+    def clean(self, ds: DatasetRecord, entry: LedgerEntry) -> Discarded | None:
+        """Remove an aborted transaction's storage leftovers (data files, incomplete uploads) and
+        clear its ``cleanup_pending``. ``None`` when that cannot run yet (storage, the catalog or
+        Postgres unreachable): the flag stays set and ``reconcile`` / ``maintain`` try again, so a
+        leak is deferred, never forgotten. Never raises: it runs on failure paths."""
+        try:
+            done = self.sink(entry.sink).discard(ds, entry.txn_id, location=entry.location)
+            self.control.cleanup_done(entry.txn_id)
+        except Exception as exc:
+            log.warning(
+                "txn %s of %s is aborted, but its files could not be removed yet (%s: %s); "
+                "`trident reconcile` or `trident maintain` retries", entry.txn_id, ds.key, type(exc).__name__, exc,
+            )
+            return None
+        return done
+
+    def retry_cleanups(self, workspace: str, ds: DatasetRecord | None = None, *, skip: frozenset[uuid.UUID] = frozenset()) -> _Cleanups:
+        """Retry the pending cleanups of aborted transactions (of ``ds`` only, whose writer lock the
+        caller then holds; else of the workspace, each under its dataset's lock, skipping busy
+        datasets). A dataset that never came to exist is cleaned through the ledger's location."""
+        result = _Cleanups()
+        for entry in self.control.pending_cleanups(workspace, ds.dataset_id if ds is not None else None):
+            if entry.txn_id in skip:
+                continue
+            target = ds or self.control.dataset_by_id(entry.dataset_id)
+            if target is None:
+                continue
+            try:
+                with nullcontext() if ds is not None else self.control.writer_lock(target, 0):
+                    still = self.control.ledger_entry(entry.txn_id)
+                    done = self.clean(target, still) if still is not None and still.cleanup_pending and still.status == "aborted" else Discarded()
+            except ConcurrentWriteError:  # a live writer holds the dataset: next time
+                done = None
+            result.add(entry.txn_id, done)
+        return result
 
     def reconcile(self, workspace: str) -> ReconcileReport:
-        """Repair transactions left open by crashed processes; live writers are left alone."""
+        """Repair transactions left open by crashed processes (live writers are left alone), then
+        retry the storage cleanups earlier aborts could not run."""
         forward: list[uuid.UUID] = []
         aborted: list[uuid.UUID] = []
         running: list[uuid.UUID] = []
+        now = _Cleanups()
         for entry in self.control.open_entries():
             ds = self.control.dataset_by_id(entry.dataset_id)
             if ds is None or ds.workspace != workspace:
@@ -156,10 +205,39 @@ class TransactionDriver:
                     still = self.control.ledger_entry(entry.txn_id)
                     if still is None or still.status != "open":
                         continue
-                    (forward if self.recover(self._fresh(ds), still) == "rolled_forward" else aborted).append(entry.txn_id)
+                    status, discarded = self.recover(self._fresh(ds), still)
             except TridentError:
                 running.append(entry.txn_id)
-        return ReconcileReport(rolled_forward=forward, aborted=aborted, still_running=running)
+                continue
+            if status == "rolled_forward":
+                forward.append(entry.txn_id)
+            else:
+                aborted.append(entry.txn_id)
+                now.add(entry.txn_id, discarded)
+        earlier = self.retry_cleanups(workspace, skip=frozenset(now.cleaned + now.pending))
+        return ReconcileReport(
+            rolled_forward=forward, aborted=aborted, still_running=running,
+            cleaned_up=earlier.cleaned, cleanup_pending=now.pending + earlier.pending,
+            deleted_files=now.files + earlier.files, aborted_uploads=now.uploads + earlier.uploads,
+        )
+
+
+@dataclass
+class _Cleanups:
+    """Tally of cleanup attempts: which transactions are clean now, which still pending."""
+
+    cleaned: list[uuid.UUID] = field(default_factory=list)
+    pending: list[uuid.UUID] = field(default_factory=list)
+    files: int = 0
+    uploads: int = 0
+
+    def add(self, txn_id: uuid.UUID, done: Discarded | None) -> None:
+        if done is None:
+            self.pending.append(txn_id)
+            return
+        self.cleaned.append(txn_id)
+        self.files += done.files
+        self.uploads += done.uploads
 
 
 _LOCK_RELEASE_SECONDS = 10.0  # how long Postgres may take to end a dead client's session
@@ -252,7 +330,8 @@ class Transaction:
     def fail(self, exc: BaseException) -> None:
         """Revert the change if it became visible, mark the ledger ``aborted`` and remove the
         files. Each step that cannot be done (storage or Postgres down) is logged and left to
-        the reconciler, so the caller always gets the original, named error."""
+        the reconciler (an open row) or to a later cleanup (``cleanup_pending``), so the caller
+        always gets the original, named error."""
         try:
             self.sink.undo(self.ds, self.txn_id)  # a no-op unless the change is the dataset's current state
         except Exception as undo_exc:
@@ -267,13 +346,7 @@ class Transaction:
         except Exception as pg_exc:
             log.error("could not mark txn %s aborted (%s); `trident reconcile` will", self.txn_id, pg_exc)
             return
-        try:
-            self.sink.discard(self.ds, self.txn_id, location=self.entry.location)
-        except Exception as io_exc:
-            log.warning(
-                "txn %s aborted, but its files could not be removed yet (%s); `trident maintain` removes them",
-                self.txn_id, io_exc,
-            )
+        self.driver.clean(self.ds, self.entry)
         log.warning("trident write %s aborted (txn %s): %s", self.ds.key, self.txn_id, msg)
 
 

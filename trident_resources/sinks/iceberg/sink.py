@@ -36,9 +36,10 @@ from ...keys import iceberg_identifier
 from ...merge import FILE_COLUMN
 from ...schemas import compatible, conform, describe_schema, to_iceberg, with_identity
 from ...settings import TridentSettings
-from ..base import AsOf, Maintenance, Removal, Sink, SinkWrite, StoredVersion, WriteCounts, WriteRequest
+from ..base import AsOf, Discarded, Maintenance, Removal, Sink, SinkWrite, StoredVersion, WriteCounts, WriteRequest
 from ...pyiceberg_compat import transaction_io
 from .files import DataFileWriter, delete_paths, filesystem_for, list_txn_files
+from .s3_housekeeping import abort_incomplete_uploads
 
 TXN_PROPERTY = "trident.txn-id"
 TABLE_PROPERTIES = {"format-version": "2", "write.parquet.compression-codec": "zstd"}
@@ -346,16 +347,23 @@ class IcebergSink(Sink):
             table.manage_snapshots().set_current_snapshot(snap.parent_snapshot_id).commit()
         delete_paths(table.io, list_txn_files(table.io, table.location(), txn_id))
 
-    def discard(self, ds: DatasetRecord, txn_id: uuid.UUID, location: str | None = None) -> None:
+    def discard(self, ds: DatasetRecord, txn_id: uuid.UUID, location: str | None = None) -> Discarded:
+        """Delete the transaction's data files and abort its incomplete multipart uploads (a
+        writer killed or cut off mid-file leaves one per open file). Without a table (an aborted
+        first write) the ledger's ``location`` says where, and its FileIO comes from the catalog."""
         table = self.table(ds)
         if table is not None and self._txn_snapshot(table, txn_id) is not None:
-            return  # committed: its files are the dataset
+            return Discarded()  # committed: its files are the dataset
         if table is not None and table.current_snapshot() is None:
             self.catalog.drop_table(self.identifier(ds))  # created empty by an aborted first write
-        io = table.io if table is not None else load_file_io(dict(self.catalog.properties), location)
         where = location or (table.location() if table is not None else None)
-        if where:
-            delete_paths(io, list_txn_files(io, where, txn_id))
+        if not where:
+            return Discarded()
+        io = table.io if table is not None else load_file_io(dict(self.catalog.properties), where)
+        files = list_txn_files(io, where, txn_id)
+        delete_paths(io, files)
+        uploads = abort_incomplete_uploads(io.properties, where, txn_id=txn_id)
+        return Discarded(files=len(files), uploads=uploads)
 
     # -- READ -------------------------------------------------------------------------------
     def scan(
@@ -403,10 +411,13 @@ class IcebergSink(Sink):
         table = self._existing_table(ds)
         return self.file_dataset(table, [f.file_path for f in self.data_files(table)])
 
-    def maintain(self, ds: DatasetRecord, *, older_than: datetime, retain_last: int) -> Maintenance:
+    def maintain(
+        self, ds: DatasetRecord, *, older_than: datetime, retain_last: int, uploads_before: datetime | None = None
+    ) -> Maintenance:
         """Expire snapshots older than ``older_than`` (always keeping the newest ``retain_last`` and
-        the current one), then delete data files no remaining snapshot references. The caller holds
-        the dataset's writer lock, so no Trident write has files in flight."""
+        the current one), then delete data files no remaining snapshot references, and abort the
+        incomplete multipart uploads under the table started before ``uploads_before``. The caller
+        holds the dataset's writer lock, so no Trident write has files in flight."""
         table = self._existing_table(ds)
         keep = {s.snapshot_id for s in sorted(table.snapshots(), key=lambda s: s.timestamp_ms)[-max(retain_last, 1):]}
         cutoff = int(older_than.timestamp() * 1000)
@@ -426,7 +437,10 @@ class IcebergSink(Sink):
             if info.type == pafs.FileType.File and f"{scheme}://{info.path}" not in referenced
         ]
         delete_paths(table.io, orphans)
-        return Maintenance(key=ds.key, expired_snapshots=len(expire), deleted_files=len(orphans))
+        uploads = 0
+        if uploads_before is not None:
+            uploads = abort_incomplete_uploads(table.io.properties, table.location(), initiated_before=uploads_before)
+        return Maintenance(key=ds.key, expired_snapshots=len(expire), deleted_files=len(orphans), aborted_uploads=uploads)
 
     def drop(self, ds: DatasetRecord) -> None:
         try:
