@@ -88,6 +88,18 @@ def _summary_outcome(snap: Snapshot, schema: pa.Schema) -> Outcome:
     )
 
 
+def _order_like(txn: Transaction, target: pa.Schema) -> None:
+    """A replace makes the dataset exactly its input, column order included (the pg sink does the
+    same); ``union_by_name`` keeps the old order and appends new columns, so move them."""
+    names = [f.name for f in txn.table_metadata.schema().fields]
+    if names == target.names:
+        return
+    with txn.update_schema() as upd:
+        upd.move_first(target.names[0])
+        for before, name in zip(target.names, target.names[1:]):
+            upd.move_after(name, before)
+
+
 def _strip(schema: pa.Schema) -> pa.Schema:
     return pa.schema([pa.field(f.name, f.type, f.nullable) for f in schema])
 
@@ -250,6 +262,8 @@ class IcebergSink(Sink):
             if any(f.name not in current.names for f in target) or replace:
                 with txn.update_schema() as upd:
                     upd.union_by_name(to_iceberg(target))
+            if replace:
+                _order_like(txn, target)
         req.note_location(txn.table_metadata.location)
         return txn
 
