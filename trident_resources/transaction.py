@@ -31,6 +31,7 @@ from typing import Any, NoReturn
 
 import psycopg
 import pyarrow as pa
+import sqlalchemy.exc
 
 from .control_plane import ControlPlane, DatasetRecord, LedgerEntry, Outcome
 from .errors import (
@@ -297,8 +298,7 @@ class Transaction:
                 ),
             )
         except BaseException as exc:
-            self.fail(exc)
-            _reraise(exc)
+            _reraise(exc, self.fail(exc))
         finally:
             shutil.rmtree(spill, ignore_errors=True)
 
@@ -324,14 +324,14 @@ class Transaction:
                 conn=self.lock,
             )
         except BaseException as exc:
-            self.fail(exc)
-            _reraise(exc)
+            _reraise(exc, self.fail(exc))
 
-    def fail(self, exc: BaseException) -> None:
+    def fail(self, exc: BaseException) -> bool:
         """Revert the change if it became visible, mark the ledger ``aborted`` and remove the
         files. Each step that cannot be done (storage or Postgres down) is logged and left to
         the reconciler (an open row) or to a later cleanup (``cleanup_pending``), so the caller
-        always gets the original, named error."""
+        always gets the original, named error. Returns whether the transaction is settled
+        (aborted); ``False`` leaves it open for the reconciler."""
         try:
             self.sink.undo(self.ds, self.txn_id)  # a no-op unless the change is the dataset's current state
         except Exception as undo_exc:
@@ -339,24 +339,40 @@ class Transaction:
                 "trident write %s failed (txn %s) and its change could not be checked or reverted (%s); "
                 "the ledger row stays open for `trident reconcile`", self.ds.key, self.txn_id, undo_exc,
             )
-            return
+            return False
         msg = f"{type(exc).__name__}: {exc}"
         try:
             self.driver.control.abort_txn(self.txn_id, msg)
         except Exception as pg_exc:
             log.error("could not mark txn %s aborted (%s); `trident reconcile` will", self.txn_id, pg_exc)
-            return
+            return False
         self.driver.clean(self.ds, self.entry)
         log.warning("trident write %s aborted (txn %s): %s", self.ds.key, self.txn_id, msg)
+        return True
 
 
-def _reraise(exc: BaseException) -> NoReturn:
+def _reraise(exc: BaseException, settled: bool) -> NoReturn:
     """Re-raise, naming storage faults (OSError from pyarrow/S3) as StorageUnavailableError and a
-    lost control plane as ControlPlaneUnavailableError."""
-    if isinstance(exc, psycopg.Error):
+    lost control plane as ControlPlaneUnavailableError: psycopg's errors, and the SQL catalog's
+    connection errors (sqlalchemy), since that catalog lives in the control-plane Postgres.
+    ``settled`` says whether the failure path could abort the transaction; if not, its ledger row
+    is still open, and whether the change counts is the reconciler's call (its snapshot may have
+    committed), so the message must not claim that nothing was committed."""
+    fate = "nothing was committed" if settled else (
+        "its ledger row stays open until `trident reconcile` (or the next write of the dataset) settles it: "
+        "rolled forward if its snapshot committed, else aborted"
+    )
+    if isinstance(exc, psycopg.Error) or _lost_sql_catalog(exc):
         raise ControlPlaneUnavailableError(
-            f"the control-plane Postgres failed during the write; nothing was committed: {type(exc).__name__}: {exc}"
+            f"the control-plane Postgres failed during the write; {fate}: {type(exc).__name__}: {exc}"
         ) from exc
     if isinstance(exc, OSError) and not isinstance(exc, TridentError):
-        raise StorageUnavailableError(f"storage unavailable, nothing was committed: {type(exc).__name__}: {exc}") from exc
+        raise StorageUnavailableError(f"storage unavailable, {fate}: {type(exc).__name__}: {exc}") from exc
     raise exc
+
+
+def _lost_sql_catalog(exc: BaseException) -> bool:
+    """The SQL catalog's connection to Postgres failed (not a bug in a statement)."""
+    return isinstance(exc, (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError, sqlalchemy.exc.TimeoutError)) or (
+        isinstance(exc, sqlalchemy.exc.DBAPIError) and exc.connection_invalidated
+    )
