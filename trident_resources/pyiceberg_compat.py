@@ -7,6 +7,7 @@ so the fix is here and nowhere else.
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pyarrow as pa
@@ -15,7 +16,7 @@ from pyiceberg.io.pyarrow import _ConvertToIcebergWithoutIDs, _get_parquet_write
 from pyiceberg.schema import Schema
 from pyiceberg.table import Transaction
 
-__all__ = ["arrow_to_iceberg_without_ids", "parquet_writer_kwargs", "transaction_io"]
+__all__ = ["arrow_to_iceberg_without_ids", "name_commit_files", "parquet_writer_kwargs", "transaction_io"]
 
 
 def arrow_to_iceberg_without_ids(schema: pa.Schema) -> Schema:
@@ -34,3 +35,13 @@ def transaction_io(txn: Transaction) -> FileIO:
     """The FileIO of the table a transaction writes: for a table created in the same transaction
     (staged creation) only the transaction knows it, with the catalog's per-table credentials."""
     return txn._table.io
+
+
+def name_commit_files(producer: Any, commit_uuid: uuid.UUID) -> None:
+    """Name the manifests and the manifest list a snapshot producer writes after ``commit_uuid``
+    (``<uuid>-m<n>.avro``, ``snap-<snapshot id>-<attempt>-<uuid>.avro``) instead of a random uuid,
+    so that the files of a commit that never landed can be found and removed. Only
+    ``overwrite()`` takes it as an argument; pyiceberg's own conflict retry draws a random one."""
+    if not hasattr(producer, "commit_uuid"):
+        raise RuntimeError("pyiceberg's snapshot producer has no commit_uuid any more: see pyiceberg_compat.py")
+    producer.commit_uuid = commit_uuid

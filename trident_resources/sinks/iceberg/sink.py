@@ -37,8 +37,8 @@ from ...merge import FILE_COLUMN
 from ...schemas import compatible, conform, describe_schema, to_iceberg, with_identity
 from ...settings import TridentSettings
 from ..base import AsOf, Discarded, Maintenance, Removal, Sink, SinkWrite, StoredVersion, WriteCounts, WriteRequest
-from ...pyiceberg_compat import transaction_io
-from .files import DataFileWriter, delete_paths, filesystem_for, list_txn_files
+from ...pyiceberg_compat import name_commit_files, transaction_io
+from .files import DataFileWriter, delete_paths, filesystem_for, list_txn_files, list_txn_metadata
 from .s3_housekeeping import abort_incomplete_uploads
 
 TXN_PROPERTY = "trident.txn-id"
@@ -316,6 +316,7 @@ class IcebergSink(Sink):
         try:
             update = txn.update_snapshot(snapshot_properties=props)
             producer = update.overwrite() if to_delete else update.fast_append()
+            name_commit_files(producer, req.txn_id)  # so discard finds them if the commit never lands
             with producer as p:
                 for f in to_delete:
                     p.delete_data_file(f)
@@ -362,8 +363,9 @@ class IcebergSink(Sink):
         delete_paths(table.io, list_txn_files(table.io, table.location(), txn_id))
 
     def discard(self, ds: DatasetRecord, txn_id: uuid.UUID, location: str | None = None) -> Discarded:
-        """Delete the transaction's data files and abort its incomplete multipart uploads (a
-        writer killed or cut off mid-file leaves one per open file). Without a table (an aborted
+        """Delete the transaction's data files, the manifests of its snapshot commit that never
+        landed, and abort its incomplete multipart uploads (a writer killed or cut off mid-file
+        leaves one per open file). Without a table (an aborted
         first write) the ledger's ``location`` says where, and its FileIO comes from the catalog."""
         table = self.table(ds)
         if table is not None and self._txn_snapshot(table, txn_id) is not None:
@@ -375,7 +377,7 @@ class IcebergSink(Sink):
             return Discarded()
         io = table.io if table is not None else load_file_io(dict(self.catalog.properties), where)
         files = list_txn_files(io, where, txn_id)
-        delete_paths(io, files)
+        delete_paths(io, files + list_txn_metadata(io, where, txn_id))
         uploads = abort_incomplete_uploads(io.properties, where, txn_id=txn_id)
         return Discarded(files=len(files), uploads=uploads)
 
