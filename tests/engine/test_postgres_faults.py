@@ -4,7 +4,7 @@ A separate embedded Postgres under its own TRIDENT_HOME (the suite's shared serv
 touched): its postmaster is SIGKILLed while a write is in flight, then restarted. Every scenario
 ends the same way: the writer got a named TridentError (the cause chained), and after a
 reconcile the dataset is the old or the new version whole, no ledger row is open, no cleanup is
-pending, and no data file is left that no snapshot references. The SQL catalog lives in the same
+pending, and no file (data or metadata) is left that the table's metadata does not reference. The SQL catalog lives in the same
 Postgres, so its errors are control-plane errors too.
 """
 
@@ -16,12 +16,14 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import psutil
 import pyarrow as pa
 import pytest
 
 from tests.conftest import make_settings
+from tests.engine.test_s3_faults import _referenced
 from trident_resources import (
     ControlPlaneUnavailableError,
     StorageUnavailableError,
@@ -72,23 +74,20 @@ def _slow(batches: int, delay: float, started: threading.Event) -> Iterator[pa.R
 
 
 def _unreferenced_files(t: Trident, key: str) -> list[str]:
-    """Data files under the dataset's table locations that no snapshot references."""
+    """Files under the dataset's table locations (data and metadata) that the table's metadata
+    does not reference: what a failed write would have leaked."""
     ds = t.control.dataset(t.workspace, key)
     assert ds is not None
     locations = {e.location for e in t.history(key) if e.location}
-    sink = t.driver.sinks["iceberg_native"]
-    table = sink.table(ds) if ds.sink == "iceberg_native" else None  # type: ignore[attr-defined]
-    referenced = set()
+    table = t.driver.sinks["iceberg_native"].table(ds) if ds.sink == "iceberg_native" else None  # type: ignore[attr-defined]
+    referenced: set[str] = set()
     if table is not None:
         locations.add(table.location())
-        for snap in table.snapshots():
-            referenced |= {task.file.file_path for task in table.scan(snapshot_id=snap.snapshot_id).plan_files()}
-    found = []
-    for loc in locations:
-        data = Path(loc.removeprefix("file://")) / "data"
-        if data.exists():
-            found += [f"file://{p}" for p in data.iterdir()]
-    return sorted(set(found) - {r if r.startswith("file://") else f"file://{r}" for r in referenced})
+        referenced = _referenced(table)
+    found = {
+        str(p).lstrip("/") for loc in locations for p in Path(urlsplit(loc).path).rglob("*") if p.is_file()
+    }
+    return sorted(found - referenced)
 
 
 SCENARIOS = {
