@@ -271,7 +271,8 @@ class Trident:
                     ds, older_than=now - older_than, retain_last=retain_last, uploads_before=now - uploads_older_than
                 )
             return replace(
-                done, deleted_files=done.deleted_files + cleanups.files, aborted_uploads=done.aborted_uploads + cleanups.uploads,
+                done, deleted_files=done.deleted_files + cleanups.files,
+                aborted_uploads=done.aborted_uploads + cleanups.uploads,
                 cleaned_txns=len(cleanups.cleaned), cleanup_pending=len(cleanups.pending),
             )
 

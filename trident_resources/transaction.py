@@ -170,7 +170,9 @@ class TransactionDriver:
             return None
         return done
 
-    def retry_cleanups(self, workspace: str, ds: DatasetRecord | None = None, *, skip: frozenset[uuid.UUID] = frozenset()) -> _Cleanups:
+    def retry_cleanups(
+        self, workspace: str, ds: DatasetRecord | None = None, *, skip: frozenset[uuid.UUID] = frozenset()
+    ) -> _Cleanups:
         """Retry the pending cleanups of aborted transactions (of ``ds`` only, whose writer lock the
         caller then holds; else of the workspace, each under its dataset's lock, skipping busy
         datasets). A dataset that never came to exist is cleaned through the ledger's location."""
@@ -184,7 +186,8 @@ class TransactionDriver:
             try:
                 with nullcontext() if ds is not None else self.control.writer_lock(target, 0):
                     still = self.control.ledger_entry(entry.txn_id)
-                    done = self.clean(target, still) if still is not None and still.cleanup_pending and still.status == "aborted" else Discarded()
+                    owed = still is not None and still.status == "aborted" and still.cleanup_pending
+                    done = self.clean(target, still) if owed and still is not None else Discarded()
             except ConcurrentWriteError:  # a live writer holds the dataset: next time
                 done = None
             result.add(entry.txn_id, done)

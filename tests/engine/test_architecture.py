@@ -59,3 +59,9 @@ def test_pyiceberg_internals_we_rely_on_still_exist() -> None:
     assert "self._table" in inspect.getsource(Transaction.__init__), (
         "pyiceberg's Transaction no longer keeps its table in _table: update pyiceberg_compat.transaction_io"
     )
+    from pyiceberg.table.update.snapshot import _SnapshotProducer
+
+    assert "commit_uuid=self.commit_uuid" in inspect.getsource(_SnapshotProducer), (
+        "pyiceberg's snapshot producer no longer names its files by commit_uuid: update "
+        "pyiceberg_compat.name_commit_files (discard finds a failed commit's manifests by that name)"
+    )

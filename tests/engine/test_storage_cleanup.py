@@ -198,7 +198,8 @@ def test_a_retry_of_an_aborted_txn_id_removes_its_leftovers_first(
             assert r.row_count == 2 and not r.noop
             table = t.driver.sinks["iceberg_native"].table(t._record("down/retry"))  # type: ignore[attr-defined]
             referenced = {task.file.file_path.split("/", 3)[-1] for task in table.scan().plan_files()}
-            assert set(_objects(s3, settings.s3_prefix, str(txn))) == referenced and len(leaked) > len(referenced)
+            data_files = {k for k in _objects(s3, settings.s3_prefix, str(txn)) if "/data/" in k}
+            assert data_files == referenced and len(leaked) > len(referenced)
 
 
 # -- issue 14.5: incomplete multipart uploads of a killed writer ---------------------------------
