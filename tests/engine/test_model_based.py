@@ -289,7 +289,7 @@ class TridentModel(RuleBasedStateMachine):
 def model_settings(request: pytest.FixtureRequest) -> settings:
     long = request.config.getoption("--long")
     return settings(
-        max_examples=150 if long else 10, stateful_step_count=25 if long else 20,
+        max_examples=150 if long else 15, stateful_step_count=25 if long else 20,
         derandomize=not long, database=None, deadline=None, print_blob=True,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
     )
