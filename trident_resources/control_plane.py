@@ -128,7 +128,11 @@ class ControlPlane:
             with conn.transaction():
                 yield conn
         except psycopg.OperationalError as exc:
-            raise WriterLockLostError(f"the writer lock's Postgres session ended before COMMIT: {exc}") from exc
+            raise WriterLockLostError(
+                f"the writer lock's Postgres session ended before COMMIT could be recorded ({exc}); the "
+                "change may already be in its sink: `trident reconcile` (or the next write of the dataset) "
+                "rolls it forward if so, else aborts it. Check `trident history` before retrying"
+            ) from exc
 
     @contextmanager
     def tx(self) -> Iterator[psycopg.Connection[Any]]:
