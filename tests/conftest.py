@@ -22,6 +22,13 @@ if TYPE_CHECKING:
 from trident_resources.embedded_pg import ensure_embedded_postgres, stop_embedded_postgres
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--long", action="store_true", default=False,
+        help="long randomized runs: thousands of model-based operations instead of a few hundred",
+    )
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _clean_environment() -> Iterator[None]:
     """Tests describe their own settings; a developer's TRIDENT_* variables must not leak in."""

@@ -302,7 +302,9 @@ def reconcile() -> None:
     with _trident() as t:
         r = t.reconcile()
         _kv("reconcile", [("rolled forward", len(r.rolled_forward)), ("aborted", len(r.aborted)),
-                          ("still running", len(r.still_running))])
+                          ("still running", len(r.still_running)), ("cleaned up", len(r.cleaned_up)),
+                          ("cleanup pending", len(r.cleanup_pending)), ("files deleted", r.deleted_files),
+                          ("incomplete uploads aborted", r.aborted_uploads)])
         for label, ids in (("rolled forward", r.rolled_forward), ("aborted", r.aborted)):
             for txn in ids:
                 console.print(f"  {label}: {txn}")
@@ -316,14 +318,18 @@ def maintain(keys: tuple[str, ...], older_than_days: float, retain_last: int) ->
     """Table maintenance: compact small data files, expire old snapshots and delete the files only
     they used (default: every iceberg dataset). Time travel to expired versions ends here."""
     with _trident() as t:
-        targets = list(keys) or [d.key for d in t.datasets() if d.sink == "iceberg_native"]
+        targets = list(keys) or sorted(
+            {d.key for d in t.datasets() if d.sink == "iceberg_native"} | set(t.pending_cleanup_keys())
+        )
         rows = []
         with _progress() as bar:
             task = bar.add_task("maintain", total=len(targets))
             for key in targets:
                 r = t.maintain(key, older_than=timedelta(days=older_than_days), retain_last=retain_last)
                 rows.append((key, f"{r.compacted_files} small files compacted into {r.compaction_files_written}, "
-                                  f"{r.expired_snapshots} snapshots expired, {r.deleted_files} files deleted"))
+                                  f"{r.expired_snapshots} snapshots expired, {r.deleted_files} files deleted, "
+                                  f"{r.aborted_uploads} incomplete uploads aborted"
+                                  + (f", {r.cleanup_pending} cleanups still pending" if r.cleanup_pending else "")))
                 bar.advance(task)
         _kv("maintain", rows or [("datasets", "none")])
 

@@ -80,6 +80,7 @@ class LedgerEntry:
     host: str | None = None
     base_snapshot_id: int | None = None  # a staged version's base: the published snapshot it was staged on
     staged_at: datetime | None = None
+    cleanup_pending: bool = False  # aborted, and its storage leftovers are not removed yet
 
 
 @dataclass(frozen=True)
@@ -169,7 +170,11 @@ class ControlPlane:
             with conn.transaction():
                 yield conn
         except psycopg.OperationalError as exc:
-            raise WriterLockLostError(f"the writer lock's Postgres session ended before COMMIT: {exc}") from exc
+            raise WriterLockLostError(
+                f"the writer lock's Postgres session ended before COMMIT could be recorded ({exc}); the "
+                "change may already be in its sink: `trident reconcile` (or the next write of the dataset) "
+                "rolls it forward if so, else aborts it. Check `trident history` before retrying"
+            ) from exc
 
     @contextmanager
     def tx(self) -> Iterator[psycopg.Connection[Any]]:
@@ -437,8 +442,18 @@ class ControlPlane:
             conn.execute(q.SET_LEDGER_LOCATION, (location, txn_id))
 
     def abort_txn(self, txn_id: uuid.UUID, error: str) -> None:
+        """Mark the transaction aborted, owing a storage cleanup until ``cleanup_done``."""
         with self.tx() as conn:
             conn.execute(q.ABORT_LEDGER, (error[:4000], txn_id))
+
+    def cleanup_done(self, txn_id: uuid.UUID) -> None:
+        with self.tx() as conn:
+            conn.execute(q.CLEANUP_DONE, (txn_id,))
+
+    def pending_cleanups(self, workspace: str, dataset_id: uuid.UUID | None = None) -> list[LedgerEntry]:
+        """Aborted transactions whose storage leftovers could not be removed yet, oldest first."""
+        with self.pool.connection() as conn:
+            return [LedgerEntry(**r) for r in conn.execute(q.PENDING_CLEANUPS, (workspace, dataset_id, dataset_id))]
 
     # -- watermarks, flags, pins --------------------------------------------------------------
     def watermarks(self, output_id: uuid.UUID) -> dict[uuid.UUID, datetime]:

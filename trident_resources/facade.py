@@ -454,30 +454,69 @@ class Trident:
 
         return run_sql(self, query, staged=dict(staged or {}))
 
-    def maintain(self, key: str, *, older_than: timedelta = timedelta(days=7), retain_last: int = 5) -> Maintenance:
-        """Table maintenance: compact small data files into target-size ones (one snapshot,
-        identity unchanged, readers see the same rows), then expire versions older than
-        ``older_than`` (keeping the newest ``retain_last``) and delete the files only they used.
-        Time travel to expired versions ends here; to the version before compaction it does not.
+    def maintain(
+        self,
+        key: str,
+        *,
+        older_than: timedelta = timedelta(days=7),
+        retain_last: int = 5,
+        uploads_older_than: timedelta = timedelta(hours=1),
+    ) -> Maintenance:
+        """Table maintenance: discard staged versions older than ``TRIDENT_STAGED_MAX_AGE_DAYS``;
+        compact small data files into target-size ones (one snapshot, identity unchanged, readers
+        see the same rows); expire versions older than ``older_than`` (keeping the newest
+        ``retain_last``) and delete the files only they used; abort incomplete multipart uploads
+        under the table older than ``uploads_older_than`` (a writer killed mid-file leaves one);
+        and retry the storage cleanup of the dataset's aborted transactions that could not run
+        (``cleanup_pending``) — also for a dataset whose first write aborted, which never came to
+        exist. Time travel to expired versions ends here; to the version before compaction it
+        does not.
 
         Runs under the dataset's writer lock: a write of the dataset that is open makes this wait
         (``TRIDENT_WRITER_WAIT_SECONDS``) and then fail with ConcurrentWriteError, changing nothing."""
-        with self.driver.locked(self._record(key)) as ds:
-            cutoff = datetime.now(UTC) - timedelta(days=self.settings.staged_max_age_days)
-            stale = [e for e in self.control.staged_entries(ds.dataset_id) if e.staged_at is not None and e.staged_at < cutoff]
-            for entry in stale:
-                self.driver.discard_staged(ds, entry, f"discarded by maintenance: staged over {self.settings.staged_max_age_days} days ago")
-            sink = self._sink(ds.sink)
-            compacted = sink.compact(ds)
-            log.info("trident maintain %s: %s", key, compacted)
-            report = sink.maintain(
-                ds, older_than=datetime.now(UTC) - older_than, retain_last=retain_last
-            )
+        ds = self.control.dataset(self.workspace, validate_key(key))
+        if ds is None:
+            raise DatasetNotFoundError(key, self.workspace)
+        with self.driver.locked(ds) as ds:
+            cleanups = self.driver.retry_cleanups(self.workspace, ds)
+            if not ds.exists:
+                if not (cleanups.cleaned or cleanups.pending):
+                    raise DatasetNotFoundError(key, self.workspace)
+                done = Maintenance(key=ds.key, expired_snapshots=0, deleted_files=0)
+            else:
+                now = datetime.now(UTC)
+                cutoff = now - timedelta(days=self.settings.staged_max_age_days)
+                stale = [e for e in self.control.staged_entries(ds.dataset_id) if e.staged_at is not None and e.staged_at < cutoff]
+                for entry in stale:
+                    self.driver.discard_staged(
+                        ds, entry, f"discarded by maintenance: staged over {self.settings.staged_max_age_days} days ago"
+                    )
+                sink = self._sink(ds.sink)
+                compacted = sink.compact(ds)
+                log.info("trident maintain %s: %s", key, compacted)
+                done = sink.maintain(
+                    ds, older_than=now - older_than, retain_last=retain_last, uploads_before=now - uploads_older_than
+                )
+                done = replace(
+                    done, discarded_staged=[e.txn_id for e in stale], compacted_files=compacted.compacted_files,
+                    compaction_files_written=compacted.compaction_files_written,
+                    data_files_before=compacted.data_files_before, data_files_after=compacted.data_files_after,
+                )
             return replace(
-                report, discarded_staged=[e.txn_id for e in stale], compacted_files=compacted.compacted_files,
-                compaction_files_written=compacted.compaction_files_written,
-                data_files_before=compacted.data_files_before, data_files_after=compacted.data_files_after,
+                done, deleted_files=done.deleted_files + cleanups.files,
+                aborted_uploads=done.aborted_uploads + cleanups.uploads,
+                cleaned_txns=len(cleanups.cleaned), cleanup_pending=len(cleanups.pending),
             )
+
+    def pending_cleanup_keys(self) -> list[str]:
+        """Datasets with aborted transactions whose storage cleanup could not run yet (including
+        datasets whose first write aborted and so do not exist): what ``maintain`` should visit."""
+        keys = set()
+        for entry in self.control.pending_cleanups(self.workspace):
+            ds = self.control.dataset_by_id(entry.dataset_id)
+            if ds is not None:
+                keys.add(ds.key)
+        return sorted(keys)
 
     def drop(self, key: str) -> None:
         """Delete a dataset: its rows, storage and control-plane records."""

@@ -7,6 +7,7 @@ so the fix is here and nowhere else.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from functools import lru_cache
 from typing import Any, cast
@@ -28,6 +29,7 @@ __all__ = [
     "RestCatalogWithExplicitDelegation",
     "arrow_to_iceberg_without_ids",
     "fresh_pyarrow_filesystems",
+    "name_commit_files",
     "parquet_writer_kwargs",
     "register_fsspec_scheme",
     "transaction_io",
@@ -84,3 +86,13 @@ def fresh_pyarrow_filesystems(io: PyArrowFileIO) -> Callable[[str, str | None], 
     pyiceberg caches one pyarrow filesystem per scheme built by ``_initialize_fs`` from the
     properties at first use, exactly as its ``__setstate__`` rebuilds it."""
     return lru_cache(io._initialize_fs)
+
+
+def name_commit_files(producer: Any, commit_uuid: uuid.UUID) -> None:
+    """Name the manifests and the manifest list a snapshot producer writes after ``commit_uuid``
+    (``<uuid>-m<n>.avro``, ``snap-<snapshot id>-<attempt>-<uuid>.avro``) instead of a random uuid,
+    so that the files of a commit that never landed can be found and removed. Only
+    ``overwrite()`` takes it as an argument; pyiceberg's own conflict retry draws a random one."""
+    if not hasattr(producer, "commit_uuid"):
+        raise RuntimeError("pyiceberg's snapshot producer has no commit_uuid any more: see pyiceberg_compat.py")
+    producer.commit_uuid = commit_uuid

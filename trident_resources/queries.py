@@ -32,7 +32,7 @@ DELETE_DATASET = "DELETE FROM trident_datasets WHERE dataset_id = %s"
 
 _LEDGER_COLS = """txn_id, dataset_id, status, mode, writer, sink, requested_sink, clamped, route_reason, started_at,
     committed_at, ended_at, rows_written, row_count, skipped, preserved, snapshot_id, schema_version, source_refs,
-    metadata, error, location, pid, host, base_snapshot_id, staged_at"""
+    metadata, error, location, pid, host, base_snapshot_id, staged_at, cleanup_pending"""
 GET_LEDGER = f"SELECT {_LEDGER_COLS} FROM trident_ledger WHERE txn_id = %s"
 HISTORY = f"SELECT {_LEDGER_COLS} FROM trident_ledger WHERE dataset_id = %s ORDER BY started_at DESC, txn_id LIMIT %s"
 OPEN_LEDGER = f"""SELECT {_LEDGER_COLS} FROM trident_ledger
@@ -46,6 +46,7 @@ ON CONFLICT (txn_id) DO UPDATE SET status = 'open', started_at = EXCLUDED.starte
     error = NULL, mode = EXCLUDED.mode, writer = EXCLUDED.writer, sink = EXCLUDED.sink, pid = EXCLUDED.pid,
     host = EXCLUDED.host
     WHERE trident_ledger.status = 'aborted' AND trident_ledger.dataset_id = EXCLUDED.dataset_id
+      AND NOT trident_ledger.cleanup_pending
 RETURNING {_LEDGER_COLS}"""
 COMMIT_LEDGER = f"""UPDATE trident_ledger SET status = 'committed', committed_at = started_at, ended_at = clock_timestamp(),
     rows_written = %s, row_count = %s, skipped = %s, preserved = %s, snapshot_id = %s, schema_version = %s
@@ -57,7 +58,15 @@ REJECT_LEDGER = "UPDATE trident_ledger SET status = 'rejected', ended_at = clock
 STAGED_LEDGER = f"""SELECT {_LEDGER_COLS} FROM trident_ledger
     WHERE status = 'staged' AND (%s::uuid IS NULL OR dataset_id = %s::uuid) ORDER BY started_at"""
 SET_LEDGER_LOCATION = "UPDATE trident_ledger SET location = %s WHERE txn_id = %s"
-ABORT_LEDGER = "UPDATE trident_ledger SET status = 'aborted', ended_at = clock_timestamp(), error = %s WHERE txn_id = %s AND status = 'open'"
+# An abort owes a storage cleanup until CLEANUP_DONE says it ran (migrations/0003_ledger_cleanup.sql).
+ABORT_LEDGER = """UPDATE trident_ledger SET status = 'aborted', ended_at = clock_timestamp(), error = %s,
+    cleanup_pending = true WHERE txn_id = %s AND status = 'open'"""
+CLEANUP_DONE = "UPDATE trident_ledger SET cleanup_pending = false WHERE txn_id = %s AND status = 'aborted'"
+PENDING_CLEANUPS = f"""SELECT {_LEDGER_COLS} FROM trident_ledger
+    WHERE cleanup_pending AND status = 'aborted'
+      AND dataset_id IN (SELECT dataset_id FROM trident_datasets WHERE workspace = %s)
+      AND (%s::uuid IS NULL OR dataset_id = %s::uuid)
+    ORDER BY started_at"""
 
 TRY_WRITER_LOCK = "SELECT pg_try_advisory_lock(hashtextextended(%s, 7)) AS locked"
 WRITER_UNLOCK = "SELECT pg_advisory_unlock(hashtextextended(%s, 7))"

@@ -63,3 +63,9 @@ class ReconcileReport:
     rolled_forward: list[uuid.UUID]
     aborted: list[uuid.UUID]
     still_running: list[uuid.UUID]
+    # Storage cleanup of aborted transactions (issue 8.10): leftovers an earlier abort could not
+    # remove (storage unreachable), removed now; and those still pending, retried next time.
+    cleaned_up: list[uuid.UUID] = field(default_factory=list)
+    cleanup_pending: list[uuid.UUID] = field(default_factory=list)
+    deleted_files: int = 0  # data files of aborted transactions removed by this pass
+    aborted_uploads: int = 0  # incomplete multipart uploads of aborted transactions aborted by this pass

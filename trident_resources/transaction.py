@@ -11,7 +11,9 @@ is a ``Transaction`` opened here under the dataset's writer lock:
 Any failure reverts the change if it became visible, marks the ledger ``aborted`` and removes the
 files (``Transaction.fail``); a step that cannot run (storage or Postgres down) is logged and left
 to ``recover``, which the next writer of the dataset or ``reconcile`` runs: an open transaction
-whose change is in its sink is rolled forward, any other is aborted.
+whose change is in its sink is rolled forward, any other is aborted. An abort owes a storage
+cleanup (the ledger's ``cleanup_pending``) until ``clean`` succeeds; ``reconcile`` and
+``Trident.maintain`` retry the ones that could not run.
 """
 
 from __future__ import annotations
@@ -22,13 +24,14 @@ import shutil
 import socket
 import uuid
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NoReturn
 
 import psycopg
 import pyarrow as pa
+import sqlalchemy.exc
 
 from .control_plane import ControlPlane, DatasetRecord, LedgerEntry, Outcome
 from .errors import (
@@ -44,7 +47,7 @@ from .planner import WritePlanner
 from .results import ReconcileReport
 from .router import RouteDecision
 from .settings import TridentSettings
-from .sinks.base import Sink, WriteMode, WriteRequest
+from .sinks.base import Discarded, Sink, WriteMode, WriteRequest
 
 log = logging.getLogger("trident")
 
@@ -143,6 +146,15 @@ class TransactionDriver:
                 f"transaction id {intent.txn_id} is a transaction of dataset "
                 f"{other.key if other else prior.dataset_id!r}; a txn id names one write of one dataset"
             )
+        if prior.status == "aborted" and prior.cleanup_pending:
+            # A retry of an aborted transaction id writes files of the same names: the earlier
+            # attempt's leftovers go first (we hold the lock), then the id is reopened.
+            if self.clean(ds, prior) is None:
+                raise StorageUnavailableError(
+                    f"transaction {intent.txn_id} of {ds.key!r} aborted earlier and its files cannot be "
+                    "removed yet (storage unreachable); retry when storage is back"
+                )
+            return self.open(ds, intent)
         if prior.status != "committed":
             raise ConcurrentWriteError(f"transaction {intent.txn_id} of {ds.key!r} is {prior.status}")
         return None  # an idempotent retry of a committed write
@@ -166,28 +178,69 @@ class TransactionDriver:
         self.sink(entry.sink).discard_staged(ds, entry.txn_id, entry.location)
 
     # -- recovery ---------------------------------------------------------------------------
-    def recover(self, ds: DatasetRecord, entry: LedgerEntry) -> str:
+    def recover(self, ds: DatasetRecord, entry: LedgerEntry) -> tuple[str, Discarded | None]:
         """Settle an open transaction whose writer is gone: roll it forward when its change is
-        part of the dataset (for a canary: only when the flip happened), else undo and abort it."""
+        part of the dataset (for a canary: only when the flip happened), else undo and abort it.
+        Returns what happened and, for an abort, what its cleanup removed (``None``: pending)."""
         sink = self.sink(entry.sink)
         shutil.rmtree(self.settings.home / "tmp" / str(entry.txn_id), ignore_errors=True)  # its merge spill
         outcome = sink.find_committed(ds, entry.txn_id)
         if outcome is not None and (entry.writer != CANARY_WRITER or ds.sink == entry.sink):
             self.control.commit_txn(entry, outcome, reserved_indexes=PARTITION_META in entry.metadata)
             log.warning("reconciled: rolled forward txn %s of %s", entry.txn_id, ds.key)
-            return "rolled_forward"
+            return "rolled_forward", None
         if outcome is not None:  # a canary copy that never flipped: the dataset still lives elsewhere
             sink.undo(ds, entry.txn_id)
         self.control.abort_txn(entry.txn_id, "aborted by the reconciler: the writer died before its change committed")
-        sink.discard(ds, entry.txn_id, location=entry.location)
         log.warning("reconciled: aborted txn %s of %s", entry.txn_id, ds.key)
-        return "aborted"
+        return "aborted", self.clean(ds, entry)
+
+    def clean(self, ds: DatasetRecord, entry: LedgerEntry) -> Discarded | None:
+        """Remove an aborted transaction's storage leftovers (data files, incomplete uploads) and
+        clear its ``cleanup_pending``. ``None`` when that cannot run yet (storage, the catalog or
+        Postgres unreachable): the flag stays set and ``reconcile`` / ``maintain`` try again, so a
+        leak is deferred, never forgotten. Never raises: it runs on failure paths."""
+        try:
+            done = self.sink(entry.sink).discard(ds, entry.txn_id, location=entry.location)
+            self.control.cleanup_done(entry.txn_id)
+        except Exception as exc:
+            log.warning(
+                "txn %s of %s is aborted, but its files could not be removed yet (%s: %s); "
+                "`trident reconcile` or `trident maintain` retries", entry.txn_id, ds.key, type(exc).__name__, exc,
+            )
+            return None
+        return done
+
+    def retry_cleanups(
+        self, workspace: str, ds: DatasetRecord | None = None, *, skip: frozenset[uuid.UUID] = frozenset()
+    ) -> _Cleanups:
+        """Retry the pending cleanups of aborted transactions (of ``ds`` only, whose writer lock the
+        caller then holds; else of the workspace, each under its dataset's lock, skipping busy
+        datasets). A dataset that never came to exist is cleaned through the ledger's location."""
+        result = _Cleanups()
+        for entry in self.control.pending_cleanups(workspace, ds.dataset_id if ds is not None else None):
+            if entry.txn_id in skip:
+                continue
+            target = ds or self.control.dataset_by_id(entry.dataset_id)
+            if target is None:
+                continue
+            try:
+                with nullcontext() if ds is not None else self.control.writer_lock(target, 0):
+                    still = self.control.ledger_entry(entry.txn_id)
+                    owed = still is not None and still.status == "aborted" and still.cleanup_pending
+                    done = self.clean(target, still) if owed and still is not None else Discarded()
+            except ConcurrentWriteError:  # a live writer holds the dataset: next time
+                done = None
+            result.add(entry.txn_id, done)
+        return result
 
     def reconcile(self, workspace: str) -> ReconcileReport:
-        """Repair transactions left open by crashed processes; live writers are left alone."""
+        """Repair transactions left open by crashed processes (live writers are left alone), then
+        retry the storage cleanups earlier aborts could not run."""
         forward: list[uuid.UUID] = []
         aborted: list[uuid.UUID] = []
         running: list[uuid.UUID] = []
+        now = _Cleanups()
         for entry in self.control.open_entries():
             ds = self.control.dataset_by_id(entry.dataset_id)
             if ds is None or ds.workspace != workspace:
@@ -197,9 +250,15 @@ class TransactionDriver:
                     still = self.control.ledger_entry(entry.txn_id)
                     if still is None or still.status != "open":
                         continue
-                    (forward if self.recover(self._fresh(ds), still) == "rolled_forward" else aborted).append(entry.txn_id)
+                    status, discarded = self.recover(self._fresh(ds), still)
             except TridentError:
                 running.append(entry.txn_id)
+                continue
+            if status == "rolled_forward":
+                forward.append(entry.txn_id)
+            else:
+                aborted.append(entry.txn_id)
+                now.add(entry.txn_id, discarded)
         for entry in self.control.staged_entries():
             ds = self.control.dataset_by_id(entry.dataset_id)
             if ds is None or ds.workspace != workspace:
@@ -212,7 +271,30 @@ class TransactionDriver:
                         forward.append(entry.txn_id)
             except TridentError:
                 continue
-        return ReconcileReport(rolled_forward=forward, aborted=aborted, still_running=running)
+        earlier = self.retry_cleanups(workspace, skip=frozenset(now.cleaned + now.pending))
+        return ReconcileReport(
+            rolled_forward=forward, aborted=aborted, still_running=running,
+            cleaned_up=earlier.cleaned, cleanup_pending=now.pending + earlier.pending,
+            deleted_files=now.files + earlier.files, aborted_uploads=now.uploads + earlier.uploads,
+        )
+
+
+@dataclass
+class _Cleanups:
+    """Tally of cleanup attempts: which transactions are clean now, which still pending."""
+
+    cleaned: list[uuid.UUID] = field(default_factory=list)
+    pending: list[uuid.UUID] = field(default_factory=list)
+    files: int = 0
+    uploads: int = 0
+
+    def add(self, txn_id: uuid.UUID, done: Discarded | None) -> None:
+        if done is None:
+            self.pending.append(txn_id)
+            return
+        self.cleaned.append(txn_id)
+        self.files += done.files
+        self.uploads += done.uploads
 
 
 _LOCK_RELEASE_SECONDS = 10.0  # how long Postgres may take to end a dead client's session
@@ -292,8 +374,7 @@ class Transaction:
                 ),
             )
         except BaseException as exc:
-            self.fail(exc)
-            _reraise(exc)
+            _reraise(exc, self.fail(exc))
         finally:
             shutil.rmtree(spill, ignore_errors=True)
 
@@ -319,8 +400,7 @@ class Transaction:
                 conn=self.lock, reserved_indexes=self.partitioned,
             )
         except BaseException as exc:
-            self.fail(exc)
-            _reraise(exc)
+            _reraise(exc, self.fail(exc))
         finally:
             self._release_commit_lock()
 
@@ -331,21 +411,22 @@ class Transaction:
             failpoint("commit.before_ledger")
             return self.driver.control.stage_txn(self.entry, outcome, self.ds.snapshot_id, conn=self.lock)
         except BaseException as exc:
-            self.fail(exc)
-            _reraise(exc)
+            _reraise(exc, self.fail(exc))
         finally:
             self._release_commit_lock()
 
-    def fail(self, exc: BaseException) -> None:
+    def fail(self, exc: BaseException) -> bool:
         """Revert the change if it became visible, mark the ledger ``aborted`` and remove the
         files. Each step that cannot be done (storage or Postgres down) is logged and left to
-        the reconciler, so the caller always gets the original, named error."""
+        the reconciler (an open row) or to a later cleanup (``cleanup_pending``), so the caller
+        always gets the original, named error. Returns whether the transaction is settled
+        (aborted); ``False`` leaves it open for the reconciler."""
         try:
-            self._fail(exc)
+            return self._fail(exc)
         finally:
             self._release_commit_lock()
 
-    def _fail(self, exc: BaseException) -> None:
+    def _fail(self, exc: BaseException) -> bool:
         try:
             self.sink.undo(self.ds, self.txn_id)  # a no-op unless the change is the dataset's current state
         except Exception as undo_exc:
@@ -353,30 +434,40 @@ class Transaction:
                 "trident write %s failed (txn %s) and its change could not be checked or reverted (%s); "
                 "the ledger row stays open for `trident reconcile`", self.ds.key, self.txn_id, undo_exc,
             )
-            return
+            return False
         msg = f"{type(exc).__name__}: {exc}"
         try:
             self.driver.control.abort_txn(self.txn_id, msg)
         except Exception as pg_exc:
             log.error("could not mark txn %s aborted (%s); `trident reconcile` will", self.txn_id, pg_exc)
-            return
-        try:
-            self.sink.discard(self.ds, self.txn_id, location=self.entry.location)
-        except Exception as io_exc:
-            log.warning(
-                "txn %s aborted, but its files could not be removed yet (%s); `trident maintain` removes them",
-                self.txn_id, io_exc,
-            )
+            return False
+        self.driver.clean(self.ds, self.entry)
         log.warning("trident write %s aborted (txn %s): %s", self.ds.key, self.txn_id, msg)
+        return True
 
 
-def _reraise(exc: BaseException) -> NoReturn:
+def _reraise(exc: BaseException, settled: bool) -> NoReturn:
     """Re-raise, naming storage faults (OSError from pyarrow/S3) as StorageUnavailableError and a
-    lost control plane as ControlPlaneUnavailableError."""
-    if isinstance(exc, psycopg.Error):
+    lost control plane as ControlPlaneUnavailableError: psycopg's errors, and the SQL catalog's
+    connection errors (sqlalchemy), since that catalog lives in the control-plane Postgres.
+    ``settled`` says whether the failure path could abort the transaction; if not, its ledger row
+    is still open, and whether the change counts is the reconciler's call (its snapshot may have
+    committed), so the message must not claim that nothing was committed."""
+    fate = "nothing was committed" if settled else (
+        "its ledger row stays open until `trident reconcile` (or the next write of the dataset) settles it: "
+        "rolled forward if its snapshot committed, else aborted"
+    )
+    if isinstance(exc, psycopg.Error) or _lost_sql_catalog(exc):
         raise ControlPlaneUnavailableError(
-            f"the control-plane Postgres failed during the write; nothing was committed: {type(exc).__name__}: {exc}"
+            f"the control-plane Postgres failed during the write; {fate}: {type(exc).__name__}: {exc}"
         ) from exc
     if isinstance(exc, OSError) and not isinstance(exc, TridentError):
-        raise StorageUnavailableError(f"storage unavailable, nothing was committed: {type(exc).__name__}: {exc}") from exc
+        raise StorageUnavailableError(f"storage unavailable, {fate}: {type(exc).__name__}: {exc}") from exc
     raise exc
+
+
+def _lost_sql_catalog(exc: BaseException) -> bool:
+    """The SQL catalog's connection to Postgres failed (not a bug in a statement)."""
+    return isinstance(exc, (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError, sqlalchemy.exc.TimeoutError)) or (
+        isinstance(exc, sqlalchemy.exc.DBAPIError) and exc.connection_invalidated
+    )

@@ -23,7 +23,7 @@ class MaintenanceConfig(dg.Config):
 @dg.op(description="Expire old snapshots and delete the data files only they used, dataset by dataset.")
 def maintain_tables(context: dg.OpExecutionContext, config: MaintenanceConfig, trident: TridentResource) -> dg.Output[int]:
     t = trident.get_client()
-    keys = config.keys or [d.key for d in t.datasets() if d.sink == "iceberg_native"]
+    keys = config.keys or sorted({d.key for d in t.datasets() if d.sink == "iceberg_native"} | set(t.pending_cleanup_keys()))
     expired = deleted = 0
     for key in keys:
         report = t.maintain(key, older_than=timedelta(days=config.older_than_days), retain_last=config.retain_last)

@@ -24,8 +24,9 @@ def trident_reconciler(context: dg.SensorEvaluationContext, trident: TridentReso
         report = t.reconcile()
     summary = (
         f"rolled forward {len(report.rolled_forward)}, aborted {len(report.aborted)}, "
-        f"left {len(report.still_running)} running"
+        f"left {len(report.still_running)} running, cleaned up {len(report.cleaned_up)}, "
+        f"{len(report.cleanup_pending)} cleanups pending, {report.aborted_uploads} incomplete uploads aborted"
     )
-    if report.rolled_forward or report.aborted:
+    if report.rolled_forward or report.aborted or report.cleaned_up or report.aborted_uploads:
         context.log.warning(f"reconciler: {summary}: {report}")
     return dg.SkipReason(f"reconciler: {summary}")

@@ -81,3 +81,14 @@ def test_pyiceberg_internals_for_storage_access_still_exist() -> None:
     compat.register_fsspec_scheme(io, "s3", lambda props: None)
     fs = compat.fresh_pyarrow_filesystems(PyArrowFileIO({}))("file", None)
     assert fs.type_name == "local"
+
+
+def test_pyiceberg_commit_file_naming_still_exists() -> None:
+    import inspect
+
+    from pyiceberg.table.update.snapshot import _SnapshotProducer
+
+    assert "commit_uuid=self.commit_uuid" in inspect.getsource(_SnapshotProducer), (
+        "pyiceberg's snapshot producer no longer names its files by commit_uuid: update "
+        "pyiceberg_compat.name_commit_files (discard finds a failed commit's manifests by that name)"
+    )

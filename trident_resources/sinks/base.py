@@ -7,6 +7,7 @@ Implementations: ``sinks.iceberg.IcebergSink`` and ``sinks.pg.PgSink``; ``open_s
 
 from __future__ import annotations
 
+import logging
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
@@ -25,6 +26,8 @@ WriteMode = Literal["replace", "append", "upsert", "append_new", "delete"]
 WRITE_MODES: tuple[WriteMode, ...] = get_args(WriteMode)
 
 AsOf = int | str | uuid.UUID | datetime | None
+
+log = logging.getLogger("trident")
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,11 @@ class Maintenance:
     data_files_before: int | None = None
     data_files_after: int | None = None
 
+    aborted_uploads: int = 0  # incomplete multipart uploads of dead writers
+    cleaned_txns: int = 0  # aborted transactions whose pending storage cleanup ran now
+    cleanup_pending: int = 0  # ... and those whose cleanup still cannot run (storage unreachable)
+
+
 
 ScanPath = Literal["native", "arrow"]
 
@@ -100,6 +108,14 @@ class ScanPlan:
     snapshot_id: int | None = None
     files: tuple[str, ...] = ()
     field_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Discarded:
+    """What ``Sink.discard`` removed of an unfinished transaction."""
+
+    files: int = 0
+    uploads: int = 0  # incomplete multipart uploads aborted
 
 
 class Removal(Protocol):
@@ -141,8 +157,14 @@ class SinkWrite(ABC):
         return self
 
     def __exit__(self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
-        if t is not None:
+        """On failure, drop what was written. A drop that fails too (storage gone) must not replace
+        the write's own error: the transaction's abort records the cleanup as pending instead."""
+        if t is None:
+            return
+        try:
             self.discard()
+        except Exception as exc:
+            log.warning("could not drop the files of a failed write yet (%s: %s)", type(exc).__name__, exc)
 
 
 class StoredVersion(ABC):
@@ -193,9 +215,11 @@ class Sink(ABC):
         """Revert a change a write made when the COMMIT step could not record it."""
 
     @abstractmethod
-    def discard(self, ds: DatasetRecord, txn_id: uuid.UUID, location: str | None = None) -> None:
-        """Remove anything an unfinished transaction left behind (files it never committed);
-        ``location`` is where the ledger says it wrote, for a writer that died mid-way."""
+    def discard(self, ds: DatasetRecord, txn_id: uuid.UUID, location: str | None = None) -> Discarded:
+        """Remove anything an unfinished transaction left behind (files it never committed,
+        incomplete uploads); ``location`` is where the ledger says it wrote, for a writer that died
+        mid-way or a first write whose table never came to exist. Idempotent; raises when storage
+        cannot be reached (the ledger keeps the cleanup pending and it is retried)."""
 
     @abstractmethod
     def find_committed(self, ds: DatasetRecord, txn_id: uuid.UUID) -> Outcome | None:
@@ -245,8 +269,11 @@ class Sink(ABC):
         do by default); the caller holds the dataset's writer lock."""
         return Maintenance(key=ds.key, expired_snapshots=0, deleted_files=0)
 
-    def maintain(self, ds: DatasetRecord, *, older_than: datetime, retain_last: int) -> Maintenance:
-        """Expire old versions and delete the storage only they used (nothing to do by default)."""
+    def maintain(
+        self, ds: DatasetRecord, *, older_than: datetime, retain_last: int, uploads_before: datetime | None = None
+    ) -> Maintenance:
+        """Expire old versions and delete the storage only they used, and abort incomplete uploads
+        started before ``uploads_before`` (nothing to do by default)."""
         return Maintenance(key=ds.key, expired_snapshots=0, deleted_files=0)
 
     @abstractmethod

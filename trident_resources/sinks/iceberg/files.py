@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections import OrderedDict, deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import IO, Any, cast
 
@@ -344,16 +344,26 @@ class _CurrentFileSystem(pafs.FileSystemHandler):
 
 def list_txn_files(io: FileIO, location: str, txn_id: uuid.UUID) -> list[str]:
     """Data files a transaction wrote under the table location (named ``<txn_id>-NNNNN.parquet``)."""
-    data_dir = f"{location.rstrip('/')}/data"
-    fs, path = filesystem_for(io, data_dir)
-    infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
     prefix = f"{txn_id}-"
-    scheme = data_dir.split("://", 1)[0] if "://" in data_dir else "file"
-    found = []
-    for info in infos:
-        if info.type == pafs.FileType.File and info.base_name.startswith(prefix):
-            found.append(f"{scheme}://{info.path}" if scheme != "file" else f"file://{info.path}")
-    return found
+    return _list(io, f"{location.rstrip('/')}/data", lambda name: name.startswith(prefix))
+
+
+def list_txn_metadata(io: FileIO, location: str, txn_id: uuid.UUID) -> list[str]:
+    """The manifests and manifest list a transaction's snapshot commit wrote (named after the txn
+    id: ``<txn_id>-m<n>.avro``, ``snap-<id>-<attempt>-<txn_id>.avro``), for a commit that never
+    landed: they are garbage only when no snapshot of the table is the transaction's."""
+    manifest, manifest_list = f"{txn_id}-m", f"-{txn_id}.avro"
+    return _list(
+        io, f"{location.rstrip('/')}/metadata",
+        lambda name: name.startswith(manifest) or (name.startswith("snap-") and name.endswith(manifest_list)),
+    )
+
+
+def _list(io: FileIO, folder: str, wanted: Callable[[str], bool]) -> list[str]:
+    fs, path = filesystem_for(io, folder)
+    infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+    scheme = folder.split("://", 1)[0] if "://" in folder else "file"
+    return [f"{scheme}://{info.path}" for info in infos if info.type == pafs.FileType.File and wanted(info.base_name)]
 
 
 class _PartitionState:

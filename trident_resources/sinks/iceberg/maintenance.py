@@ -43,15 +43,29 @@ def logged_metadata(table: Table) -> list[TableMetadata]:
 def data_files_of(io: FileIO, snapshots: Iterable[Snapshot], *, live_only: bool) -> set[str]:
     """Paths of the data files the snapshots' manifests list; ``live_only`` skips entries that
     record a deletion (what a snapshot reads), else every file the manifests ever named.
-    Manifests shared by several snapshots are read once."""
+    Manifests shared by several snapshots are read once. For history (not ``live_only``), a
+    snapshot whose manifests are gone (a discarded staged version, an expired snapshot whose
+    files were removed) contributes nothing: its data files were removed with it."""
     paths: set[str] = set()
     seen: set[str] = set()
     for snap in snapshots:
-        for manifest in snap.manifests(io):
+        try:
+            manifests = snap.manifests(io)
+        except FileNotFoundError:
+            if live_only:
+                raise
+            continue
+        for manifest in manifests:
             if manifest.manifest_path in seen:
                 continue
             seen.add(manifest.manifest_path)
-            for entry in manifest.fetch_manifest_entry(io, discard_deleted=live_only):
+            try:
+                entries = manifest.fetch_manifest_entry(io, discard_deleted=live_only)
+            except FileNotFoundError:
+                if live_only:
+                    raise
+                continue
+            for entry in entries:
                 paths.add(entry.data_file.file_path)
     return paths
 

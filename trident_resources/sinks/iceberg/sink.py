@@ -4,6 +4,7 @@ transaction, copy-on-write for keyed writes (no delete files, so every reader st
 from __future__ import annotations
 
 import contextlib
+import itertools
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict
@@ -51,11 +52,12 @@ from ...partitions import (
     iceberg_transform,
     matches_spec,
 )
-from ...pyiceberg_compat import transaction_io, transaction_table
+from ...pyiceberg_compat import name_commit_files, transaction_io, transaction_table
 from ...schemas import compatible, conform, describe_schema, to_iceberg, with_identity
 from ...settings import TridentSettings
 from ..base import (
     AsOf,
+    Discarded,
     Maintenance,
     Removal,
     ScanPath,
@@ -68,8 +70,9 @@ from ..base import (
 )
 from .catalog import ensure_namespace
 from .credentials import StorageAccess
-from .files import DataFileWriter, PartitionedDataFileWriter, delete_paths, filesystem_for, list_txn_files
+from .files import DataFileWriter, PartitionedDataFileWriter, delete_paths, filesystem_for, list_txn_files, list_txn_metadata
 from .maintenance import data_files_of, existing_under, once_referenced
+from .s3_housekeeping import abort_incomplete_uploads
 
 TXN_PROPERTY = "trident.txn-id"
 OWNER_PROPERTY = "trident.dataset-id"
@@ -189,6 +192,18 @@ def _duckdb_version() -> str:
     import duckdb
 
     return str(duckdb.__version__)
+
+
+def _order_like(txn: Transaction, target: pa.Schema) -> None:
+    """A replace makes the dataset exactly its input, column order included (the pg sink does the
+    same); ``union_by_name`` keeps the old order and appends new columns, so move them."""
+    names = [f.name for f in txn.table_metadata.schema().fields]
+    if names == target.names:
+        return
+    with txn.update_schema() as upd:
+        upd.move_first(target.names[0])
+        for before, name in itertools.pairwise(target.names):
+            upd.move_after(name, before)
 
 
 def _strip(schema: pa.Schema) -> pa.Schema:
@@ -473,6 +488,8 @@ class IcebergSink(Sink):
             if any(f.name not in current.names for f in target) or replace:
                 with txn.update_schema() as upd:
                     upd.union_by_name(to_iceberg(target))
+            if replace:
+                _order_like(txn, target)
         if req.partition is not None:
             self._ensure_spec(txn, req)
         req.note_location(txn.table_metadata.location)
@@ -623,6 +640,7 @@ class IcebergSink(Sink):
                 branch = audit_branch(req.txn_id) if txn.table_metadata.current_snapshot() is not None else None
             update = txn.update_snapshot(snapshot_properties=props, branch=branch)
             producer = update.overwrite() if to_delete else update.fast_append()
+            name_commit_files(producer, req.txn_id)  # so discard finds them if the commit never lands
             with producer as p:
                 for f in to_delete:
                     p.delete_data_file(f)
@@ -699,19 +717,27 @@ class IcebergSink(Sink):
             table.manage_snapshots().set_current_snapshot(snap.parent_snapshot_id).commit()
         delete_paths(table.io, list_txn_files(table.io, table.location(), txn_id))
 
-    def discard(self, ds: DatasetRecord, txn_id: uuid.UUID, location: str | None = None) -> None:
+    def discard(self, ds: DatasetRecord, txn_id: uuid.UUID, location: str | None = None) -> Discarded:
+        """Delete the transaction's data files, the manifests of its snapshot commit that never
+        landed, and abort its incomplete multipart uploads (a writer killed or cut off mid-file
+        leaves one per open file). Without a table (an aborted
+        first write) the ledger's ``location`` says where, and its FileIO comes from the catalog."""
         table = self.table(ds)
         if table is not None and self._txn_snapshot(table, txn_id) is not None:
-            return  # committed: its files are the dataset
+            return Discarded()  # committed: its files are the dataset
+        where = location or (table.location() if table is not None else None)
+        io = table.io if table is not None else None
         if table is not None and table.current_snapshot() is None:
             self.catalog.drop_table(self.identifier(ds))  # created empty (or staged only) by an aborted first write
-            table = None
         elif table is not None and audit_branch(txn_id) in table.metadata.refs:
             self._drop_branch(table, txn_id)
-        io = table.io if table is not None else load_file_io(dict(self.catalog.properties), location)
-        where = location or (table.location() if table is not None else None)
-        if where:
-            delete_paths(io, list_txn_files(io, where, txn_id))
+        if not where:
+            return Discarded()
+        io = io or load_file_io(dict(self.catalog.properties), where)
+        files = list_txn_files(io, where, txn_id)
+        delete_paths(io, files + list_txn_metadata(io, where, txn_id))
+        uploads = abort_incomplete_uploads(io.properties, where, txn_id=txn_id)
+        return Discarded(files=len(files), uploads=uploads)
 
     # -- write-audit-publish ----------------------------------------------------------------
     def publish(self, ds: DatasetRecord, txn_id: uuid.UUID, base_snapshot_id: int | None) -> Outcome:
@@ -893,12 +919,15 @@ class IcebergSink(Sink):
             compaction_files_written=done.written, data_files_before=done.files_before, data_files_after=done.files_after,
         )
 
-    def maintain(self, ds: DatasetRecord, *, older_than: datetime, retain_last: int) -> Maintenance:
+    def maintain(
+        self, ds: DatasetRecord, *, older_than: datetime, retain_last: int, uploads_before: datetime | None = None
+    ) -> Maintenance:
         """Expire snapshots older than ``older_than`` (always keeping the newest ``retain_last`` and
         the current one), then delete the data files this table's own metadata once referenced and
-        no remaining snapshot reads. Never "every unused file in the folder": a folder may hold
-        another dataset's files (see ``maintenance.py``). The caller holds the dataset's writer
-        lock, so no Trident write has files in flight."""
+        no remaining snapshot reads, and abort the incomplete multipart uploads under the table
+        started before ``uploads_before``. Never "every unused file in the folder": a folder may
+        hold another dataset's files (see ``maintenance.py``). The caller holds the dataset's
+        writer lock, so no Trident write has files in flight."""
         table = self._existing_table(ds)
         keep = {s.snapshot_id for s in sorted(table.snapshots(), key=lambda s: s.timestamp_ms)[-max(retain_last, 1):]}
         cutoff = int(older_than.timestamp() * 1000)
@@ -912,7 +941,10 @@ class IcebergSink(Sink):
         still_read = data_files_of(table.io, table.snapshots(), live_only=True)
         garbage = existing_under(table, ours - still_read)
         delete_paths(table.io, garbage)
-        return Maintenance(key=ds.key, expired_snapshots=len(expire), deleted_files=len(garbage))
+        uploads = 0
+        if uploads_before is not None:
+            uploads = abort_incomplete_uploads(table.io.properties, table.location(), initiated_before=uploads_before)
+        return Maintenance(key=ds.key, expired_snapshots=len(expire), deleted_files=len(garbage), aborted_uploads=uploads)
 
     def drop(self, ds: DatasetRecord) -> None:
         self._locations.pop(ds.dataset_id, None)

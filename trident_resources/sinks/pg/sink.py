@@ -44,7 +44,7 @@ from ...identity import CREATED_AT, ROW_ID, ROW_INDEX
 from ...partitions import PartitionFilter
 from ...schemas import conform, describe_schema, to_iceberg, with_identity
 from ...settings import TridentSettings
-from ..base import AsOf, Removal, Sink, SinkWrite, StoredVersion, WriteCounts, WriteRequest
+from ..base import AsOf, Discarded, Removal, Sink, SinkWrite, StoredVersion, WriteCounts, WriteRequest
 from .codec import JsonCodec
 
 FETCH_ROWS = 20_000  # rows per server-side cursor round trip (and per decoded batch)
@@ -254,9 +254,10 @@ class PgSink(Sink):
             conn.execute(q.PG_UNDO_FORGET, (txn_id,))
             conn.execute(q.PG_DELETE_COMMIT, (txn_id,))
 
-    def discard(self, ds: DatasetRecord, txn_id: uuid.UUID, location: str | None = None) -> None:
+    def discard(self, ds: DatasetRecord, txn_id: uuid.UUID, location: str | None = None) -> Discarded:
         """Nothing to do: an unfinished pg write is an uncommitted Postgres transaction, which
         Postgres rolled back when the writer failed or its connection died."""
+        return Discarded()
 
     # -- READ -------------------------------------------------------------------------------
     def _check_as_of(self, ds: DatasetRecord, state: PgCommit, as_of: AsOf) -> None:
