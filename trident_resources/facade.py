@@ -149,6 +149,8 @@ class Trident:
             meta = dict(metadata or {})
             if partition is not None:
                 meta[PARTITION_META] = partition.as_metadata()
+            if stage:  # recorded by publish, with the version (a staged version changes nothing yet)
+                meta[STAGED_META] = _staged_meta(provenance, watermarks)
             intent = Intent(
                 txn_id=txn, mode=mode, writer=writer, sink=route.sink, route=route,
                 source_refs=list(source_refs or []), metadata=meta,
@@ -357,6 +359,14 @@ class Trident:
         ds, entry = self._staged_entry(key, txn_id)
         with self.driver.locked(ds) as ds:
             ds, entry = self._staged_entry(key, txn_id)  # still staged now that we hold the lock
+            pending = entry.metadata.get(STAGED_META) or {}
+            if provenance is None:
+                provenance = pending.get("provenance")
+            if watermarks is None:
+                watermarks = {
+                    k: (datetime.fromisoformat(mark), uuid.UUID(src) if src else None)
+                    for k, (mark, src) in (pending.get("watermarks") or {}).items()
+                }
             done, outcome = self.driver.publish(ds, entry, provenance=provenance, watermarks=self._watermark_rows(watermarks))
         route = RouteDecision(sink=entry.sink, requested=entry.requested_sink or entry.sink, clamped=entry.clamped,
                               reason=entry.route_reason or "staged")
@@ -660,6 +670,18 @@ def _check_mode(mode: str, keys: tuple[str, ...], row_filter: str | None, data: 
         raise InvalidWriteError("row_filter is only for mode='delete'; reads take row_filter in read()/stream()")
     if mode != "delete" and data is None:
         raise InvalidWriteError(f"mode {mode!r} needs data")
+
+
+STAGED_META = "trident.staged"  # ledger metadata of a staged write: what publish records with it
+
+
+def _staged_meta(
+    provenance: Mapping[str, Any] | None, watermarks: Mapping[str, tuple[datetime, uuid.UUID | None]] | None
+) -> dict[str, Any]:
+    return {
+        "provenance": dict(provenance) if provenance is not None else None,
+        "watermarks": {k: [mark.isoformat(), str(src) if src else None] for k, (mark, src) in (watermarks or {}).items()},
+    }
 
 
 def _result(

@@ -140,3 +140,17 @@ def test_a_kill_at_any_step_ends_old_or_new_whole(trident: Trident, settings: Tr
         assert t.history("wap/k")[0].status == "committed"
     tbl = t.driver.sinks["iceberg_native"].table(t._record("wap/k"))  # type: ignore[attr-defined]
     assert not [ref for ref in tbl.metadata.refs if ref != "main"]
+
+
+def test_publish_records_the_provenance_and_watermarks_given_when_staging(trident: Trident) -> None:
+    t = trident
+    src = t.write("wap/src", table(k=[1]))
+    t.write("wap/out", table(k=[1]), provenance={"contract": "c-1"})
+    r = t.write(
+        "wap/out", table(k=[2]), mode="append", stage=True, provenance={"contract": "c-2"},
+        watermarks={"wap/src": (src.committed_at, src.txn_id)},
+    )
+    assert t.describe("wap/out").provenance == {"contract": "c-1"} and t.watermarks("wap/out") == {}
+    t.publish("wap/out", r.txn_id)
+    assert t.describe("wap/out").provenance == {"contract": "c-2"}
+    assert t.watermarks("wap/out") == {"wap/src": src.committed_at}
