@@ -7,6 +7,7 @@ checks from the command line for CI.
 """
 
 
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,12 +31,14 @@ class Expectation:
     bounds: tuple[int | None, int | None] | None = None
     details: dict[str, Any] = field(default_factory=dict)
 
-    def evaluate(self, t: Trident, key: str) -> tuple[bool, int, dict[str, Any]]:
-        """(passed, observed number, metadata) against the dataset's current rows."""
-        if not t.exists(key):
+    def evaluate(self, t: Trident, key: str, staged: uuid.UUID | None = None) -> tuple[bool, int, dict[str, Any]]:
+        """(passed, observed number, metadata) against the dataset's current rows, or against
+        its staged version ``staged`` (write-audit-publish: audit before publishing)."""
+        if staged is None and not t.exists(key):
             return False, -1, {"error": f"dataset {key!r} does not exist yet: materialize it first"}
         try:
-            value = int(t.sql(self.sql.format(dataset=f'"{key}"')).column(0)[0].as_py() or 0)
+            query = self.sql.format(dataset=f'"{key}"')
+            value = int(t.sql(query, staged={key: staged} if staged else None).column(0)[0].as_py() or 0)
         except (TridentError, duckdb.Error) as exc:
             return False, -1, {"error": f"{type(exc).__name__}: {exc}"}
         if self.bounds is not None:

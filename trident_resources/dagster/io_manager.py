@@ -90,6 +90,9 @@ class TridentOutput:
     source_refs: Sequence[str] | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
     on_done: Callable[[], None] | None = None
+    # Write-audit-publish: write as this staged transaction (not published; the asset's blocking
+    # checks audit it and then publish it or leave it staged). Set by checked assets.
+    stage_txn: uuid.UUID | None = None
 
 
 class TridentIOManager(dg.ConfigurableIOManager):
@@ -116,10 +119,17 @@ class TridentIOManager(dg.ConfigurableIOManager):
                 keys=list(keys) if keys else None, source_refs=out.source_refs,
                 metadata={RUN_ID: context.run_id, **{k: _plain(v) for k, v in out.metadata.items()}},
                 provenance=provenance, watermarks=out.watermarks, partition=partition,
+                stage=out.stage_txn is not None, txn_id=out.stage_txn,
             )
         finally:
             if out.on_done is not None:
                 out.on_done()
+        if result.staged:  # nothing is published yet: say what waits for its checks
+            context.add_output_metadata({
+                "trident/staged_txn": str(result.txn_id), "trident/staged_row_count": result.row_count,
+                "trident/staged_snapshot_id": str(result.snapshot_id), **out.metadata,
+            })
+            return
         context.add_output_metadata(
             {**materialization_metadata(result, t.describe(key)), **partition_metadata(result, partition), **out.metadata}
         )
