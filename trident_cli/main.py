@@ -29,9 +29,9 @@ def cli(verbose: bool) -> None:
 
 
 def _register() -> None:
-    from . import admin, check, demo, pg
+    from . import admin, check, demo, pg, ui
 
-    for module in (demo, check, admin, pg):
+    for module in (demo, check, admin, pg, ui):
         for command in module.COMMANDS:
             cli.add_command(command)
 
