@@ -32,15 +32,18 @@ def resources(trident: TridentResource | None = None) -> dict[str, object]:
     return {"trident": trident, "io_manager": TridentIOManager(trident=trident)}
 
 
-def build_definitions(trident: TridentResource | None = None) -> dg.Definitions:
-    """The Definitions, optionally on a given resource (tests and the CLI point it elsewhere)."""
+def build_definitions(trident: TridentResource | None = None, executor: dg.ExecutorDefinition | None = None) -> dg.Definitions:
+    """The Definitions, optionally on a given resource (tests and the CLI point it elsewhere) and
+    executor. Without one, Dagster's default runs each step in its own process, independent steps
+    in parallel (up to the CPU count); a deployment passes its own (``deploy/*/definitions.py``:
+    ``k8s_job_executor``, ``celery_executor``, ``docker_executor``) without touching the assets."""
     trident = trident or TridentResource()
     return dg.Definitions.merge(
         pipeline_definitions(),
         dg.Definitions(
             jobs=[pipeline_job, *MAINTENANCE_JOBS],
             schedules=[rebuild_schedule(trident.settings()), *MAINTENANCE_SCHEDULES],
-            sensors=[trident_reconciler, trident_commits], resources=resources(trident),
+            sensors=[trident_reconciler, trident_commits], resources=resources(trident), executor=executor,
         ),
     )
 
