@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Install the project with its test extras into .venv and run the whole suite.
+# Install the project with its test extras (EXTRAS, default "test") into .venv and run the whole suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e ".[test]"
+.venv/bin/python -m pip install -q -e ".[${EXTRAS:-test}]"
 set +e
 .venv/bin/python -m pytest "$@"
 rc=$?
