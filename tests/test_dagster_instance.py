@@ -71,7 +71,7 @@ def test_run_queue_and_one_slot_per_dataset_pool(instance_dir: Path) -> None:
 def test_every_example_asset_names_its_dataset_pool() -> None:
     from trident_assets.definitions import defs
 
-    pools = {a.node_def.name: a.op.pool for a in defs.assets}  # type: ignore[union-attr]
+    pools = {a.node_def.name: a.op.pool for a in defs.assets or [] if isinstance(a, dg.AssetsDefinition)}
     assert pools["sales__q3_revenue"] == "trident/sales/q3_revenue"
     assert pools["tpch__orders"] == "trident/tpch/orders"
     assert pools["split_sales__urgent_orders"] == "trident/sales/urgent_orders"
@@ -85,7 +85,7 @@ def test_the_written_yaml_is_never_overwritten(tmp_path: Path) -> None:
 
 
 def test_storage_url_defaults_to_a_dagster_database_on_the_control_plane_server(trident_home: Path, pg_dsn: str) -> None:
-    settings = TridentSettings(home=trident_home, pg_dsn=pg_dsn)  # type: ignore[arg-type]
+    settings = TridentSettings(home=trident_home, pg_dsn=pg_dsn)
     url, origin = instance_storage_url(settings, environ={})
     assert url.startswith(DRIVER + "://") and url.endswith("/dagster"), url
     assert "TRIDENT_PG_DSN" in origin

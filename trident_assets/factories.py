@@ -29,8 +29,8 @@ from trident_resources.dagster import TridentOutput, TridentResource, dataset_po
 from trident_resources.dagster.partitions import declared, run_partition
 from trident_resources.keys import validate_key
 
-from .compute import DEFAULT_BATCH_ROWS, SOURCE_ROW_INDEX, Session, open_session
 from .checked import checked_asset, checked_results  # issue 13: expectations run in the asset's own step
+from .compute import DEFAULT_BATCH_ROWS, SOURCE_ROW_INDEX, Session, open_session
 from .expectations import Expectation, check_specs
 from .join_guard import SourceStats, check_join, max_join_rows
 from .model import model_reader
