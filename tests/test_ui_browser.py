@@ -1,8 +1,9 @@
 """The Dagster UI, end to end, in a real browser: ``trident ui`` on a fresh TRIDENT_HOME (embedded
 Postgres for the control plane and the Dagster instance), Debian's Chromium driven by selenium,
 "Materialize all" clicked on the asset graph, the run watched until it succeeds, and the checks,
-row count and provenance read off the asset pages. Then the UI is stopped and the run is read
-back from the persistent instance, so the state outlives the process.
+row count and provenance read off the asset pages. The rebuild schedule is switched on; then the UI
+is stopped and started again on the same home, and the run and the schedule's state are still
+there (the instance lives in the embedded Postgres, not in a temporary folder).
 
 Browser: ``/usr/bin/chromium`` + ``/usr/bin/chromedriver`` (``apt-get install chromium
 chromium-driver``; ``.ci/run`` installs them). Nothing is downloaded at run time. Without them the
@@ -236,6 +237,8 @@ def test_materialize_all_from_the_ui(driver: Any, tmp_path: Path, request: pytes
         _wait("the materialization to show its provenance",
               lambda: "trident/provenance" in body() and "Transaction Processing Performance Council" in body(), 60)
         snap("05-provenance")
+        # switch the rebuild schedule on (as the Automation page's toggle does), to see it survive
+        assert _schedule(ui.base, "startSchedule") == "RUNNING"
     except BaseException:
         _save_artifacts(request.node.name, shots, driver, log)
         raise
@@ -243,21 +246,36 @@ def test_materialize_all_from_the_ui(driver: Any, tmp_path: Path, request: pytes
         rc = ui.stop()
     assert rc == 0, f"trident ui exited with {rc}:\n{log.read_text()[-3000:]}"
 
-    # the instance outlives the UI: the run is read back from its Postgres after the stop
-    from dagster import DagsterInstance, DagsterRunStatus
-
-    from trident_cli.ui import URL_VARIABLE, dagster_home, instance_storage_url
-
-    settings = TridentSettings(home=home)
-    url, _ = instance_storage_url(settings, environ={})
-    os.environ[URL_VARIABLE] = url
+    # a restart on the same home: the run and the schedule's state are still there
+    log2 = tmp_path / "trident-ui-restarted.log"
+    ui = UI(home, _free_port(), log2)
     try:
-        with DagsterInstance.from_config(str(dagster_home(settings))) as instance:
-            run = instance.get_run_by_id(run_id)
-            assert run is not None and run.status == DagsterRunStatus.SUCCESS
+        ui.wait_ready()
+        driver.get(ui.base + "/runs")
+        _wait("the earlier run to be listed after the restart", lambda: run_id[:8] in body(), 60)
+        snap("06-runs-after-restart")
+        assert _run_status(ui.base, run_id)["status"] == "SUCCESS"
+        assert _schedule(ui.base, "scheduleOrError") == "RUNNING"
+    except BaseException:
+        _save_artifacts(request.node.name, shots, driver, log2)
+        raise
     finally:
-        del os.environ[URL_VARIABLE]
+        rc = ui.stop()
         stop_embedded_postgres(home / "pg")
+    assert rc == 0, f"trident ui exited with {rc}:\n{log2.read_text()[-3000:]}"
+
+
+def _schedule(base: str, field: str, name: str = "tpch_pipeline_rebuild") -> str:
+    """Start the schedule (``startSchedule``) or read its state (``scheduleOrError``) over GraphQL."""
+    [location] = _graphql(base, "{ workspaceOrError { ... on Workspace { locationEntries { name } } } }")["workspaceOrError"]["locationEntries"]
+    selector = f'{{repositoryLocationName: "{location["name"]}", repositoryName: "__repository__", scheduleName: "{name}"}}'
+    if field == "startSchedule":
+        query = f"mutation {{ startSchedule(scheduleSelector: {selector}) {{ __typename ... on ScheduleStateResult {{ scheduleState {{ status }} }} ... on PythonError {{ message }} }} }}"
+        result = dict(_graphql(base, query)["startSchedule"])
+        return str(result.get("scheduleState", {}).get("status") or result)
+    query = f"{{ scheduleOrError(scheduleSelector: {selector}) {{ __typename ... on Schedule {{ scheduleState {{ status }} }} }} }}"
+    result = dict(_graphql(base, query)["scheduleOrError"])
+    return str(result.get("scheduleState", {}).get("status") or result)
 
 
 def _head() -> str:
