@@ -42,7 +42,7 @@ CHROMEDRIVER = "/usr/bin/chromedriver"
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
                   "--window-size=1600,1000")
-SCALE = "0.001"
+SCALE = os.environ.get("UI_TEST_TPCH_SCALE", "0.001")  # the test scale; larger ones to measure the run time
 RUN_TIMEOUT_S = 300.0
 ASSET = "sales/q3_revenue"
 ASSET_CHECKS = ("not_null_l_orderkey_revenue", "unique_l_orderkey", "row_count_between", "revenue_positive")
