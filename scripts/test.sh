@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# Install the project with its test extras into .venv, lint and type-check it, and run the whole suite.
+# Install the project with its test extras (EXTRAS, default "test") into .venv, lint and type-check it,
+# and run the whole suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e ".[test]"
+.venv/bin/python -m pip install -q -e ".[${EXTRAS:-test}]"
 # Lint and type-check first: either failing fails the script (set -e) before any test runs.
 .venv/bin/ruff check .
+.venv/bin/ruff format --check .
 .venv/bin/mypy
 set +e
 .venv/bin/python -m pytest "$@"

@@ -157,7 +157,8 @@ def test_definitions_load_cleanly() -> None:
     assert defs.assets is not None and defs.asset_checks is not None
     conditions = {k.to_user_string(): c for a in defs.assets for k, c in a.automation_conditions_by_key.items()}  # type: ignore[union-attr]
     assert conditions == {"sales/lineitem_revenue": dg.AutomationCondition.eager()}  # the example's delta node
-    checked = {spec.asset_key for c in defs.asset_checks for spec in c.check_specs}
+    in_step = [a for a in defs.assets or [] if isinstance(a, dg.AssetsDefinition)]  # checks are the assets' own
+    checked = {spec.asset_key for c in [*(defs.asset_checks or []), *in_step] for spec in c.check_specs}
     for asset in defs.assets:
         assert isinstance(asset, dg.AssetsDefinition)
         for key in asset.keys:

@@ -111,12 +111,37 @@ def _check(key: str, e: Expectation) -> dg.AssetChecksDefinition:
         metadata={"trident/sql": e.sql.format(dataset=f'"{key}"')},
     )
     def _run(context: dg.AssetCheckExecutionContext, trident: TridentResource) -> dg.AssetCheckResult:
-        passed, value, meta = e.evaluate(trident.get_client(), key)
-        return dg.AssetCheckResult(
-            passed=passed,
-            severity=dg.AssetCheckSeverity.ERROR if e.blocking else dg.AssetCheckSeverity.WARN,
-            metadata={**meta, "observed": value, "blocking": e.blocking},
-            description=None if passed else f"{e.description}: failed (observed {value})",
-        )
+        return check_result(trident.get_client(), key, e)
 
     return _run
+
+
+# -- in-step checks (issue 13) -----------------------------------------------------------------
+# The same expectations as check specs on the asset itself, evaluated in the asset's own step right
+# after the IO manager has written the output (``trident_assets.checked``). A separate check step
+# per expectation costs a process start each; in-step they cost one query each.
+
+
+def check_key(key: str, e: Expectation) -> dg.AssetCheckKey:
+    return dg.AssetCheckKey(dg.AssetKey(key.split("/")), e.name)
+
+
+def check_specs(key: str, expectations: Sequence[Expectation]) -> list[dg.AssetCheckSpec]:
+    """One ``AssetCheckSpec`` per expectation on ``key`` (same names, descriptions, blocking)."""
+    build_checks(key, expectations)  # the same validation (distinct names)
+    return [
+        dg.AssetCheckSpec(e.name, asset=dg.AssetKey(key.split("/")), description=e.description, blocking=e.blocking,
+                          metadata={"trident/sql": e.sql.format(dataset=f'"{key}"')})
+        for e in expectations
+    ]
+
+
+def check_result(t: Trident, key: str, e: Expectation) -> dg.AssetCheckResult:
+    """Evaluate one expectation against the dataset's current rows, as a result of ``key``'s check."""
+    passed, value, meta = e.evaluate(t, key)
+    return dg.AssetCheckResult(
+        asset_key=dg.AssetKey(key.split("/")), check_name=e.name, passed=passed,
+        severity=dg.AssetCheckSeverity.ERROR if e.blocking else dg.AssetCheckSeverity.WARN,
+        metadata={**meta, "observed": value, "blocking": e.blocking},
+        description=None if passed else f"{e.description}: failed (observed {value})",
+    )

@@ -25,12 +25,13 @@ import dagster as dg
 import pyarrow as pa
 
 from trident_resources import Trident, TridentError
-from trident_resources.dagster import TridentOutput, TridentResource
+from trident_resources.dagster import TridentOutput, TridentResource, dataset_pool
 from trident_resources.dagster.partitions import declared, run_partition
 from trident_resources.keys import validate_key
 
+from .checked import checked_asset, checked_results  # issue 13: expectations run in the asset's own step
 from .compute import DEFAULT_BATCH_ROWS, SOURCE_ROW_INDEX, Session, open_session
-from .expectations import Expectation, build_checks
+from .expectations import Expectation, check_specs
 from .join_guard import SourceStats, check_join, max_join_rows
 from .model import model_reader
 from .provenance import lineage_entry, merge_provenance
@@ -126,7 +127,7 @@ def transform_asset(
     """``key`` := ``sql`` over dataset ``source`` (named ``source`` in the SQL)."""
     strategy = strategy or replace()
 
-    @dg.asset(key=_akey(key), deps=[_akey(source)], **_asset_kwargs(group, kinds, description or sql, strategy, metadata, automation_condition, partitions_def, backfill_policy))
+    @checked_asset(key, expectations, deps=[_akey(source)], **_asset_kwargs(group, kinds, description or sql, strategy, metadata, automation_condition, partitions_def, backfill_policy))
     def _transform(context: dg.AssetExecutionContext, trident: TridentResource) -> TridentOutput:
         def build(session: Session) -> tuple[Any, None]:
             context.log.info(f"{key}: {session.plan.reason}")
@@ -136,7 +137,7 @@ def transform_asset(
             trident.get_client(), key, {"source": source}, strategy, provenance, build, partition=run_partition(context, key)
         )
 
-    return Node(_transform, build_checks(key, expectations))
+    return Node(_transform)
 
 
 def join_asset(
@@ -163,7 +164,7 @@ def join_asset(
         raise ValueError(f"join_asset {key!r} needs two or more sources; use transform_asset for one")
     deps = [_akey(k) for k in dict.fromkeys(sources.values())]
 
-    @dg.asset(key=_akey(key), deps=deps, **_asset_kwargs(group, kinds, description or sql, strategy, metadata, automation_condition, partitions_def, backfill_policy))
+    @checked_asset(key, expectations, deps=deps, **_asset_kwargs(group, kinds, description or sql, strategy, metadata, automation_condition, partitions_def, backfill_policy))
     def _join(context: dg.AssetExecutionContext, trident: TridentResource) -> TridentOutput:
         t = trident.get_client()
 
@@ -183,7 +184,7 @@ def join_asset(
 
         return _node_output(t, key, sources, strategy, provenance, build, partition=run_partition(context, key))
 
-    return Node(_join, build_checks(key, expectations))
+    return Node(_join)
 
 
 def split_asset(
@@ -210,6 +211,9 @@ def split_asset(
     to ``unmatched``, so the two outputs partition the source exactly."""
     strategy = strategy or replace()
     outs = {"matched": matched, "unmatched": unmatched}
+    for k in expectations or {}:
+        if k not in outs.values():
+            raise ValueError(f"split expectations name {k!r}, which is not one of its outputs {list(outs.values())}")
     wheres = {"matched": f"({predicate}) IS TRUE", "unmatched": f"({predicate}) IS NOT TRUE"}
     asset_outs = {
         _akey(k).to_python_identifier(): dg.AssetOut(
@@ -226,8 +230,11 @@ def split_asset(
     @dg.multi_asset(
         name=name or f"split_{matched.replace('/', '__')}", outs=asset_outs, deps=[_akey(source)], can_subset=True,
         partitions_def=partitions_def, backfill_policy=backfill_policy,
+        # issue 13: checks in-step; one pool (only this op writes either half)
+        check_specs=[s for k, exps in (expectations or {}).items() for s in check_specs(k, exps)],
+        pool=dataset_pool(matched, partitions_def),
     )
-    def _split(context: dg.AssetExecutionContext, trident: TridentResource) -> Iterator[dg.Output[TridentOutput]]:
+    def _split(context: dg.AssetExecutionContext, trident: TridentResource) -> Iterator[dg.Output[TridentOutput] | dg.AssetCheckResult]:
         t = trident.get_client()
         sinks = {k: t.resolve_sink(k) for k in outs.values()}
         if len(set(sinks.values())) > 1:
@@ -245,13 +252,10 @@ def split_asset(
 
             out = _node_output(t, k, {"source": source}, strategy, provenance, build, partition=run_partition(context, k))
             yield dg.Output(out, output_name=_akey(k).to_python_identifier())
+        for k, exps in (expectations or {}).items():  # issue 13: after both halves are written
+            yield from checked_results(context, trident, k, exps)
 
-    checks: list[dg.AssetChecksDefinition] = []
-    for k, exps in (expectations or {}).items():
-        if k not in outs.values():
-            raise ValueError(f"split expectations name {k!r}, which is not one of its outputs {list(outs.values())}")
-        checks += build_checks(k, exps)
-    return Node(_split, checks)
+    return Node(_split)
 
 
 def _split_description(source: str, predicate: str, side: str) -> str:
@@ -289,7 +293,7 @@ def model_asset(
     """
     strategy = strategy or replace()
 
-    @dg.asset(key=_akey(key), deps=[_akey(source)], **_asset_kwargs(group, kinds, description or (fn.__doc__ or fn.__name__), strategy, metadata, automation_condition, partitions_def, backfill_policy))
+    @checked_asset(key, expectations, deps=[_akey(source)], **_asset_kwargs(group, kinds, description or (fn.__doc__ or fn.__name__), strategy, metadata, automation_condition, partitions_def, backfill_policy))
     def _model(context: dg.AssetExecutionContext, trident: TridentResource) -> TridentOutput:
         def build(session: Session) -> tuple[Any, dict[str, Any]]:
             context.log.info(f"{key}: {session.plan.reason}")
@@ -300,7 +304,7 @@ def model_asset(
             partition=run_partition(context, key),
         )
 
-    return Node(_model, build_checks(key, expectations))
+    return Node(_model)
 
 
 __all__ = ["SOURCE_ROW_INDEX", "Node", "join_asset", "model_asset", "split_asset", "transform_asset"]

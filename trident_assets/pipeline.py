@@ -7,7 +7,7 @@
                   └─> sales/lineitem_revenue (transform, delta: only new line items; eager automation)
     tpch/orders ───> sales/urgent_orders + sales/routine_orders (split on priority)
 
-Every node carries expectations (asset checks); the raw tables carry the provenance (counterparty,
+Every node carries expectations (asset checks, run in the node's own step); the raw tables carry the provenance (counterparty,
 contract) that every node merges downstream.
 """
 
@@ -23,6 +23,7 @@ from trident_resources.dagster import TridentOutput, TridentResource
 
 from . import expectations as ex
 from . import strategies as st
+from .checked import checked_asset
 from .factories import Node, join_asset, model_asset, split_asset, transform_asset
 from .tpch import TABLES, ensure_tpch
 
@@ -59,8 +60,8 @@ def raw_table_asset(table: str) -> Node:
     """``tpch/<table>``: the generated Parquet file streamed in (writer ``ingest.api``)."""
     key = f"tpch/{table}"
 
-    @dg.asset(
-        key=dg.AssetKey(["tpch", table]), group_name=RAW_GROUP, kinds={"iceberg", "parquet"},
+    @checked_asset(
+        key, [ex.row_count_between(1)], deps=[], group_name=RAW_GROUP, kinds={"iceberg", "parquet"},
         description=f"TPC-H {table} at scale factor TRIDENT_TPCH_SCALE (default 0.01), generated on first run",
         metadata={"trident/strategy": "replace", "trident/writer": "ingest.api"},
     )
@@ -77,7 +78,7 @@ def raw_table_asset(table: str) -> Node:
             source_refs=[f"tpchgen-cli:sf{settings.tpch_scale}/{table}"], metadata={"trident/source_file": source},
         )
 
-    return Node(_raw, ex.build_checks(key, [ex.row_count_between(1)]))
+    return Node(_raw)
 
 
 def late_risk(batch: pa.RecordBatch) -> pa.RecordBatch:

@@ -29,9 +29,9 @@ def cli(verbose: bool) -> None:
 
 
 def _register() -> None:
-    from . import admin, check, demo, pg, wap
+    from . import admin, check, demo, pg, ui, wap
 
-    for module in (demo, check, admin, pg, wap):
+    for module in (demo, check, admin, pg, ui, wap):
         for command in module.COMMANDS:
             cli.add_command(command)
 

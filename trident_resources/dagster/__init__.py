@@ -3,6 +3,7 @@
 this package does, the way dagster-iceberg sits on pyiceberg."""
 
 from .io_manager import AssetReturnedNoneError, TridentIOManager, TridentOutput, WriteMode
+from .pools import dataset_pool
 from .resource import TridentResource
 
-__all__ = ["AssetReturnedNoneError", "TridentIOManager", "TridentOutput", "TridentResource", "WriteMode"]
+__all__ = ["AssetReturnedNoneError", "TridentIOManager", "TridentOutput", "TridentResource", "WriteMode", "dataset_pool"]
