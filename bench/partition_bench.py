@@ -108,7 +108,9 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
             times.append(time.perf_counter() - t0)
             snap = sink.table(t._record(KEY)).current_snapshot()
             added.append(int(snap.summary["added-data-files"] if "added-data-files" in snap.summary.additional_properties else 0))
-            deleted.append(int(snap.summary["deleted-data-files"] if "deleted-data-files" in snap.summary.additional_properties else 0))
+            deleted.append(
+                int(snap.summary["deleted-data-files"] if "deleted-data-files" in snap.summary.additional_properties else 0)
+            )
         out |= {"c_median_s": statistics.median(times), "c_added": added, "c_deleted": deleted, "c_rows": r.rows_written}
         table = sink.table(t._record(KEY))
         row_filter = part.bind(t.schema(KEY)).to_row_filter()
@@ -122,8 +124,15 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
             t0 = time.perf_counter()
             n_all = sum(b.num_rows for b in t.stream(KEY))
             reads_all.append(time.perf_counter() - t0)
-        out |= {"d_one_files": one_files, "d_all_files": all_files, "d_one_s": statistics.median(reads_one),
-                "d_all_s": statistics.median(reads_all), "d_one_rows": n_one, "d_all_rows": n_all, "day": day.isoformat()}
+        out |= {
+            "d_one_files": one_files,
+            "d_all_files": all_files,
+            "d_one_s": statistics.median(reads_one),
+            "d_all_s": statistics.median(reads_all),
+            "d_one_rows": n_one,
+            "d_all_rows": n_all,
+            "day": day.isoformat(),
+        }
     t.close()
     return out
 
@@ -132,8 +141,22 @@ def run(args: argparse.Namespace, mode: str, workspace: str, path: Path) -> dict
     logs = DATA / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     result = logs / f"partition-{mode}-{workspace}.json"
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", mode, "--file", str(path), "--workspace", workspace,
-           "--home", str(args.home), "--result", str(result), "--repeat", str(args.repeat)]
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--child",
+        mode,
+        "--file",
+        str(path),
+        "--workspace",
+        workspace,
+        "--home",
+        str(args.home),
+        "--result",
+        str(result),
+        "--repeat",
+        str(args.repeat),
+    ]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     with open(logs / f"partition-{mode}.log", "wb") as log:
         proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)

@@ -69,13 +69,17 @@ def run_duckdb(home: str, scale: str) -> dict:
     for table in ("customer", "orders", "lineitem"):
         copy(f"tpch/{table}", f"SELECT * FROM '{data}/{table}.parquet'")
         con.execute(f"CREATE VIEW {table} AS SELECT * FROM '{data}/{table}.parquet'")
-    con.execute("CREATE VIEW building AS SELECT c_custkey, c_name, c_nationkey, c_acctbal, c_mktsegment FROM customer WHERE c_mktsegment = 'BUILDING'")
+    con.execute(
+        "CREATE VIEW building AS SELECT c_custkey, c_name, c_nationkey, c_acctbal, c_mktsegment FROM customer WHERE c_mktsegment = 'BUILDING'"
+    )
     copy("sales/building_customers", "SELECT * FROM building")
     copy("sales/q3_revenue", Q3_SQL.replace("FROM customer", "FROM building customer"))
     copy("sales/urgent_orders", "SELECT * FROM orders WHERE (o_orderpriority IN ('1-URGENT', '2-HIGH')) IS TRUE")
     copy("sales/routine_orders", "SELECT * FROM orders WHERE (o_orderpriority IN ('1-URGENT', '2-HIGH')) IS NOT TRUE")
     copy("sales/lineitem_revenue", LINEITEM_REVENUE_SQL.replace("FROM source", "FROM lineitem"))
-    reader = con.sql("SELECT l_orderkey, l_linenumber, l_shipdate, l_receiptdate, l_discount FROM lineitem").to_arrow_reader(65_536)
+    reader = con.sql("SELECT l_orderkey, l_linenumber, l_shipdate, l_receiptdate, l_discount FROM lineitem").to_arrow_reader(
+        65_536
+    )
     writer = None
     n = 0
     for batch in reader:
@@ -94,7 +98,9 @@ def run_duckdb(home: str, scale: str) -> dict:
 def measure(kind: str, home: str, scale: str) -> dict:
     done = subprocess.run(
         [sys.executable, __file__, "--measure", kind, "--home", home, "--scale", scale],
-        capture_output=True, text=True, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
     )
     if done.returncode != 0:
         raise SystemExit(f"{kind} measurement failed:\n{done.stderr[-4000:]}")
@@ -129,7 +135,9 @@ def main() -> None:
     print(f"{'Trident (Dagster run)':24}{trident['wall_s']:>10.2f}{trident['peak_rss_mib']:>15.0f}")
     ratio = trident["wall_s"] / duck["wall_s"]
     print(f"\nratio wall Trident / DuckDB-direct: {ratio:.2f}x (target <= 2.5x): {'OK' if ratio <= 2.5 else 'OVER'}")
-    print(f"Trident peak RSS {trident['peak_rss_mib']:.0f} MiB (target < 1024): {'OK' if trident['peak_rss_mib'] < 1024 else 'OVER'}")
+    print(
+        f"Trident peak RSS {trident['peak_rss_mib']:.0f} MiB (target < 1024): {'OK' if trident['peak_rss_mib'] < 1024 else 'OVER'}"
+    )
     print(f"row counts {'identical' if not mismatched else f'DIFFER: {mismatched}'} across {len(duck['rows'])} datasets")
 
 

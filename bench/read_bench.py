@@ -119,8 +119,10 @@ def main() -> None:
     home = ROOT / "data" / "home"
     dsn = ensure_embedded_postgres(home / "pg")
     settings = TridentSettings(home=home, pg_dsn=dsn, workspace=f"readbench_{uuid.uuid4().hex[:8]}")
-    print(f"lineitem SF{args.sf}: {rows:,} rows; workspace {settings.workspace}; best of {args.repeat}; "
-          f"machine shared with other engineers (ratios are within this run)")
+    print(
+        f"lineitem SF{args.sf}: {rows:,} rows; workspace {settings.workspace}; best of {args.repeat}; "
+        f"machine shared with other engineers (ratios are within this run)"
+    )
     import duckdb
 
     with Trident(settings) as t:
@@ -166,7 +168,9 @@ def main() -> None:
             n = len(ids)
             raw = np.frombuffer(ids.combine_chunks().buffers()[2], dtype=np.uint8)[: n * 36].reshape(n, 36)
             hexed = np.concatenate([raw[:, 0:8], raw[:, 9:13], raw[:, 14:18], raw[:, 19:23], raw[:, 24:36]], axis=1)
-            fixed = pa.FixedSizeBinaryArray.from_buffers(pa.binary(16), n, [None, pa.py_buffer(bytes.fromhex(hexed.tobytes().decode()))])
+            fixed = pa.FixedSizeBinaryArray.from_buffers(
+                pa.binary(16), n, [None, pa.py_buffer(bytes.fromhex(hexed.tobytes().decode()))]
+            )
             assert fixed[0].as_py() == as_fixed[0].as_py()
             for name, arr in (("string36", ids.combine_chunks()), ("fixed16", fixed)):
                 pq.write_table(pa.table({"id": arr}), tmp / f"{name}.parquet", compression="zstd", use_dictionary=False)
@@ -175,19 +179,30 @@ def main() -> None:
             t_idx, _ = best(lambda: t.read("b/li", columns=["__row_index"]), args.repeat)
             t_rid, _ = best(lambda: t.read("b/li", columns=["__row_id"]), args.repeat)
             size = {p.stem: p.stat().st_size for p in tmp.iterdir()}
-            print(row("__row_id as 36-char string vs fixed16 (parquet)", t_str, t_fix,
-                      f"{size['string36'] / 2**20:.0f} MiB vs {size['fixed16'] / 2**20:.0f} MiB on disk"))
+            print(
+                row(
+                    "__row_id as 36-char string vs fixed16 (parquet)",
+                    t_str,
+                    t_fix,
+                    f"{size['string36'] / 2**20:.0f} MiB vs {size['fixed16'] / 2**20:.0f} MiB on disk",
+                )
+            )
             print(row("Trident.read(__row_id) vs read(__row_index)", t_rid, t_idx))
             shutil.rmtree(tmp)
 
         if "stream" not in skip:
             out = subprocess.run(
                 [sys.executable, __file__, "--stream-child", str(home), dsn, settings.workspace, "b/li"],
-                check=True, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT.parent)},
+                check=True,
+                capture_output=True,
+                text=True,
+                env={**os.environ, "PYTHONPATH": str(ROOT.parent)},
             ).stdout
             r = json.loads(out.strip().splitlines()[-1])
-            print(f"\nstream(): {r['rows']:,} rows in {r['s']:.2f}s, peak RSS {r['peak_rss_mib']:.0f} MiB "
-                  f"(after start-up {r['start_rss_mib']:.0f} MiB)")
+            print(
+                f"\nstream(): {r['rows']:,} rows in {r['s']:.2f}s, peak RSS {r['peak_rss_mib']:.0f} MiB "
+                f"(after start-up {r['start_rss_mib']:.0f} MiB)"
+            )
 
         if "appends" not in skip:
             small_appends(t, args.appends, args.append_rows, args.repeat)
@@ -222,8 +237,10 @@ def small_appends(t: Trident, n: int, m: int, repeat: int) -> None:
     files_after = len(t.scan_plan("b/many").files)
     after, _ = best(lambda: t.sql(q.format(k="b/many")), repeat)
     read_after, _ = best(lambda: t.read("b/many"), repeat)
-    header(f"{n:,} appends of {m:,} rows ({wrote:.0f}s to write), then maintain ({maint:.1f}s): "
-           f"{files_before} -> {files_after} files ({report})")
+    header(
+        f"{n:,} appends of {m:,} rows ({wrote:.0f}s to write), then maintain ({maint:.1f}s): "
+        f"{files_before} -> {files_after} files ({report})"
+    )
     print(row("sql full scan before maintain vs one-go table", before, one))
     print(row("sql full scan after maintain vs one-go table", after, one))
     print(row("read() before maintain vs one-go table", read_before, read_one))

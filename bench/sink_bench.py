@@ -75,7 +75,9 @@ def main() -> None:
 
 
 def run(sf: str, path: Path, rows: int, home: Path) -> None:
-    settings = TridentSettings(home=home, pg_dsn=ensure_embedded_postgres(home / "pg"), workspace=f"sinkbench_{uuid.uuid4().hex[:8]}")
+    settings = TridentSettings(
+        home=home, pg_dsn=ensure_embedded_postgres(home / "pg"), workspace=f"sinkbench_{uuid.uuid4().hex[:8]}"
+    )
     print(f"lineitem SF{sf}: {rows:,} rows, workspace {settings.workspace}")
     with Trident(settings) as t:
         t.router.set_pin("bench/lineitem_ice", "iceberg_native")

@@ -293,8 +293,19 @@ def run_child(mode: str, args: argparse.Namespace, path: Path, tag: str, profile
     logs.mkdir(parents=True, exist_ok=True)
     result_file = logs / f"{tag}.json"
     result_file.unlink(missing_ok=True)
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", mode, "--file", str(path),
-           "--workspace", workspace, "--result", str(result_file), *_passthrough(args)]
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--child",
+        mode,
+        "--file",
+        str(path),
+        "--workspace",
+        workspace,
+        "--result",
+        str(result_file),
+        *_passthrough(args),
+    ]
     if profile_out is not None:
         cmd += ["--profile-out", str(profile_out)]
     if args.timeline:
@@ -388,8 +399,9 @@ def _mark(ok: bool | None) -> str:
     return "n/a" if ok is None else ("met" if ok else "NOT MET")
 
 
-def report(sf: float, path: Path, results: dict[str, dict[str, Any]], args: argparse.Namespace,
-           sf1_rss: tuple[float, str] | None) -> str:
+def report(
+    sf: float, path: Path, results: dict[str, dict[str, Any]], args: argparse.Namespace, sf1_rss: tuple[float, str] | None
+) -> str:
     size = path.stat().st_size / MIB
     n = next(iter(results.values()))["rows"] if results else 0
     lines = [
@@ -410,7 +422,9 @@ def report(sf: float, path: Path, results: dict[str, dict[str, Any]], args: argp
             f"{' '.join(f'{x:.1f}' for x in r['load']):>16}"
         )
     lines.append("  peak RSS = max over runs of the child's ru_maxrss (whole process, incl. ~base MiB of interpreter+imports);")
-    lines.append("  base = RSS just before the timed operation; arrow = Arrow memory pool high-water mark; PG server RSS not counted.")
+    lines.append(
+        "  base = RSS just before the timed operation; arrow = Arrow memory pool high-water mark; PG server RSS not counted."
+    )
     lines.append("  cpu s = median user+sys CPU of the whole child (incl. ~3 s start-up; not the PG server's); load = 1-min load")
     lines.append("  average during each run (other processes on the machine slow every mode; compare within one report).")
     a, b, c = (results.get(m) for m in "abc")
@@ -421,14 +435,20 @@ def report(sf: float, path: Path, results: dict[str, dict[str, Any]], args: argp
     lines.append(f"ratio c/a (wall) = {ca:.1f}" if ca is not None else "ratio c/a (wall) = n/a")
     lines.append("")
     lines.append("targets (issue 2):")
-    lines.append(f"  a/b <= {TARGET_AB} (wall, medians)               "
-                 + (f"{ab:.2f}  {_mark(ab <= TARGET_AB)}" if ab is not None else "n/a"))
+    lines.append(
+        f"  a/b <= {TARGET_AB} (wall, medians)               "
+        + (f"{ab:.2f}  {_mark(ab <= TARGET_AB)}" if ab is not None else "n/a")
+    )
     if a and sf == 1:
-        lines.append(f"  (a) peak RSS < {TARGET_RSS_MIB} MiB at SF1              "
-                     f"{a['peak_rss_mib']:.0f} MiB  {_mark(a['peak_rss_mib'] < TARGET_RSS_MIB)}")
+        lines.append(
+            f"  (a) peak RSS < {TARGET_RSS_MIB} MiB at SF1              "
+            f"{a['peak_rss_mib']:.0f} MiB  {_mark(a['peak_rss_mib'] < TARGET_RSS_MIB)}"
+        )
     if a and sf != 1:
         if sf1_rss is None:
-            lines.append(f"  (a) peak RSS at SF{sf:g} no higher than SF1      {a['peak_rss_mib']:.0f} MiB  n/a (no SF1 result; run --sf 1,{sf:g})")
+            lines.append(
+                f"  (a) peak RSS at SF{sf:g} no higher than SF1      {a['peak_rss_mib']:.0f} MiB  n/a (no SF1 result; run --sf 1,{sf:g})"
+            )
         else:
             base, where = sf1_rss
             growth = a["peak_rss_mib"] / base - 1
@@ -436,8 +456,10 @@ def report(sf: float, path: Path, results: dict[str, dict[str, Any]], args: argp
                 f"  (a) peak RSS at SF{sf:g} no higher than SF1      {a['peak_rss_mib']:.0f} vs {base:.0f} MiB ({growth:+.1%}, {where}; "
                 f"tolerance +{RSS_GROWTH_TOLERANCE:.0%})  {_mark(growth <= RSS_GROWTH_TOLERANCE)}"
             )
-    lines.append(f"  (a) >= {TARGET_CA:g}x faster than (c)                "
-                 + (f"{ca:.1f}x  {_mark(ca >= TARGET_CA)}" if ca is not None else "n/a"))
+    lines.append(
+        f"  (a) >= {TARGET_CA:g}x faster than (c)                "
+        + (f"{ca:.1f}x  {_mark(ca >= TARGET_CA)}" if ca is not None else "n/a")
+    )
     return "\n".join(lines)
 
 
@@ -465,23 +487,40 @@ def parent_main(args: argparse.Namespace) -> None:
     for sf in scale_factors:
         path = generate(sf)
         warm(path)
-        print(f"\nSF{sf:g}: {args.runs} x {''.join(modes)}, each in a subprocess (logs: {(DATA / 'logs').relative_to(REPO)})", flush=True)
+        print(
+            f"\nSF{sf:g}: {args.runs} x {''.join(modes)}, each in a subprocess (logs: {(DATA / 'logs').relative_to(REPO)})",
+            flush=True,
+        )
         raw: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
         for i in range(args.runs):
             for m in modes:  # interleaved, so drift (page cache, PG checkpoints) hits every mode alike
                 warm(path)
                 res = run_child(m, args, path, f"{_sf_name(sf)}_{m}_{i}")
                 raw[m].append(res)
-                print(f"  run {i + 1} {LABELS[m]:<38} {res['wall_s']:7.2f} s  peak RSS {res['peak_rss'] / MIB:6.0f} MiB"
-                      f"  (peak at {res['rss_peak_at_s']:.1f} s)", flush=True)
+                print(
+                    f"  run {i + 1} {LABELS[m]:<38} {res['wall_s']:7.2f} s  peak RSS {res['peak_rss'] / MIB:6.0f} MiB"
+                    f"  (peak at {res['rss_peak_at_s']:.1f} s)",
+                    flush=True,
+                )
         results = {m: summarise(rs) for m, rs in raw.items()}
         if sf == 1 and "a" in results:
             sf1_rss = (results["a"]["peak_rss_mib"], "this run")
         text = report(sf, path, results, args, sf1_rss)
         reports.append(text)
         out = DATA / f"results_{_sf_name(sf)}.json"
-        out.write_text(json.dumps({"at": time.strftime("%Y-%m-%d %H:%M"), "args": vars(args) | {"home": str(args.home)},
-                                   "results": results, "raw": raw, "report": text}, indent=1, default=str))
+        out.write_text(
+            json.dumps(
+                {
+                    "at": time.strftime("%Y-%m-%d %H:%M"),
+                    "args": vars(args) | {"home": str(args.home)},
+                    "results": results,
+                    "raw": raw,
+                    "report": text,
+                },
+                indent=1,
+                default=str,
+            )
+        )
         print("\n" + text, flush=True)
     if args.profile:
         path = generate(scale_factors[0])
@@ -500,11 +539,18 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=3, help="runs per mode; the median wall time is reported")
     p.add_argument("--only", default="abc", help="which of a, b, c to run (default abc)")
     p.add_argument("--batch-rows", type=int, default=65_536, help="rows per batch read from the file (a, c)")
-    p.add_argument("--pre-buffer", action="store_true",
-                   help="(a): open the file with pyarrow's default pre_buffer=True (holds the whole compressed file)")
+    p.add_argument(
+        "--pre-buffer",
+        action="store_true",
+        help="(a): open the file with pyarrow's default pre_buffer=True (holds the whole compressed file)",
+    )
     p.add_argument("--threads", type=int, default=2, help="DuckDB threads for (c)'s JSON rendering")
-    p.add_argument("--setting", action="append", metavar="NAME=VALUE",
-                   help="TridentSettings override for (a), e.g. row_group_bytes=33554432 (repeatable)")
+    p.add_argument(
+        "--setting",
+        action="append",
+        metavar="NAME=VALUE",
+        help="TridentSettings override for (a), e.g. row_group_bytes=33554432 (repeatable)",
+    )
     p.add_argument("--home", type=Path, default=DATA / "home", help="TRIDENT_HOME for the runs (embedded PG, warehouse)")
     p.add_argument("--profile", action="store_true", help="after the runs, cProfile one (a) run and print the top functions")
     p.add_argument("--top", type=int, default=30, help="rows of profile output")

@@ -24,7 +24,9 @@ from trident_resources.embedded_pg import ensure_embedded_postgres, stop_embedde
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
-        "--long", action="store_true", default=False,
+        "--long",
+        action="store_true",
+        default=False,
         help="long randomized runs: thousands of model-based operations instead of a few hundred",
     )
 
@@ -113,10 +115,15 @@ def backend_settings(request: pytest.FixtureRequest, kind: str, home: Path, dsn:
         return make_settings(home, dsn, **s3_values, **overrides)
     rest = request.getfixturevalue("rest_catalog")
     return make_settings(
-        home, dsn, **s3_values,
-        catalog_uri=rest.uri, catalog_warehouse=rest.warehouse, catalog_token=rest.token,
+        home,
+        dsn,
+        **s3_values,
+        catalog_uri=rest.uri,
+        catalog_warehouse=rest.warehouse,
+        catalog_token=rest.token,
         catalog_properties={"prefix": rest.warehouse},
-        namespace_root="bronze", **overrides,
+        namespace_root="bronze",
+        **overrides,
     )
 
 

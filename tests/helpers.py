@@ -28,5 +28,8 @@ def table(**cols: list[Any]) -> pa.Table:
 def cli_env(settings: TridentSettings) -> dict[str, str]:
     """The TRIDENT_* variables that point a CLI invocation at a test's workspace."""
     assert settings.pg_dsn is not None
-    return {"TRIDENT_HOME": str(settings.home), "TRIDENT_PG_DSN": settings.pg_dsn.get_secret_value(),
-            "TRIDENT_WORKSPACE": settings.workspace}
+    return {
+        "TRIDENT_HOME": str(settings.home),
+        "TRIDENT_PG_DSN": settings.pg_dsn.get_secret_value(),
+        "TRIDENT_WORKSPACE": settings.workspace,
+    }

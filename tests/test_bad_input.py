@@ -127,8 +127,13 @@ def test_unreachable_object_storage_is_a_named_error_and_loses_nothing(trident_h
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     settings = make_settings(
-        trident_home, pg_dsn, s3_endpoint=f"http://127.0.0.1:{port}", s3_bucket="nowhere",
-        s3_access_key_id="x", s3_secret_access_key="y", s3_region="us-east-1",
+        trident_home,
+        pg_dsn,
+        s3_endpoint=f"http://127.0.0.1:{port}",
+        s3_bucket="nowhere",
+        s3_access_key_id="x",
+        s3_secret_access_key="y",
+        s3_region="us-east-1",
     )
     with Trident(settings) as t:
         with pytest.raises(StorageUnavailableError, match="storage unavailable"):

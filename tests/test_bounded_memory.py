@@ -70,9 +70,7 @@ def _peak(settings: TridentSettings, rows: int, mode: str) -> dict[str, float]:
         "TRIDENT_ROW_GROUP_BYTES": str(8 * 1024 * 1024),  # row groups of ~200k rows: both sizes hold several
         "PYTHONPATH": str(REPO),
     }
-    out = subprocess.run(
-        [sys.executable, "-c", CHILD, str(rows), mode], env=env, capture_output=True, text=True, timeout=600
-    )
+    out = subprocess.run([sys.executable, "-c", CHILD, str(rows), mode], env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -90,4 +88,6 @@ def test_peak_memory_does_not_grow_with_rows(settings: TridentSettings, mode: st
     big = _peak(settings, large, mode)
     growth = big["peak_mib"] - s["peak_mib"]
     print(f"{mode}: peak {s['peak_mib']:.0f} MiB at {small} rows, {big['peak_mib']:.0f} MiB at {large} rows")
-    assert growth < ALLOWED_GROWTH_MIB[mode], f"{mode}: peak RSS grew {growth:.0f} MiB from {small} to {large} rows ({s} -> {big})"
+    assert growth < ALLOWED_GROWTH_MIB[mode], (
+        f"{mode}: peak RSS grew {growth:.0f} MiB from {small} to {large} rows ({s} -> {big})"
+    )

@@ -43,7 +43,12 @@ def test_full_canary_of_tpch_keeps_every_row_and_its_identity(trident: Trident, 
         assert report.source_rows == report.target_rows == tpch_tables[name].num_rows
         assert {p for p, _, _ in seen} == {"copy", "verify"} and seen[-1][1] == desc.row_count
         after = t.describe(key)
-        assert (after.sink, after.row_count, after.schema, after.schema_version) == ("iceberg_native", desc.row_count, desc.schema, desc.schema_version)
+        assert (after.sink, after.row_count, after.schema, after.schema_version) == (
+            "iceberg_native",
+            desc.row_count,
+            desc.schema,
+            desc.schema_version,
+        )
         assert comparable(t.read(key)) == comparable(before)  # identity columns included
         assert _rows_left_in_pg(t, key) == 0
         assert t.router.pins()[key] == "iceberg_native"
@@ -51,10 +56,14 @@ def test_full_canary_of_tpch_keeps_every_row_and_its_identity(trident: Trident, 
     assert t.sql(q).equals(answer)
     # the migrated dataset keeps working: appends continue the row index
     r = t.write("tpch/region", pa.table({"r_regionkey": [5], "r_name": ["MARS"], "r_comment": ["new"]}), mode="append")
-    assert r.sink == "iceberg_native" and t.read("tpch/region", row_filter="r_regionkey = 5").column("__row_index").to_pylist() == [5]
+    assert r.sink == "iceberg_native" and t.read("tpch/region", row_filter="r_regionkey = 5").column(
+        "__row_index"
+    ).to_pylist() == [5]
 
 
-def test_a_checksum_mismatch_reverts_the_flip(trident: Trident, settings: TridentSettings, tpch_tables: dict[str, pa.Table]) -> None:
+def test_a_checksum_mismatch_reverts_the_flip(
+    trident: Trident, settings: TridentSettings, tpch_tables: dict[str, pa.Table]
+) -> None:
     t = trident
     t.router.set_pin("tpch/nation", "pg")
     t.write("tpch/nation", tpch_tables["nation"])
@@ -70,8 +79,11 @@ def test_a_checksum_mismatch_reverts_the_flip(trident: Trident, settings: Triden
     assert (entry.writer, entry.status) == ("canary", "aborted") and "no parity" in (entry.error or "")
     assert t.driver.sinks["iceberg_native"].table(t._record("tpch/nation")) is None  # type: ignore[attr-defined]
     # the CLI reports it and exits 1; a clean retry then flips
-    env = {"TRIDENT_HOME": str(settings.home), "TRIDENT_PG_DSN": settings.pg_dsn.get_secret_value(),  # type: ignore[union-attr]
-           "TRIDENT_WORKSPACE": settings.workspace}
+    env = {
+        "TRIDENT_HOME": str(settings.home),
+        "TRIDENT_PG_DSN": settings.pg_dsn.get_secret_value(),  # type: ignore[union-attr]
+        "TRIDENT_WORKSPACE": settings.workspace,
+    }
     res = CliRunner().invoke(cli, ["canary", "tpch/nation"], env=env)
     assert res.exit_code == 0 and "FLIPPED" in res.output, res.output
     assert t.describe("tpch/nation").sink == "iceberg_native"
@@ -79,12 +91,17 @@ def test_a_checksum_mismatch_reverts_the_flip(trident: Trident, settings: Triden
     assert res.exit_code == 2 and "already lives in" in res.output
 
 
-def test_canary_cli_exit_status_on_mismatch(trident: Trident, settings: TridentSettings, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_canary_cli_exit_status_on_mismatch(
+    trident: Trident, settings: TridentSettings, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     trident.router.set_pin("c/x", "pg")
     trident.write("c/x", pa.table({"a": [1, 2, 3]}))
     monkeypatch.setenv("TRIDENT_FAILPOINTS", "canary.drop_row=corrupt")
-    env = {"TRIDENT_HOME": str(settings.home), "TRIDENT_PG_DSN": settings.pg_dsn.get_secret_value(),  # type: ignore[union-attr]
-           "TRIDENT_WORKSPACE": settings.workspace}
+    env = {
+        "TRIDENT_HOME": str(settings.home),
+        "TRIDENT_PG_DSN": settings.pg_dsn.get_secret_value(),  # type: ignore[union-attr]
+        "TRIDENT_WORKSPACE": settings.workspace,
+    }
     res = CliRunner().invoke(cli, ["canary", "c/x"], env=env)
     assert res.exit_code == 1 and "REVERTED" in res.output
     assert trident.describe("c/x").sink == "pg"

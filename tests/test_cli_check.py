@@ -80,8 +80,7 @@ def _trident(args: list[str], settings: TridentSettings, cwd: Path) -> subproces
     """The console script, as a user runs it: PYTHONPATH reaches Trident itself, nothing else."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRIDENT_")}
     env.update(cli_env(settings), PYTHONPATH=str(REPO))
-    return subprocess.run([sys.executable, str(TRIDENT), *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run([sys.executable, str(TRIDENT), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
 def _flat(text: str) -> str:
@@ -95,7 +94,9 @@ def test_check_loads_a_users_file_module_and_workspace(trident: Trident, setting
     runs = {
         "-f": _trident(["check", "-f", str(project / "shop_defs.py"), "--select", "shop/orders:ids_unique"], settings, elsewhere),
         "-m": _trident(["check", "-m", "shop_defs", "--select", "shop/orders:ids_unique"], settings, project),
-        "-w": _trident(["check", "-w", str(project / "workspace.yaml"), "--select", "shop/orders:ids_unique"], settings, elsewhere),
+        "-w": _trident(
+            ["check", "-w", str(project / "workspace.yaml"), "--select", "shop/orders:ids_unique"], settings, elsewhere
+        ),
     }
     for how, done in runs.items():
         assert done.returncode == 0, (how, done.stdout, done.stderr)
@@ -119,8 +120,10 @@ def test_blocking_failure_prints_table_and_reasons_traces_only_when_verbose(
     lines = done.stdout.splitlines()
     assert any(ln.startswith("FAILED shop/orders:ids_unique (failed): 1 duplicate id(s)") for ln in lines), out
     # a check that raised: the reason is the user's error, not Dagster's wrapper
-    assert any(ln.startswith("FAILED shop/orders:amounts_known (error):") and "shop/no_such_dataset" in ln
-               and "does not exist" in ln for ln in lines), out
+    assert any(
+        ln.startswith("FAILED shop/orders:amounts_known (error):") and "shop/no_such_dataset" in ln and "does not exist" in ln
+        for ln in lines
+    ), out
     assert any(ln.startswith("WARNING shop/orders:amounts_small (failed): 1 amount(s) over 100") for ln in lines), out
 
     verbose = _trident(["check", "-f", str(project / "shop_defs.py"), "--verbose"], settings, project)

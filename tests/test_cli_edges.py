@@ -69,20 +69,23 @@ def test_canary_result_is_rendered_not_printed_as_markup(trident: Trident, setti
 def test_invalid_where_is_one_clear_line(trident: Trident, settings: TridentSettings, tmp_path: Path) -> None:
     trident.write("w/x", pa.table({"a": [1, 2, 3]}))
     out = tmp_path / "x.csv"
-    res = CliRunner().invoke(cli, ["export", "w/x", "--format", "csv", "--out", str(out), "--where", "a >"],
-                             env=cli_env(settings))
+    res = CliRunner().invoke(
+        cli, ["export", "w/x", "--format", "csv", "--out", str(out), "--where", "a >"], env=cli_env(settings)
+    )
     assert res.exit_code == 2, res.output
     line = _one_error_line(res.output)
     assert "'a >'" in line and "--where" in line
     assert len(line) < 300 and "W:(" not in line and "Group:" not in line, line  # no grammar dump
     assert not out.exists()
     # an unknown column is also one line, naming the column
-    res = CliRunner().invoke(cli, ["export", "w/x", "--format", "csv", "--out", str(out), "--where", "b > 1"],
-                             env=cli_env(settings))
+    res = CliRunner().invoke(
+        cli, ["export", "w/x", "--format", "csv", "--out", str(out), "--where", "b > 1"], env=cli_env(settings)
+    )
     assert res.exit_code == 2 and "b" in _one_error_line(res.output)
     # and a good filter still exports exactly the matching rows
-    res = CliRunner().invoke(cli, ["export", "w/x", "--format", "csv", "--out", str(out), "--where", "a > 1"],
-                             env=cli_env(settings))
+    res = CliRunner().invoke(
+        cli, ["export", "w/x", "--format", "csv", "--out", str(out), "--where", "a > 1"], env=cli_env(settings)
+    )
     assert res.exit_code == 0, res.output
     assert out.read_text().splitlines()[1:] and len(out.read_text().splitlines()) == 3
 
@@ -99,8 +102,15 @@ def test_datasets_outside_a_terminal_never_cuts_keys_or_ids(trident: Trident, se
     r = trident.write(long_key, pa.table({"a": [1]}))
     trident.router.set_pin("p/legacy_rows", "pg")
     p = trident.write("p/legacy_rows", pa.table({"a": [1]}))
-    done = subprocess.run([sys.executable, "-m", "trident_cli.main", "datasets"], cwd=REPO, env=_child_env(cli_env(settings)),
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "trident_cli.main", "datasets"],
+        cwd=REPO,
+        env=_child_env(cli_env(settings)),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     out = done.stdout
     for whole in (long_key, str(r.txn_id), str(p.txn_id), "iceberg_native"):
@@ -113,6 +123,12 @@ def test_registering_the_cli_does_not_import_dagster() -> None:
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=_child_env({}), capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "0", f"{done.stdout.strip()} dagster modules imported"
-    helped = subprocess.run([sys.executable, "-m", "trident_cli.main", "--help"], cwd=REPO, env=_child_env({}),
-                            capture_output=True, text=True, timeout=120)
+    helped = subprocess.run(
+        [sys.executable, "-m", "trident_cli.main", "--help"],
+        cwd=REPO,
+        env=_child_env({}),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert helped.returncode == 0 and "check" in helped.stdout and "datasets" in helped.stdout, helped.stdout + helped.stderr

@@ -47,7 +47,11 @@ def test_two_hundred_small_appends_compact_into_one_file_with_identity_unchanged
     assert [r["extra"] for r in after][-2:] == [None, 1.5]
     assert t.sql('select count(*) as n, sum(id) as s, count(distinct __row_id) as ids from "c/many"').to_pylist() == sql_before
     now = t.describe("c/many")
-    assert (now.row_count, now.last_txn_id, now.snapshot_id) == (described.row_count, described.last_txn_id, described.snapshot_id)
+    assert (now.row_count, now.last_txn_id, now.snapshot_id) == (
+        described.row_count,
+        described.last_txn_id,
+        described.snapshot_id,
+    )
     assert len(t.history("c/many")) == 201  # compaction is not a transaction of the dataset
 
     # time travel to versions before the compaction still works

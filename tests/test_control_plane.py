@@ -46,5 +46,14 @@ def test_two_processes_migrating_at_once_is_harmless(pg_dsn: str) -> None:
         versions = [r[0] for r in conn.execute("SELECT version FROM trident_migrations ORDER BY version")]
         tables = {r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
     assert versions == [v for v, _, _ in _migrations()]
-    assert {"trident_datasets", "trident_ledger", "trident_schema_versions", "trident_sync_log", "trident_provenance",
-            "trident_writer_flags", "trident_dataset_pins", "trident_watermarks", "iceberg_tables"} <= tables
+    assert {
+        "trident_datasets",
+        "trident_ledger",
+        "trident_schema_versions",
+        "trident_sync_log",
+        "trident_provenance",
+        "trident_writer_flags",
+        "trident_dataset_pins",
+        "trident_watermarks",
+        "iceberg_tables",
+    } <= tables

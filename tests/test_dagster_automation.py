@@ -34,10 +34,15 @@ def instance() -> Iterator[dg.DagsterInstance]:
         yield inst
 
 
-def sensor_tick(defs: dg.Definitions, instance: dg.DagsterInstance, settings: TridentSettings, cursor: str | None) -> dg.SensorResult:
+def sensor_tick(
+    defs: dg.Definitions, instance: dg.DagsterInstance, settings: TridentSettings, cursor: str | None
+) -> dg.SensorResult:
     """One tick as the daemon runs it: evaluate the sensor, then store its asset events."""
     with dg.build_sensor_context(
-        instance=instance, cursor=cursor, definitions=defs, resources={"trident": TridentResource.from_settings(settings)},
+        instance=instance,
+        cursor=cursor,
+        definitions=defs,
+        resources={"trident": TridentResource.from_settings(settings)},
     ) as context:
         result = trident_commits(context)
     assert isinstance(result, dg.SensorResult)
@@ -51,11 +56,16 @@ def test_an_outside_append_is_reported_and_the_eager_delta_node_runs_on_exactly_
 ) -> None:
     trident.write("src/items", items(0, 100))  # ingest.api: outside Dagster
     node = transform_asset(
-        "out/doubled", "src/items", "SELECT id, price * 2 AS price2 FROM source", strategy=delta(),
+        "out/doubled",
+        "src/items",
+        "SELECT id, price * 2 AS price2 FROM source",
+        strategy=delta(),
         automation_condition=dg.AutomationCondition.eager(),
     )
     defs = dg.Definitions(
-        assets=[dg.AssetSpec(ITEMS), node.assets_def], sensors=[trident_commits], resources=resources_for(settings),
+        assets=[dg.AssetSpec(ITEMS), node.assets_def],
+        sensors=[trident_commits],
+        resources=resources_for(settings),
     )
     job = defs.get_implicit_global_asset_job_def()
 
@@ -102,9 +112,19 @@ def test_an_outside_append_is_reported_and_the_eager_delta_node_runs_on_exactly_
 
 def _entry(ended_at: datetime, run_id: str | None = None) -> LedgerEntry:
     return LedgerEntry(
-        txn_id=uuid.uuid4(), dataset_id=uuid.uuid4(), status="committed", mode="append", writer="ingest.api",
-        sink="iceberg_native", started_at=ended_at, committed_at=ended_at, ended_at=ended_at, rows_written=1,
-        row_count=1, snapshot_id=2**62 + 1, metadata={"dagster_run_id": run_id} if run_id else {},
+        txn_id=uuid.uuid4(),
+        dataset_id=uuid.uuid4(),
+        status="committed",
+        mode="append",
+        writer="ingest.api",
+        sink="iceberg_native",
+        started_at=ended_at,
+        committed_at=ended_at,
+        ended_at=ended_at,
+        rows_written=1,
+        row_count=1,
+        snapshot_id=2**62 + 1,
+        metadata={"dagster_run_id": run_id} if run_id else {},
     )
 
 

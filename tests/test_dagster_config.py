@@ -43,7 +43,9 @@ def test_unset_fields_come_from_the_environment_and_set_ones_win(tmp_path: Path,
     assert TridentResource().settings().workspace == "default"
 
 
-def test_secrets_and_workspace_from_envvar_in_a_run(settings: TridentSettings, trident: Trident, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_secrets_and_workspace_from_envvar_in_a_run(
+    settings: TridentSettings, trident: Trident, monkeypatch: pytest.MonkeyPatch
+) -> None:
     assert settings.pg_dsn is not None
     monkeypatch.setenv("MY_PG_DSN", settings.pg_dsn.get_secret_value())
     monkeypatch.setenv("MY_WORKSPACE", settings.workspace)
@@ -68,14 +70,20 @@ def test_the_engine_never_imports_dagster() -> None:
     engine = ROOT / "trident_resources"
     names = [
         ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
-        for p in engine.rglob("*.py") if "dagster" not in p.relative_to(engine).parts
+        for p in engine.rglob("*.py")
+        if "dagster" not in p.relative_to(engine).parts
     ]
     code = (
         f"import importlib, sys\nfor n in {names!r}: importlib.import_module(n)\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'dagster'))\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HOME": "/tmp"})
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HOME": "/tmp"},
+    )
     assert done.returncode == 0, done.stderr
     assert len(names) > 20 and "trident_resources.facade" in names
     assert done.stdout.strip() == "[]", done.stdout
@@ -84,7 +92,9 @@ def test_the_engine_never_imports_dagster() -> None:
 def test_only_the_settings_object_reads_the_environment() -> None:
     """The Dagster layer reads configuration through TridentSettings, never os.environ."""
     offenders = [
-        str(p.relative_to(ROOT)) for folder in ("trident_assets", "trident_sensors", "trident_resources/dagster")
-        for p in (ROOT / folder).rglob("*.py") if "os.environ" in p.read_text() or "getenv" in p.read_text()
+        str(p.relative_to(ROOT))
+        for folder in ("trident_assets", "trident_sensors", "trident_resources/dagster")
+        for p in (ROOT / folder).rglob("*.py")
+        if "os.environ" in p.read_text() or "getenv" in p.read_text()
     ]
     assert offenders == []

@@ -52,8 +52,9 @@ def test_the_written_instance_loads_on_postgres_and_a_run_survives_a_reopen(inst
     with dg.DagsterInstance.from_config(str(instance_dir)) as reopened:
         run = reopened.get_run_by_id(run_id)
         assert run is not None and run.status == dg.DagsterRunStatus.SUCCESS
-        assert any(e.dagster_event and e.dagster_event.event_type == dg.DagsterEventType.RUN_SUCCESS
-                   for e in reopened.all_logs(run_id))
+        assert any(
+            e.dagster_event and e.dagster_event.event_type == dg.DagsterEventType.RUN_SUCCESS for e in reopened.all_logs(run_id)
+        )
 
 
 def test_run_queue_and_one_slot_per_dataset_pool(instance_dir: Path) -> None:

@@ -30,7 +30,9 @@ def test_a_lazy_reader_streams_through_and_inputs_load_by_annotation(settings: T
             for i in range(20):
                 pulled.append(i)
                 ids = list(range(i * 1000, (i + 1) * 1000))
-                yield pa.RecordBatch.from_pydict({"id": ids, "name": [f"n{x}" for x in ids], "score": [x / 2 for x in ids]}, schema=schema)
+                yield pa.RecordBatch.from_pydict(
+                    {"id": ids, "name": [f"n{x}" for x in ids], "score": [x / 2 for x in ids]}, schema=schema
+                )
 
         return pa.RecordBatchReader.from_batches(schema, batches())
 
@@ -56,12 +58,21 @@ def test_a_lazy_reader_streams_through_and_inputs_load_by_annotation(settings: T
         seen["reader"] = (type(big), big.schema.names[:3])
         big.close()
 
-    result = dg.materialize([big, narrow, as_pandas, as_polars, as_reader], resources=resources_for(settings), raise_on_error=False)
+    result = dg.materialize(
+        [big, narrow, as_pandas, as_polars, as_reader], resources=resources_for(settings), raise_on_error=False
+    )
     assert result.success, step_errors(result)
     assert pulled == list(range(20))
     meta = materialized(result)
     assert meta["io/big"]["dagster/row_count"] == 20_000
-    assert [c.name for c in meta["io/big"]["dagster/column_schema"].columns] == ["__row_index", "__row_id", "__created_at", "id", "name", "score"]
+    assert [c.name for c in meta["io/big"]["dagster/column_schema"].columns] == [
+        "__row_index",
+        "__row_id",
+        "__created_at",
+        "id",
+        "name",
+        "score",
+    ]
     assert meta["io/big"]["trident/writer"] == "pipeline.output"
     assert seen["narrow"] == ["id"]  # only the projected column was read
     assert seen["pandas"] == (pd.DataFrame, ["id", "name", "score"], 5)
@@ -75,7 +86,10 @@ def test_write_options_come_from_output_metadata(settings: TridentSettings, trid
     trident.write("io/people", pa.table({"id": [1, 2], "name": ["a", "b"]}))
     before = {r["id"]: r["__row_id"] for r in trident.read("io/people").to_pylist()}
 
-    @dg.asset(key=["io", "people"], metadata={"trident/mode": "upsert", "trident/keys": ["id"], "trident/provenance": {"contract": "c-1"}})
+    @dg.asset(
+        key=["io", "people"],
+        metadata={"trident/mode": "upsert", "trident/keys": ["id"], "trident/provenance": {"contract": "c-1"}},
+    )
     def people() -> pa.Table:
         return pa.table({"id": [2, 3], "name": ["B", "c"]})
 
@@ -145,7 +159,11 @@ def test_json_metadata_turns_ids_and_big_integers_into_strings() -> None:
     """Provenance stored before ids were strings is shown safely too."""
     stored = {"lineage": [{"snapshot_id": 7310198725693374725, "txn_id": "t"}], "n": 3, "big": 2**60, "ok": True, "x": 1.5}
     assert json_safe(stored) == {
-        "lineage": [{"snapshot_id": "7310198725693374725", "txn_id": "t"}], "n": 3, "big": str(2**60), "ok": True, "x": 1.5,
+        "lineage": [{"snapshot_id": "7310198725693374725", "txn_id": "t"}],
+        "n": 3,
+        "big": str(2**60),
+        "ok": True,
+        "x": 1.5,
     }
 
 
@@ -155,8 +173,12 @@ def test_a_plain_asset_merges_its_upstream_provenance(settings: TridentSettings,
     trident.write("src/gov", pa.table({"id": [1, 2, 3]}), provenance={"counterparty": "acme", "contract": "k-9", "tags": ["pii"]})
     trident.write("src/ref", pa.table({"id": [1]}), provenance={"counterparty": "acme", "tags": ["ref"]})
 
-    @dg.asset(key=["out", "derived"], ins={"gov": dg.AssetIn(key=["src", "gov"])}, deps=[dg.AssetKey(["src", "ref"])],
-              metadata={"trident/provenance": {"tags": ["derived"]}})
+    @dg.asset(
+        key=["out", "derived"],
+        ins={"gov": dg.AssetIn(key=["src", "gov"])},
+        deps=[dg.AssetKey(["src", "ref"])],
+        metadata={"trident/provenance": {"tags": ["derived"]}},
+    )
     def derived(gov: pa.Table) -> pa.Table:
         return gov.filter(pa.compute.greater(gov["id"], 1))
 
@@ -169,9 +191,13 @@ def test_a_plain_asset_merges_its_upstream_provenance(settings: TridentSettings,
     assert prov["upstream"] == ["src/gov", "src/ref"] and prov["conflicts"] == []
     gov = trident.describe("src/gov")
     assert prov["lineage"][0] == {
-        "key": "src/gov", "txn_id": str(gov.last_txn_id), "snapshot_id": str(gov.snapshot_id), "committed_at": gov.committed_at.isoformat(),  # type: ignore[union-attr]
+        "key": "src/gov",
+        "txn_id": str(gov.last_txn_id),
+        "snapshot_id": str(gov.snapshot_id),
+        "committed_at": gov.committed_at.isoformat(),  # type: ignore[union-attr]
     }
     assert materialized(result)["out/derived"]["trident/provenance"]["contract"] == "k-9"
+
     # and one more hop: a derivation of the derived asset still carries them
     @dg.asset(key=["out", "again"], ins={"d": dg.AssetIn(key=["out", "derived"])})
     def again(d: pa.Table) -> pa.Table:

@@ -19,7 +19,9 @@ def _rows(day: str, n: int, base: int = 0) -> pa.Table:
     return pa.table({"day": [d] * n, "v": list(range(base, base + n))})
 
 
-def test_a_partitioned_asset_without_partition_expr_is_refused_and_writes_nothing(settings: TridentSettings, trident: Trident) -> None:
+def test_a_partitioned_asset_without_partition_expr_is_refused_and_writes_nothing(
+    settings: TridentSettings, trident: Trident
+) -> None:
     @dg.asset(key=["dp", "undeclared"], partitions_def=DAILY)
     def undeclared(context: dg.AssetExecutionContext) -> pa.Table:
         return _rows(context.partition_key, 2)
@@ -30,7 +32,9 @@ def test_a_partitioned_asset_without_partition_expr_is_refused_and_writes_nothin
     assert not trident.exists("dp/undeclared")
 
 
-def test_two_daily_partitions_are_both_kept_and_rematerializing_one_replaces_only_it(settings: TridentSettings, trident: Trident) -> None:
+def test_two_daily_partitions_are_both_kept_and_rematerializing_one_replaces_only_it(
+    settings: TridentSettings, trident: Trident
+) -> None:
     calls: dict[str, int] = {}
 
     @dg.asset(key=["dp", "daily"], partitions_def=DAILY, metadata={"partition_expr": "day"})
@@ -69,15 +73,24 @@ def test_a_partition_run_straying_outside_its_window_is_refused(settings: Triden
 
 
 def test_a_single_run_backfill_of_30_days_is_one_snapshot(settings: TridentSettings, trident: Trident) -> None:
-    @dg.asset(key=["dp", "backfill"], partitions_def=DAILY, metadata={"partition_expr": "day"}, backfill_policy=dg.BackfillPolicy.single_run())
+    @dg.asset(
+        key=["dp", "backfill"],
+        partitions_def=DAILY,
+        metadata={"partition_expr": "day"},
+        backfill_policy=dg.BackfillPolicy.single_run(),
+    )
     def backfill(context: dg.AssetExecutionContext) -> pa.Table:
         window = context.partition_time_window
         n = (window.end - window.start).days
-        return pa.table({"day": [window.start.date() + timedelta(days=i) for i in range(n) for _ in range(2)], "v": list(range(2 * n))})
+        return pa.table(
+            {"day": [window.start.date() + timedelta(days=i) for i in range(n) for _ in range(2)], "v": list(range(2 * n))}
+        )
 
     keys = DAILY.get_partition_keys()[:30]
     result = dg.materialize(
-        [backfill], resources=resources_for(settings), raise_on_error=False,
+        [backfill],
+        resources=resources_for(settings),
+        raise_on_error=False,
         tags={"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]},
     )
     assert result.success, step_errors(result)
@@ -87,15 +100,21 @@ def test_a_single_run_backfill_of_30_days_is_one_snapshot(settings: TridentSetti
 
 
 def test_a_partitioned_downstream_reads_only_its_partitions(settings: TridentSettings, trident: Trident) -> None:
-    @dg.asset(key=["dp", "up"], partitions_def=DAILY, metadata={"partition_expr": "day"}, backfill_policy=dg.BackfillPolicy.single_run())
+    @dg.asset(
+        key=["dp", "up"], partitions_def=DAILY, metadata={"partition_expr": "day"}, backfill_policy=dg.BackfillPolicy.single_run()
+    )
     def up(context: dg.AssetExecutionContext) -> pa.Table:
         w = context.partition_time_window
         n = (w.end - w.start).days
-        return pa.table({"day": [w.start.date() + timedelta(days=i) for i in range(n) for _ in range(3)], "v": list(range(3 * n))})
+        return pa.table(
+            {"day": [w.start.date() + timedelta(days=i) for i in range(n) for _ in range(3)], "v": list(range(3 * n))}
+        )
 
     seen: dict[str, object] = {}
 
-    @dg.asset(key=["dp", "down"], partitions_def=DAILY, metadata={"partition_expr": "day"}, ins={"up": dg.AssetIn(key=["dp", "up"])})
+    @dg.asset(
+        key=["dp", "down"], partitions_def=DAILY, metadata={"partition_expr": "day"}, ins={"up": dg.AssetIn(key=["dp", "up"])}
+    )
     def down(context: dg.AssetExecutionContext, up: pa.Table) -> pa.Table:
         seen["days"] = sorted(set(up.column("day").to_pylist()))
         return up.select(["day", "v"])
@@ -106,8 +125,12 @@ def test_a_partitioned_downstream_reads_only_its_partitions(settings: TridentSet
         return up.select(["day"])
 
     keys = DAILY.get_partition_keys()[:10]
-    res = dg.materialize([up], resources=resources_for(settings), raise_on_error=False,
-                         tags={"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]})
+    res = dg.materialize(
+        [up],
+        resources=resources_for(settings),
+        raise_on_error=False,
+        tags={"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]},
+    )
     assert res.success, step_errors(res)
     opened: list[int] = []
     sink = cast(IcebergSink, trident.driver.sinks["iceberg_native"])
@@ -153,8 +176,12 @@ def test_static_by_daily_multi_partitions(settings: TridentSettings, trident: Tr
             assert result.success, step_errors(result)
     d = trident.describe("dp/multi")
     assert d.row_count == 8 and len(d.partitions) == 4
-    result = dg.materialize([by_region], partition_key=dg.MultiPartitionKey({"region": "eu", "date": "2024-01-01"}),
-                            resources=resources_for(settings), raise_on_error=False)
+    result = dg.materialize(
+        [by_region],
+        partition_key=dg.MultiPartitionKey({"region": "eu", "date": "2024-01-01"}),
+        resources=resources_for(settings),
+        raise_on_error=False,
+    )
     assert result.success and trident.describe("dp/multi").row_count == 8
 
 
@@ -173,7 +200,9 @@ def test_partitioned_factory_nodes_compute_and_replace_only_their_partition(sett
     assert sorted(r["v2"] for r in trident.read("dp/doubled").to_pylist()) == [2, 4, 6, 8, 10]
     assert sorted(r["v"] for r in trident.read("dp/big").to_pylist()) == [3, 4, 5]
     assert [p["row_count"] for p in trident.describe("dp/doubled").partitions] == [3, 2]
-    bad = transform_asset("dp/bad_delta", "dp/src", "SELECT * FROM source", partitions_def=DAILY, metadata=meta, strategy=st.delta())
+    bad = transform_asset(
+        "dp/bad_delta", "dp/src", "SELECT * FROM source", partitions_def=DAILY, metadata=meta, strategy=st.delta()
+    )
     result = dg.materialize([bad.assets_def], partition_key="2024-01-01", resources=resources_for(settings), raise_on_error=False)
     assert not result.success and any("watermark" in e for e in step_errors(result))
     try:

@@ -48,12 +48,27 @@ def test_the_whole_graph_materializes_with_its_checks(run: Any) -> None:
     assert result.success
     meta = materialized(result)
     assert set(meta) == {
-        "tpch/customer", "tpch/orders", "tpch/lineitem", "sales/building_customers", "sales/q3_revenue",
-        "sales/urgent_orders", "sales/routine_orders", "ml/lineitem_scores", "sales/lineitem_revenue",
+        "tpch/customer",
+        "tpch/orders",
+        "tpch/lineitem",
+        "sales/building_customers",
+        "sales/q3_revenue",
+        "sales/urgent_orders",
+        "sales/routine_orders",
+        "ml/lineitem_scores",
+        "sales/lineitem_revenue",
     }
     for key, m in meta.items():
-        for name in ("dagster/row_count", "dagster/column_schema", "dagster/table_name", "trident/txn_id",
-                     "trident/snapshot_id", "trident/schema_version", "trident/sink", "trident/provenance"):
+        for name in (
+            "dagster/row_count",
+            "dagster/column_schema",
+            "dagster/table_name",
+            "trident/txn_id",
+            "trident/snapshot_id",
+            "trident/schema_version",
+            "trident/sink",
+            "trident/provenance",
+        ):
             assert name in m, (key, name)
         assert m["trident/sink"] == "iceberg_native"
     evaluations = result.get_asset_check_evaluations()
@@ -69,7 +84,9 @@ def test_row_counts_identity_and_ledger(run: Any) -> None:
         assert d.row_count == expected
         [entry] = t.history(f"tpch/{table}")
         assert entry.status == "committed" and entry.writer == "ingest.api" and entry.row_count == expected
-    building = con.execute(f"SELECT count(*) FROM '{parquet(folder, 'customer')}' WHERE c_mktsegment = 'BUILDING'").fetchall()[0][0]
+    building = con.execute(f"SELECT count(*) FROM '{parquet(folder, 'customer')}' WHERE c_mktsegment = 'BUILDING'").fetchall()[0][
+        0
+    ]
     assert t.describe("sales/building_customers").row_count == building
     for key in ("sales/q3_revenue", "ml/lineitem_scores", "sales/lineitem_revenue"):
         [entry] = t.history(key)
@@ -78,7 +95,9 @@ def test_row_counts_identity_and_ledger(run: Any) -> None:
         assert sorted(rows["__row_index"].to_pylist()) == list(range(rows.num_rows))
         assert pc.count_distinct(rows["__row_id"]).as_py() == rows.num_rows
         assert set(rows["__created_at"].to_pylist()) == {entry.committed_at}
-        assert sorted(entry.source_refs) == sorted(t.describe(key).provenance["lineage"][i]["key"] for i in range(len(entry.source_refs)))
+        assert sorted(entry.source_refs) == sorted(
+            t.describe(key).provenance["lineage"][i]["key"] for i in range(len(entry.source_refs))
+        )
 
 
 def test_provenance_is_merged_downstream(run: Any) -> None:
@@ -90,7 +109,10 @@ def test_provenance_is_merged_downstream(run: Any) -> None:
     assert prov["upstream"] == ["sales/building_customers", "tpch/customer", "tpch/lineitem", "tpch/orders"]
     assert {x["key"] for x in prov["lineage"]} == {"sales/building_customers", "tpch/orders", "tpch/lineitem"}
     assert prov["source_files"] == ["customer.parquet", "orders.parquet", "lineitem.parquet"] or set(prov["source_files"]) == {
-        "customer.parquet", "orders.parquet", "lineitem.parquet"}
+        "customer.parquet",
+        "orders.parquet",
+        "lineitem.parquet",
+    }
     assert materialized(result)["sales/q3_revenue"]["trident/provenance"]["counterparty"] == prov["counterparty"]
     assert t.describe("ml/lineitem_scores").provenance["model"] == "late_risk v1"
 
@@ -100,7 +122,9 @@ def test_q3_join_equals_duckdb_on_the_parquet_files(run: Any) -> None:
     con = duckdb.connect()
     for table in ("customer", "orders", "lineitem"):
         con.execute(f"CREATE VIEW {table} AS SELECT * FROM '{parquet(folder, table)}'")
-    direct = con.execute(Q3_SQL.replace("FROM customer", "FROM (SELECT * FROM customer WHERE c_mktsegment = 'BUILDING') customer")).fetchall()
+    direct = con.execute(
+        Q3_SQL.replace("FROM customer", "FROM (SELECT * FROM customer WHERE c_mktsegment = 'BUILDING') customer")
+    ).fetchall()
     ours = t.sql('SELECT l_orderkey, revenue, o_orderdate, o_shippriority FROM "sales/q3_revenue"').to_pylist()
     assert len(direct) > 0
     assert sorted(direct) == sorted(tuple(r.values()) for r in ours)
@@ -138,7 +162,11 @@ def test_trident_check_exits_zero_then_one_when_a_blocking_check_fails(run: Any,
     assert ok.exit_code == 0, ok.output
     assert "14 passed, 0 blocking failure(s)" in " ".join(ok.output.split())
     # break the data: a duplicate order in the urgent half
-    t.write("sales/urgent_orders", t.read("sales/urgent_orders").drop_columns(["__row_index", "__row_id", "__created_at"]).slice(0, 1), mode="append")
+    t.write(
+        "sales/urgent_orders",
+        t.read("sales/urgent_orders").drop_columns(["__row_index", "__row_id", "__created_at"]).slice(0, 1),
+        mode="append",
+    )
     bad = CliRunner().invoke(cli, ["check", "--select", "sales/urgent_orders"])
     assert bad.exit_code == 1, bad.output
     assert "failed" in bad.output and "unique_o_orderkey" in bad.output.replace("\n", "").replace(" ", "").replace("│", "")
@@ -152,7 +180,11 @@ def test_definitions_load_cleanly() -> None:
     dg.Definitions.validate_loadable(defs)
     repo = defs.get_repository_def()
     repo.load_all_definitions()
-    assert repo.has_job("tpch_pipeline") and repo.get_sensor_def("trident_reconciler") and repo.get_schedule_def("tpch_pipeline_rebuild")
+    assert (
+        repo.has_job("tpch_pipeline")
+        and repo.get_sensor_def("trident_reconciler")
+        and repo.get_schedule_def("tpch_pipeline_rebuild")
+    )
     assert repo.get_sensor_def("trident_ledger_commits")
     assert defs.assets is not None and defs.asset_checks is not None
     conditions = {k.to_user_string(): c for a in defs.assets for k, c in a.automation_conditions_by_key.items()}  # type: ignore[union-attr]
@@ -168,7 +200,10 @@ def test_definitions_load_cleanly() -> None:
     for args in (["-w", "workspace.yaml"], []):
         done = subprocess.run(
             [str(Path(sys.executable).with_name("dagster")), "definitions", "validate", *args],
-            cwd=ROOT, capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HOME": "/tmp"},
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HOME": "/tmp"},
         )
         assert done.returncode == 0, (args, done.stdout + done.stderr)
         assert "Validation successful for code location trident." in done.stdout + done.stderr, args

@@ -75,7 +75,9 @@ def test_delta_with_keys_upserts_each_increment(settings: TridentSettings, tride
 def test_keyed_strategies(settings: TridentSettings, trident: Trident) -> None:
     trident.write("src/items", items(0, 10))
     nodes = {
-        "out/snap": transform_asset("out/snap", "src/items", "SELECT * FROM source WHERE id < 5", strategy=snapshot_replace(["id"])),
+        "out/snap": transform_asset(
+            "out/snap", "src/items", "SELECT * FROM source WHERE id < 5", strategy=snapshot_replace(["id"])
+        ),
         "out/always": transform_asset("out/always", "src/items", "SELECT * FROM source", strategy=append_always()),
         "out/new": transform_asset("out/new", "src/items", "SELECT * FROM source", strategy=append_new(["id"])),
         "out/up": transform_asset("out/up", "src/items", "SELECT id, price FROM source", strategy=upsert(["id"])),
@@ -151,6 +153,7 @@ def test_join_guard_estimates_from_the_data(settings: TridentSettings, trident: 
     session = open_session(trident, "out/x", names, replace())
     stats = [SourceStats(n, k, trident.describe(k).row_count) for n, k in names.items()]
     try:
+
         def est(sql: str) -> int:
             return check_join(session.con, sql, stats, 10**12, "out/x").rows
 
@@ -158,11 +161,11 @@ def test_join_guard_estimates_from_the_data(settings: TridentSettings, trident: 
             return int(session.con.execute(f"SELECT count(*) FROM ({sql})").fetchall()[0][0])
 
         for sql in (
-            "SELECT * FROM o JOIN l ON o.o_id = l.l_order",                                   # 1:4 fan-out
-            "SELECT * FROM o JOIN l ON o.o_id = l.l_order JOIN c ON c.c_id = o.cust",         # three-way
-            "SELECT * FROM (SELECT o_id AS id FROM o) x JOIN l ON x.id = l.l_order",          # renamed key
+            "SELECT * FROM o JOIN l ON o.o_id = l.l_order",  # 1:4 fan-out
+            "SELECT * FROM o JOIN l ON o.o_id = l.l_order JOIN c ON c.c_id = o.cust",  # three-way
+            "SELECT * FROM (SELECT o_id AS id FROM o) x JOIN l ON x.id = l.l_order",  # renamed key
             "SELECT * FROM (SELECT cust, count(*) n FROM o GROUP BY cust) g JOIN c ON g.cust = c.c_id",
-            "SELECT * FROM o WHERE o_id IN (SELECT l_order FROM l)",                         # semi join
+            "SELECT * FROM o WHERE o_id IN (SELECT l_order FROM l)",  # semi join
         ):
             assert abs(est(sql) - true(sql)) <= 0.05 * true(sql), (sql, est(sql), true(sql))
         assert abs(est("SELECT * FROM o JOIN c ON o.cust = c.c_id") - 1000) <= 50  # a key join: about its larger side
@@ -243,7 +246,9 @@ def test_a_failing_blocking_check_stops_downstream(settings: TridentSettings, tr
 
 def test_a_non_blocking_check_only_warns(settings: TridentSettings, trident: Trident) -> None:
     trident.write("src/items", items(0, 10))
-    up = transform_asset("out/up", "src/items", "SELECT * FROM source", expectations=[row_count_between(max_rows=5, blocking=False)])
+    up = transform_asset(
+        "out/up", "src/items", "SELECT * FROM source", expectations=[row_count_between(max_rows=5, blocking=False)]
+    )
     down = transform_asset("out/down", "out/up", "SELECT * FROM source")
     result = materialize_nodes(settings, [up, down])
     assert set(materialized(result)) == {"out/up", "out/down"}

@@ -87,8 +87,13 @@ def test_concurrent_processes_share_one_server(data_dir: Path) -> None:
         "print(json.dumps({'dsn': dsn, 'elapsed': time.perf_counter() - t0}))\n"
     )
     procs = [
-        subprocess.Popen([sys.executable, "-c", script, str(data_dir), str(start_at)], cwd=REPO,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", script, str(data_dir), str(start_at)],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for _ in range(2)
     ]
     results = []

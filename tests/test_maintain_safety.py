@@ -67,7 +67,9 @@ def test_maintain_leaves_a_folder_neighbours_files_alone(folder_trident: Trident
     ident = sink.identifier(b)
     sink._ensure_namespaces(ident)
     sink.catalog.create_table(  # owned by shared/b, as if created by its first write
-        ident, schema=to_iceberg(with_identity(pa.schema([("k", pa.int64())]))), location=location,
+        ident,
+        schema=to_iceberg(with_identity(pa.schema([("k", pa.int64())]))),
+        location=location,
         properties={OWNER_PROPERTY: str(b.dataset_id)},
     )
     t.write("shared/b", table(k=[7, 8, 9]))

@@ -60,9 +60,7 @@ def test_dagster_maintenance_and_canary_jobs(trident: Trident) -> None:
     assert meta == 1  # one iceberg dataset maintained
     assert user_rows(t, "j/ice", "k") == [{"k": 2}]
 
-    result = canary_job.execute_in_process(
-        run_config={"ops": {"canary": {"config": {"key": "j/legacy"}}}}, resources=resources
-    )
+    result = canary_job.execute_in_process(run_config={"ops": {"canary": {"config": {"key": "j/legacy"}}}}, resources=resources)
     assert result.success
     assert t.describe("j/legacy").sink == "iceberg_native"
     assert user_rows(t, "j/legacy", "k") == [{"k": 1}, {"k": 2}, {"k": 3}]

@@ -93,12 +93,14 @@ def test_non_utc_timestamps_are_stored_as_the_same_instants_in_utc(trident: Trid
     t = trident
     key = _pinned(t, "types/tz", sink)
     rome = dt.datetime(2024, 1, 1, 12, tzinfo=dt.timezone(dt.timedelta(hours=1)))
-    data = pa.table({
-        "k": [1],
-        "rome": pa.array([rome], pa.timestamp("us", tz="Europe/Rome")),
-        "plus2": pa.array([rome], pa.timestamp("ms", tz="+02:00")),
-        "nested": pa.array([{"at": rome}], pa.struct([("at", pa.timestamp("s", tz="America/New_York"))])),
-    })
+    data = pa.table(
+        {
+            "k": [1],
+            "rome": pa.array([rome], pa.timestamp("us", tz="Europe/Rome")),
+            "plus2": pa.array([rome], pa.timestamp("ms", tz="+02:00")),
+            "nested": pa.array([{"at": rome}], pa.struct([("at", pa.timestamp("s", tz="America/New_York"))])),
+        }
+    )
     t.write(key, data, mode=mode, keys=["k"] if mode == "upsert" else None)
     row = t.read(key).to_pylist()[0]
     utc = dt.datetime(2024, 1, 1, 11, tzinfo=dt.UTC)

@@ -40,8 +40,15 @@ def _env(home: Path, **extra: str) -> dict[str, str]:
 
 
 def _cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "trident_cli.main", *args], cwd=REPO, env=env, stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=180)
+    return subprocess.run(
+        [sys.executable, "-m", "trident_cli.main", *args],
+        cwd=REPO,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
 
 
 def _lines(text: str) -> list[str]:
@@ -146,8 +153,15 @@ with Trident.from_env() as t:
 
 def test_stop_is_refused_while_a_write_holds_a_writer_lock(home: Path) -> None:
     env, data_dir = _env(home), home / "pg"
-    child = subprocess.Popen([sys.executable, "-c", HOLD_A_WRITE], cwd=REPO, env=env, stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", HOLD_A_WRITE],
+        cwd=REPO,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "appended"
         port = embedded_status(data_dir).port
@@ -202,8 +216,14 @@ def test_a_command_with_idle_zero_leaves_no_server_running(home: Path) -> None:
     assert _wait_gone(data_dir, 5.0) < 5.0  # normally already gone: the command stopped it on its way out
 
     # the same from Python, with the setting given in code rather than the environment
-    wrote = subprocess.run([sys.executable, "-c", WRITE_WITH_IDLE_ZERO, str(home)], cwd=REPO, env=_env(home),
-                           capture_output=True, text=True, timeout=180)
+    wrote = subprocess.run(
+        [sys.executable, "-c", WRITE_WITH_IDLE_ZERO, str(home)],
+        cwd=REPO,
+        env=_env(home),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert wrote.returncode == 0 and wrote.stdout.strip() == "2", wrote.stderr
     _wait_gone(data_dir, 5.0)
 

@@ -26,7 +26,13 @@ def test_added_column_reads_as_null_in_older_rows(trident: Trident) -> None:
         {"k": 2, "v": "b", "c1": None},
         {"k": 3, "v": "c", "c1": 3.5},
     ]
-    assert _rows(t, "pg/evo", ) == expected
+    assert (
+        _rows(
+            t,
+            "pg/evo",
+        )
+        == expected
+    )
     assert t.read("pg/evo", columns=["k", "c1"], row_filter="c1 > 1").to_pylist() == [{"k": 3, "c1": 3.5}]
     assert t.sql('select count(*) as n, count(c1) as c from "pg/evo"').to_pylist() == [{"n": 3, "c": 1}]
 
@@ -62,8 +68,8 @@ def test_a_stored_value_of_the_wrong_type_still_fails_loudly(trident: Trident) -
     t.write("pg/loud", table(k=[3], v=[30], c1=["x"]), mode="append")
     dataset_id = t.describe("pg/loud").dataset_id
     t.control.execute(
-        "UPDATE trident_rows SET data = jsonb_set(data, '{v}', '\"not a number\"') "
-        "WHERE dataset_id = %s AND data->>'k' = '2'", (dataset_id,),
+        "UPDATE trident_rows SET data = jsonb_set(data, '{v}', '\"not a number\"') WHERE dataset_id = %s AND data->>'k' = '2'",
+        (dataset_id,),
     )
     with pytest.raises(SchemaMismatchError, match="does not decode"):
         t.read("pg/loud")

@@ -54,8 +54,13 @@ def test_every_mode_gives_the_same_rows_in_both_sinks(trident: Trident) -> None:
     _step(t, keys, pa.table({"id": [3, 8], "amount": [0.0, 80.0], "tag": ["x", "h"]}), mode="append_new", keys=["id"])
     _step(t, keys, pa.table({"id": [1]}), mode="delete", keys=["id"])
     _step(t, keys, None, mode="delete", row_filter="amount > 65")
-    _step(t, keys, pa.table({"id": [2, 5, 9], "amount": [1.0, 2.0, 3.0], "tag": ["r", "s", "t"], "extra": [1, 2, 3]}),
-          mode="replace", keys=["id"])
+    _step(
+        t,
+        keys,
+        pa.table({"id": [2, 5, 9], "amount": [1.0, 2.0, 3.0], "tag": ["r", "s", "t"], "extra": [1, 2, 3]}),
+        mode="replace",
+        keys=["id"],
+    )
     _step(t, keys, pa.table({"id": [10], "amount": [4.0], "tag": ["u"], "extra": [4]}), mode="append")
     # identity rules: a keyed replace kept id 2's and 5's __row_index, id 9 got a new one
     pg = {r["id"]: r for r in t.read(keys["pg"]).to_pylist()}
@@ -71,7 +76,8 @@ def test_every_mode_gives_the_same_rows_in_both_sinks(trident: Trident) -> None:
     assert comparable(sel["pg"], order_by="id") == comparable(sel["iceberg_native"], order_by="id")
     streamed = {s: t.stream(k).read_all() for s, k in keys.items()}
     assert comparable(streamed["pg"], drop=("__row_id", "__created_at")) == comparable(
-        streamed["iceberg_native"], drop=("__row_id", "__created_at"))
+        streamed["iceberg_native"], drop=("__row_id", "__created_at")
+    )
     q = 'select tag, sum(amount) s, count(*) n from "{}" group by tag order by tag'
     assert t.sql(q.format(keys["pg"])).to_pylist() == t.sql(q.format(keys["iceberg_native"])).to_pylist()
     joined = t.sql(f'select count(*) n from "{keys["pg"]}" p join "{keys["iceberg_native"]}" i using (id, tag)')
@@ -85,23 +91,30 @@ def test_types_round_trip_through_jsonb(trident: Trident) -> None:
     t = trident
     keys = _pin_both(t, "types/all")
     when = dt.datetime(2024, 1, 1, 1, 2, 3, 456789, tzinfo=dt.UTC)
-    data = pa.table({
-        "i": pa.array([1, None, 2**62], pa.int64()), "i32": pa.array([1, -2, None], pa.int32()),
-        "f": [1.1, float("nan"), float("-inf")], "f32": pa.array([0.1, None, 3.5], pa.float32()),
-        "d": pa.array([decimal.Decimal("12.34"), None, decimal.Decimal("1234567890123456789012.99")], pa.decimal128(38, 2)),
-        "ts": pa.array([when] * 3, pa.timestamp("us", tz="UTC")), "naive": pa.array([when.replace(tzinfo=None)] * 3),
-        "day": pa.array([dt.date(2024, 2, 29)] * 3), "tm": pa.array([dt.time(1, 2, 3, 4)] * 3, pa.time64("us")),
-        "s": ['quote" back\\slash \t tab \n nl', "é ✓", None], "b": pa.array([b"\x00\x01\xff", b"", None]),
-        "l": [[1, 2], None, []], "st": [{"x": 1, "y": "a"}, None, {"x": None, "y": "b"}], "ok": [True, False, None],
-    })
+    data = pa.table(
+        {
+            "i": pa.array([1, None, 2**62], pa.int64()),
+            "i32": pa.array([1, -2, None], pa.int32()),
+            "f": [1.1, float("nan"), float("-inf")],
+            "f32": pa.array([0.1, None, 3.5], pa.float32()),
+            "d": pa.array([decimal.Decimal("12.34"), None, decimal.Decimal("1234567890123456789012.99")], pa.decimal128(38, 2)),
+            "ts": pa.array([when] * 3, pa.timestamp("us", tz="UTC")),
+            "naive": pa.array([when.replace(tzinfo=None)] * 3),
+            "day": pa.array([dt.date(2024, 2, 29)] * 3),
+            "tm": pa.array([dt.time(1, 2, 3, 4)] * 3, pa.time64("us")),
+            "s": ['quote" back\\slash \t tab \n nl', "é ✓", None],
+            "b": pa.array([b"\x00\x01\xff", b"", None]),
+            "l": [[1, 2], None, []],
+            "st": [{"x": 1, "y": "a"}, None, {"x": None, "y": "b"}],
+            "ok": [True, False, None],
+        }
+    )
     for k in keys.values():
         t.write(k, data)
     a, b = (t.read(keys[s]) for s in SINKS)
     assert a.schema.equals(b.schema)
     assert comparable(a, drop=("__row_id", "__created_at")) == comparable(b, drop=("__row_id", "__created_at"))
     assert comparable(a, drop=("__row_id", "__created_at"))[0]["s"] == 'quote" back\\slash \t tab \n nl'
-
-
 
 
 def test_jsonb_refuses_nul_characters_loudly(trident: Trident) -> None:
@@ -136,8 +149,13 @@ def test_commit_failure_undoes_the_pg_write_exactly(trident: Trident, mode: Writ
 
 
 def _child(settings: TridentSettings, failpoint: str, script: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "TRIDENT_FAILPOINTS": failpoint, "TRIDENT_HOME": str(settings.home),
-           "TRIDENT_PG_DSN": settings.pg_dsn.get_secret_value(), "TRIDENT_WORKSPACE": settings.workspace}  # type: ignore[union-attr]
+    env = {
+        **os.environ,
+        "TRIDENT_FAILPOINTS": failpoint,
+        "TRIDENT_HOME": str(settings.home),
+        "TRIDENT_PG_DSN": settings.pg_dsn.get_secret_value(),  # type: ignore[union-attr]
+        "TRIDENT_WORKSPACE": settings.workspace,
+    }
     return subprocess.run([sys.executable, "-c", script], env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
 
 
@@ -149,7 +167,9 @@ t.write("crash/x", pa.table({"k": [7, 8], "v": ["n", "m"]}), mode="append")
 """
 
 
-@pytest.mark.parametrize("point,expect", [("write.before_commit=exit", "aborted"), ("commit.before_ledger=exit", "rolled_forward")])
+@pytest.mark.parametrize(
+    "point,expect", [("write.before_commit=exit", "aborted"), ("commit.before_ledger=exit", "rolled_forward")]
+)
 def test_killed_pg_writer_is_reconciled(trident: Trident, settings: TridentSettings, point: str, expect: str) -> None:
     t = trident
     t.router.set_pin("crash/x", "pg")

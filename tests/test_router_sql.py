@@ -39,7 +39,11 @@ def test_a_pg_capped_writer_cannot_be_flipped_by_any_flag_or_pin(trident: Triden
     r = t.write_manifest("files/index", [{"object_key": "b.csv", "size": 4, "checksum": "sha256:01", "content_type": "text/csv"}])
     assert r.sink == "pg" and t.history("files/index")[0].route_reason == "flag"
     d = t.describe("files/index")
-    assert d.sink == "pg" and d.row_count == 2 and [f["name"] for f in d.schema][3:7] == ["object_key", "size", "checksum", "content_type"]
+    assert (
+        d.sink == "pg"
+        and d.row_count == 2
+        and [f["name"] for f in d.schema][3:7] == ["object_key", "size", "checksum", "content_type"]
+    )
 
 
 def test_manifest_entries_point_at_real_files(trident: Trident, tmp_path: Path) -> None:
@@ -90,8 +94,15 @@ sys.exit(1)
 
 def test_a_flag_change_is_seen_by_another_process_within_10_seconds(trident: Trident, settings: TridentSettings) -> None:
     env = {**os.environ, **cli_env(settings)}
-    child = subprocess.Popen([sys.executable, "-c", WATCH], env=env, cwd=REPO, stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", WATCH],
+        env=env,
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert child.stdout is not None and child.stdin is not None
         assert child.stdout.readline().strip() == "ready"

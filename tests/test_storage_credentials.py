@@ -40,13 +40,20 @@ def _proxy(rest: RestCatalogServer, gate: S3Gate, s3: S3Server, mode: str, **kw:
     return catalog_proxy(rest.uri, gate, region=s3.region, token=rest.token, mode=mode, **kw)
 
 
-def _settings(home: Path, dsn: str, s3: S3Server, gate: S3Gate, proxy: CatalogProxy, rest: RestCatalogServer,
-              **overrides: Any) -> TridentSettings:
+def _settings(
+    home: Path, dsn: str, s3: S3Server, gate: S3Gate, proxy: CatalogProxy, rest: RestCatalogServer, **overrides: Any
+) -> TridentSettings:
     values: dict[str, Any] = {
-        "s3_endpoint": gate.endpoint, "s3_bucket": s3.bucket, "s3_region": s3.region,
-        "s3_access_key_id": s3.access_key_id, "s3_secret_access_key": s3.secret_access_key,
-        "catalog_uri": proxy.uri, "catalog_warehouse": rest.warehouse, "catalog_token": rest.token,
-        "catalog_properties": {"prefix": rest.warehouse}, "namespace_root": "bronze",
+        "s3_endpoint": gate.endpoint,
+        "s3_bucket": s3.bucket,
+        "s3_region": s3.region,
+        "s3_access_key_id": s3.access_key_id,
+        "s3_secret_access_key": s3.secret_access_key,
+        "catalog_uri": proxy.uri,
+        "catalog_warehouse": rest.warehouse,
+        "catalog_token": rest.token,
+        "catalog_properties": {"prefix": rest.warehouse},
+        "namespace_root": "bronze",
     }
     return make_settings(home, dsn, **(values | overrides))
 
@@ -105,8 +112,15 @@ def test_vended_credentials_expiring_mid_stream_are_refreshed_and_the_write_land
 ) -> None:
     with _proxy(rest_catalog, gate, s3, "vend", ttl_seconds=4.0) as proxy:
         settings = _settings(
-            trident_home, pg_dsn, s3, gate, proxy, rest_catalog, s3_credentials="vended",
-            s3_credential_refresh_seconds=2.0, row_group_bytes=4096,
+            trident_home,
+            pg_dsn,
+            s3,
+            gate,
+            proxy,
+            rest_catalog,
+            s3_credentials="vended",
+            s3_credential_refresh_seconds=2.0,
+            row_group_bytes=4096,
         )
         with Trident(settings) as t:
             t.write("vend/stream", _rows(1))  # the table exists; the stream is a long append
@@ -169,9 +183,17 @@ def test_oauth2_token_comes_from_the_configured_identity_provider(
 ) -> None:
     with _proxy(rest_catalog, gate, s3, "none") as proxy:
         settings = _settings(
-            trident_home, pg_dsn, s3, gate, proxy, rest_catalog, catalog_token=None,
-            catalog_credential="trident-client:s3cret", catalog_scope="lakekeeper",
-            catalog_oauth2_server_uri=f"{proxy.uri}/oauth/token", catalog_audience="lakekeeper-api",
+            trident_home,
+            pg_dsn,
+            s3,
+            gate,
+            proxy,
+            rest_catalog,
+            catalog_token=None,
+            catalog_credential="trident-client:s3cret",
+            catalog_scope="lakekeeper",
+            catalog_oauth2_server_uri=f"{proxy.uri}/oauth/token",
+            catalog_audience="lakekeeper-api",
             catalog_resource="https://lakekeeper.example/catalog",
         )
         with Trident(settings) as t:
@@ -194,21 +216,31 @@ def test_a_refused_oauth2_credential_is_a_named_error_at_startup(
 ) -> None:
     with _proxy(rest_catalog, gate, s3, "none") as proxy:
         settings = _settings(
-            trident_home, pg_dsn, s3, gate, proxy, rest_catalog, catalog_token=None,
-            catalog_credential="revoked:s3cret", catalog_oauth2_server_uri=f"{proxy.uri}/oauth/token",
+            trident_home,
+            pg_dsn,
+            s3,
+            gate,
+            proxy,
+            rest_catalog,
+            catalog_token=None,
+            catalog_credential="revoked:s3cret",
+            catalog_oauth2_server_uri=f"{proxy.uri}/oauth/token",
         )
         with pytest.raises(CatalogAuthenticationError) as info:
             Trident(settings)
         assert info.value.__cause__ is not None
 
 
-def test_default_checksum_policy_sends_plain_signed_puts(
-    trident_home: Path, pg_dsn: str, s3: S3Server, gate: S3Gate
-) -> None:
+def test_default_checksum_policy_sends_plain_signed_puts(trident_home: Path, pg_dsn: str, s3: S3Server, gate: S3Gate) -> None:
     """The headers on the wire: no aws-chunked body, no CRC trailer, no checksum-mode on GETs."""
     settings = make_settings(
-        trident_home, pg_dsn, s3_endpoint=gate.endpoint, s3_bucket=s3.bucket, s3_region=s3.region,
-        s3_access_key_id=s3.access_key_id, s3_secret_access_key=s3.secret_access_key,
+        trident_home,
+        pg_dsn,
+        s3_endpoint=gate.endpoint,
+        s3_bucket=s3.bucket,
+        s3_region=s3.region,
+        s3_access_key_id=s3.access_key_id,
+        s3_secret_access_key=s3.secret_access_key,
         s3_prefix=f"wh-{uuid.uuid4().hex[:8]}",
     )
     assert settings.s3_checksum == "when_required"
@@ -224,21 +256,26 @@ def test_default_checksum_policy_sends_plain_signed_puts(
     assert not [s for s in gate.requests("GET") if "x-amz-checksum-mode" in s.headers]
 
 
-def test_when_supported_checksums_are_visible_on_the_wire(
-    trident_home: Path, pg_dsn: str, s3: S3Server, gate: S3Gate
-) -> None:
+def test_when_supported_checksums_are_visible_on_the_wire(trident_home: Path, pg_dsn: str, s3: S3Server, gate: S3Gate) -> None:
     """The other setting, so the test above is known to be able to see a trailer."""
     settings = make_settings(
-        trident_home, pg_dsn, s3_endpoint=gate.endpoint, s3_bucket=s3.bucket, s3_region=s3.region,
-        s3_access_key_id=s3.access_key_id, s3_secret_access_key=s3.secret_access_key,
-        s3_prefix=f"wh-{uuid.uuid4().hex[:8]}", s3_checksum="when_supported",
+        trident_home,
+        pg_dsn,
+        s3_endpoint=gate.endpoint,
+        s3_bucket=s3.bucket,
+        s3_region=s3.region,
+        s3_access_key_id=s3.access_key_id,
+        s3_secret_access_key=s3.secret_access_key,
+        s3_prefix=f"wh-{uuid.uuid4().hex[:8]}",
+        s3_checksum="when_supported",
     )
     try:
         with Trident(settings) as t:
             t.write("checksum/b", _rows(1000))
         puts = gate.requests("PUT")
         assert any(
-            "aws-chunked" in s.headers.get("content-encoding", "") or "x-amz-trailer" in s.headers
+            "aws-chunked" in s.headers.get("content-encoding", "")
+            or "x-amz-trailer" in s.headers
             or any(k.startswith("x-amz-checksum-") for k in s.headers)
             for s in puts
         ), [s.headers for s in puts][:2]

@@ -91,8 +91,14 @@ time.sleep(600)  # killed here, mid-session
 def test_a_killed_stream_leaves_nothing_after_reconcile(trident: Trident, settings: TridentSettings, sink: str) -> None:
     t = trident
     t.router.set_pin("st/killed", sink)
-    env = {**os.environ, "TRIDENT_HOME": str(settings.home), "TRIDENT_PG_DSN": settings.pg_dsn.get_secret_value(),  # type: ignore[union-attr]
-           "TRIDENT_WORKSPACE": settings.workspace, "TRIDENT_ROW_GROUP_BYTES": "65536", "TRIDENT_TARGET_FILE_BYTES": "262144"}
+    env = {
+        **os.environ,
+        "TRIDENT_HOME": str(settings.home),
+        "TRIDENT_PG_DSN": settings.pg_dsn.get_secret_value(),  # type: ignore[union-attr]
+        "TRIDENT_WORKSPACE": settings.workspace,
+        "TRIDENT_ROW_GROUP_BYTES": "65536",
+        "TRIDENT_TARGET_FILE_BYTES": "262144",
+    }
     child = subprocess.Popen([sys.executable, "-c", KILLED], env=env, cwd=REPO, stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "150000"

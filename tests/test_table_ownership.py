@@ -35,12 +35,14 @@ def _foreign_table(t: Trident, key: str, data: pa.Table) -> Table:
 
 
 def _with_identity(n: int) -> pa.Table:
-    return pa.table({
-        "k": pa.array(range(n), pa.int64()),
-        "__row_index": pa.array(range(100, 100 + n), pa.int64()),
-        "__row_id": pa.array([str(uuid.uuid4()) for _ in range(n)], pa.large_string()),
-        "__created_at": pa.array([0] * n, pa.timestamp("us", tz="UTC")),
-    })
+    return pa.table(
+        {
+            "k": pa.array(range(n), pa.int64()),
+            "__row_index": pa.array(range(100, 100 + n), pa.int64()),
+            "__row_id": pa.array([str(uuid.uuid4()) for _ in range(n)], pa.large_string()),
+            "__created_at": pa.array([0] * n, pa.timestamp("us", tz="UTC")),
+        }
+    )
 
 
 def test_a_table_it_created_carries_its_dataset_id(trident: Trident) -> None:

@@ -83,7 +83,8 @@ def test_killed_between_write_and_commit_is_rolled_forward(trident: Trident) -> 
     trident.write("k/x", table(k=[1, 2]))
     txn = uuid.uuid4()
     child = _run_child(
-        trident.settings, "commit.before_ledger=exit",
+        trident.settings,
+        "commit.before_ledger=exit",
         f"t.write('k/x', pa.table({{'k': [3, 4, 5]}}), mode='append', txn_id='{txn}')",
     )
     assert child.returncode == 137, child.stderr
@@ -105,7 +106,8 @@ def test_killed_before_the_snapshot_is_aborted_and_cleaned(trident: Trident) -> 
     trident.write("k/y", table(k=[1]))
     txn = uuid.uuid4()
     child = _run_child(
-        trident.settings, "write.before_commit=exit",
+        trident.settings,
+        "write.before_commit=exit",
         f"t.write('k/y', pa.table({{'k': list(range(1000))}}), mode='append', txn_id='{txn}')",
     )
     assert child.returncode == 137, child.stderr

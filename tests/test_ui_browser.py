@@ -39,15 +39,31 @@ ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "test-artifacts" / "test_ui_browser"
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
-CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                  "--window-size=1600,1000")
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--window-size=1600,1000",
+)
 SCALE = os.environ.get("UI_TEST_TPCH_SCALE", "0.001")  # the test scale; larger ones to measure the run time
 RUN_TIMEOUT_S = 300.0
 ASSET = "sales/q3_revenue"
 ASSET_CHECKS = ("not_null_l_orderkey_revenue", "unique_l_orderkey", "row_count_between", "revenue_positive")
-NODE_STEPS = ("tpch__customer", "tpch__orders", "tpch__lineitem", "sales__building_customers", "sales__q3_revenue",
-              "split_sales__urgent_orders", "ml__lineitem_scores", "sales__lineitem_revenue")
+NODE_STEPS = (
+    "tpch__customer",
+    "tpch__orders",
+    "tpch__lineitem",
+    "sales__building_customers",
+    "sales__q3_revenue",
+    "split_sales__urgent_orders",
+    "ml__lineitem_scores",
+    "sales__lineitem_revenue",
+)
 TIMINGS = ROOT / "test-artifacts" / "ui_run_seconds.jsonl"  # the measured "Materialize all" wall times
 
 
@@ -78,8 +94,9 @@ def _get(url: str, timeout: float = 5.0) -> bytes:
 
 
 def _graphql(base: str, query: str) -> dict[str, Any]:
-    req = urllib.request.Request(base + "/graphql", data=json.dumps({"query": query}).encode(),
-                                 headers={"content-type": "application/json"})
+    req = urllib.request.Request(
+        base + "/graphql", data=json.dumps({"query": query}).encode(), headers={"content-type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=30) as r:
         return dict(json.loads(r.read())["data"])
 
@@ -98,9 +115,23 @@ class UI:
         env = {**os.environ, "PYTHONPATH": str(ROOT), "TRIDENT_HOME": str(home), "TRIDENT_TPCH_SCALE": SCALE}
         env.pop("DAGSTER_HOME", None)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "trident_cli.main", "ui", "--host", "127.0.0.1", "--port", str(port),
-             "-m", "trident_assets.definitions"],
-            cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                sys.executable,
+                "-m",
+                "trident_cli.main",
+                "ui",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "-m",
+                "trident_assets.definitions",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=log.open("wb"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
 
     def wait_ready(self, timeout: float = 180.0) -> None:
@@ -179,7 +210,8 @@ def test_materialize_all_from_the_ui(driver: Any, tmp_path: Path, request: pytes
 
     def button(text: str, timeout: float = 60) -> Any:
         return WebDriverWait(driver, timeout).until(
-            ec.element_to_be_clickable((By.XPATH, f"//button[normalize-space(.)='{text}']")))
+            ec.element_to_be_clickable((By.XPATH, f"//button[normalize-space(.)='{text}']"))
+        )
 
     ui = UI(home, _free_port(), log)
     try:
@@ -209,15 +241,27 @@ def test_materialize_all_from_the_ui(driver: Any, tmp_path: Path, request: pytes
         run_s = float(status["endTime"]) - float(status["creationTime"])
         TIMINGS.parent.mkdir(parents=True, exist_ok=True)
         with TIMINGS.open("a") as f:
-            f.write(json.dumps({"at": time.strftime("%Y-%m-%dT%H:%M:%S"), "scale": SCALE, "click_to_success_s": round(wall, 1),
-                                "run_s": round(run_s, 1), "commit": _head()}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                        "scale": SCALE,
+                        "click_to_success_s": round(wall, 1),
+                        "run_s": round(run_s, 1),
+                        "commit": _head(),
+                    }
+                )
+                + "\n"
+            )
         print(f"'Materialize all' at sf{SCALE}: {wall:.1f} s from the click to success (run {run_s:.1f} s)")
-        steps = _graphql(ui.base, f'{{ runOrError(runId: "{run_id}") {{ ... on Run {{ stepStats {{ stepKey startTime endTime }} }} }} }}')
+        steps = _graphql(
+            ui.base, f'{{ runOrError(runId: "{run_id}") {{ ... on Run {{ stepStats {{ stepKey startTime endTime }} }} }} }}'
+        )
         spans = [(s["startTime"], s["endTime"], s["stepKey"]) for s in steps["runOrError"]["stepStats"]]
         # one step per node, its checks inside it (no separate check steps) ...
         assert sorted(k for _, _, k in spans) == sorted(NODE_STEPS), spans
         # ... and independent nodes in parallel (the default executor): some two steps overlap
-        assert any(a[0] < b[1] and b[0] < a[1] for i, a in enumerate(spans) for b in spans[i + 1:]), spans
+        assert any(a[0] < b[1] and b[0] < a[1] for i, a in enumerate(spans) for b in spans[i + 1 :]), spans
 
         # the asset's checks: every one passed, as the asset's Checks tab shows
         driver.get(f"{ui.base}/assets/{ASSET}?view=checks")
@@ -234,8 +278,11 @@ def test_materialize_all_from_the_ui(driver: Any, tmp_path: Path, request: pytes
         _wait("the asset page to show the row count", lambda: "Row count" in body() and f"{rows:,}" in body(), 60)
         snap("04-asset")
         driver.get(f"{ui.base}/assets/{ASSET}?view=events")
-        _wait("the materialization to show its provenance",
-              lambda: "trident/provenance" in body() and "Transaction Processing Performance Council" in body(), 60)
+        _wait(
+            "the materialization to show its provenance",
+            lambda: "trident/provenance" in body() and "Transaction Processing Performance Council" in body(),
+            60,
+        )
         snap("05-provenance")
         # switch the rebuild schedule on (as the Automation page's toggle does), to see it survive
         assert _schedule(ui.base, "startSchedule") == "RUNNING"
@@ -267,13 +314,17 @@ def test_materialize_all_from_the_ui(driver: Any, tmp_path: Path, request: pytes
 
 def _schedule(base: str, field: str, name: str = "tpch_pipeline_rebuild") -> str:
     """Start the schedule (``startSchedule``) or read its state (``scheduleOrError``) over GraphQL."""
-    [location] = _graphql(base, "{ workspaceOrError { ... on Workspace { locationEntries { name } } } }")["workspaceOrError"]["locationEntries"]
+    [location] = _graphql(base, "{ workspaceOrError { ... on Workspace { locationEntries { name } } } }")["workspaceOrError"][
+        "locationEntries"
+    ]
     selector = f'{{repositoryLocationName: "{location["name"]}", repositoryName: "__repository__", scheduleName: "{name}"}}'
     if field == "startSchedule":
         query = f"mutation {{ startSchedule(scheduleSelector: {selector}) {{ __typename ... on ScheduleStateResult {{ scheduleState {{ status }} }} ... on PythonError {{ message }} }} }}"
         result = dict(_graphql(base, query)["startSchedule"])
         return str(result.get("scheduleState", {}).get("status") or result)
-    query = f"{{ scheduleOrError(scheduleSelector: {selector}) {{ __typename ... on Schedule {{ scheduleState {{ status }} }} }} }}"
+    query = (
+        f"{{ scheduleOrError(scheduleSelector: {selector}) {{ __typename ... on Schedule {{ scheduleState {{ status }} }} }} }}"
+    )
     result = dict(_graphql(base, query)["scheduleOrError"])
     return str(result.get("scheduleState", {}).get("status") or result)
 

@@ -26,8 +26,13 @@ def _dead_port() -> int:
 
 
 def test_an_unreachable_rest_catalog_is_storage_unavailable(trident_home: Path, pg_dsn: str) -> None:
-    settings = make_settings(trident_home, pg_dsn, catalog_uri=f"http://127.0.0.1:{_dead_port()}/catalog",
-                             catalog_warehouse="wh", catalog_token="s3cr3t-token")
+    settings = make_settings(
+        trident_home,
+        pg_dsn,
+        catalog_uri=f"http://127.0.0.1:{_dead_port()}/catalog",
+        catalog_warehouse="wh",
+        catalog_token="s3cr3t-token",
+    )
     started = time.monotonic()
     with pytest.raises(StorageUnavailableError, match="Iceberg catalog") as info:
         Trident(settings)

@@ -6,7 +6,23 @@ from .provenance import merge_provenance
 from .strategies import Strategy, append_always, append_new, delta, replace, snapshot_replace, upsert
 
 __all__ = [
-    "Expectation", "Node", "Strategy", "accepted_values", "append_always", "append_new", "custom_sql", "delta",
-    "join_asset", "merge_provenance", "model_asset", "not_null", "replace", "row_count_between",
-    "snapshot_replace", "split_asset", "transform_asset", "unique", "upsert",
+    "Expectation",
+    "Node",
+    "Strategy",
+    "accepted_values",
+    "append_always",
+    "append_new",
+    "custom_sql",
+    "delta",
+    "join_asset",
+    "merge_provenance",
+    "model_asset",
+    "not_null",
+    "replace",
+    "row_count_between",
+    "snapshot_replace",
+    "split_asset",
+    "transform_asset",
+    "unique",
+    "upsert",
 ]

@@ -29,8 +29,9 @@ from .expectations import Expectation, check_key, check_result, check_specs
 ComputeFn = Callable[[dg.AssetExecutionContext, TridentResource], Any]
 
 
-def checked_results(context: dg.AssetExecutionContext, trident: TridentResource, key: str,
-                    expectations: Sequence[Expectation]) -> Iterator[dg.AssetCheckResult]:
+def checked_results(
+    context: dg.AssetExecutionContext, trident: TridentResource, key: str, expectations: Sequence[Expectation]
+) -> Iterator[dg.AssetCheckResult]:
     """Results of the expectations on ``key`` that this run selected (all of them in a normal run)."""
     selected = context.selected_asset_check_keys
     if not any(check_key(key, e) in selected for e in expectations):
@@ -62,13 +63,24 @@ def checked_asset(
     def wrap(fn: ComputeFn) -> dg.AssetsDefinition:
         @dg.multi_asset(
             name=name,
-            outs={name: dg.AssetOut(
-                key=akey, group_name=group_name, kinds=kinds, description=description, metadata=metadata,
-                automation_condition=automation_condition, io_manager_key="io_manager",
-                is_required=False,  # a checks-only run (trident check) yields no output
-            )},
-            deps=list(deps), check_specs=check_specs(key, expectations), can_subset=True,
-            partitions_def=partitions_def, backfill_policy=backfill_policy, pool=dataset_pool(key, partitions_def),
+            outs={
+                name: dg.AssetOut(
+                    key=akey,
+                    group_name=group_name,
+                    kinds=kinds,
+                    description=description,
+                    metadata=metadata,
+                    automation_condition=automation_condition,
+                    io_manager_key="io_manager",
+                    is_required=False,  # a checks-only run (trident check) yields no output
+                )
+            },
+            deps=list(deps),
+            check_specs=check_specs(key, expectations),
+            can_subset=True,
+            partitions_def=partitions_def,
+            backfill_policy=backfill_policy,
+            pool=dataset_pool(key, partitions_def),
         )
         def _asset(context: dg.AssetExecutionContext, trident: TridentResource) -> Iterator[Any]:
             if akey in context.selected_asset_keys:

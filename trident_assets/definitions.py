@@ -36,7 +36,8 @@ def resources(trident: TridentResource | None = None) -> dict[str, object]:
 # the CPU count), with step processes forked from a server that has already imported this module:
 # a fresh interpreter importing dagster, pyiceberg, pyarrow and duckdb is most of a small step's time.
 DEFAULT_EXECUTOR = dg.multi_or_in_process_executor.configured(
-    {"multiprocess": {"start_method": {"forkserver": {"preload_modules": [__name__]}}}}, name="multi_or_in_process_executor",
+    {"multiprocess": {"start_method": {"forkserver": {"preload_modules": [__name__]}}}},
+    name="multi_or_in_process_executor",
 )
 
 
@@ -51,7 +52,9 @@ def build_definitions(trident: TridentResource | None = None, executor: dg.Execu
         dg.Definitions(
             jobs=[pipeline_job, *MAINTENANCE_JOBS],
             schedules=[rebuild_schedule(trident.settings()), *MAINTENANCE_SCHEDULES],
-            sensors=[trident_reconciler, trident_commits], resources=resources(trident), executor=executor or DEFAULT_EXECUTOR,
+            sensors=[trident_reconciler, trident_commits],
+            resources=resources(trident),
+            executor=executor or DEFAULT_EXECUTOR,
         ),
     )
 

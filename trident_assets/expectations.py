@@ -6,7 +6,6 @@ run; ``blocking=False`` reports a WARN and lets the run go on. ``trident check``
 checks from the command line for CI.
 """
 
-
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -59,7 +58,9 @@ def _q(c: str) -> str:
 def not_null(columns: str | Sequence[str], *, blocking: bool = True) -> Expectation:
     cols = _cols(columns)
     cond = " OR ".join(f"{_q(c)} IS NULL" for c in cols)
-    return Expectation(f"not_null_{'_'.join(cols)}", f"{', '.join(cols)} never null", f"SELECT count(*) FROM {{dataset}} WHERE {cond}", blocking)
+    return Expectation(
+        f"not_null_{'_'.join(cols)}", f"{', '.join(cols)} never null", f"SELECT count(*) FROM {{dataset}} WHERE {cond}", blocking
+    )
 
 
 def unique(columns: str | Sequence[str], *, blocking: bool = True) -> Expectation:
@@ -72,13 +73,21 @@ def unique(columns: str | Sequence[str], *, blocking: bool = True) -> Expectatio
 def accepted_values(column: str, values: Sequence[Any], *, blocking: bool = True) -> Expectation:
     listed = ", ".join(_literal(v) for v in values)
     sql = f"SELECT count(*) FROM {{dataset}} WHERE {_q(column)} IS NOT NULL AND {_q(column)} NOT IN ({listed})"
-    return Expectation(f"accepted_values_{column}", f"{column} in {list(values)}", sql, blocking, details={"values": list(values)})
+    return Expectation(
+        f"accepted_values_{column}", f"{column} in {list(values)}", sql, blocking, details={"values": list(values)}
+    )
 
 
 def row_count_between(min_rows: int | None = None, max_rows: int | None = None, *, blocking: bool = True) -> Expectation:
     if min_rows is None and max_rows is None:
         raise ValueError("row_count_between needs min_rows, max_rows or both")
-    return Expectation("row_count_between", f"row count in [{min_rows}, {max_rows}]", "SELECT count(*) FROM {dataset}", blocking, bounds=(min_rows, max_rows))
+    return Expectation(
+        "row_count_between",
+        f"row count in [{min_rows}, {max_rows}]",
+        "SELECT count(*) FROM {dataset}",
+        blocking,
+        bounds=(min_rows, max_rows),
+    )
 
 
 def custom_sql(name: str, sql: str, *, description: str = "", blocking: bool = True) -> Expectation:
@@ -107,7 +116,10 @@ def build_checks(key: str, expectations: Sequence[Expectation]) -> list[dg.Asset
 
 def _check(key: str, e: Expectation) -> dg.AssetChecksDefinition:
     @dg.asset_check(
-        asset=dg.AssetKey(key.split("/")), name=e.name, description=e.description, blocking=e.blocking,
+        asset=dg.AssetKey(key.split("/")),
+        name=e.name,
+        description=e.description,
+        blocking=e.blocking,
         metadata={"trident/sql": e.sql.format(dataset=f'"{key}"')},
     )
     def _run(context: dg.AssetCheckExecutionContext, trident: TridentResource) -> dg.AssetCheckResult:
@@ -130,8 +142,13 @@ def check_specs(key: str, expectations: Sequence[Expectation]) -> list[dg.AssetC
     """One ``AssetCheckSpec`` per expectation on ``key`` (same names, descriptions, blocking)."""
     build_checks(key, expectations)  # the same validation (distinct names)
     return [
-        dg.AssetCheckSpec(e.name, asset=dg.AssetKey(key.split("/")), description=e.description, blocking=e.blocking,
-                          metadata={"trident/sql": e.sql.format(dataset=f'"{key}"')})
+        dg.AssetCheckSpec(
+            e.name,
+            asset=dg.AssetKey(key.split("/")),
+            description=e.description,
+            blocking=e.blocking,
+            metadata={"trident/sql": e.sql.format(dataset=f'"{key}"')},
+        )
         for e in expectations
     ]
 
@@ -140,7 +157,9 @@ def check_result(t: Trident, key: str, e: Expectation) -> dg.AssetCheckResult:
     """Evaluate one expectation against the dataset's current rows, as a result of ``key``'s check."""
     passed, value, meta = e.evaluate(t, key)
     return dg.AssetCheckResult(
-        asset_key=dg.AssetKey(key.split("/")), check_name=e.name, passed=passed,
+        asset_key=dg.AssetKey(key.split("/")),
+        check_name=e.name,
+        passed=passed,
         severity=dg.AssetCheckSeverity.ERROR if e.blocking else dg.AssetCheckSeverity.WARN,
         metadata={**meta, "observed": value, "blocking": e.blocking},
         description=None if passed else f"{e.description}: failed (observed {value})",

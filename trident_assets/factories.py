@@ -16,7 +16,6 @@ outputs): ``dg.AutomationCondition.eager()`` runs the node after any of its sour
 including commits made outside Dagster, which the ``trident_ledger_commits`` sensor reports.
 """
 
-
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,14 +59,29 @@ def _akey(key: str) -> dg.AssetKey:
     return dg.AssetKey(validate_key(key).split("/"))
 
 
-def _output(session: Session, key: str, data: Any, own_provenance: Mapping[str, Any] | None, t: Trident, extra: Mapping[str, Any] | None = None, on_done: Callable[[], None] | None = None) -> TridentOutput:
+def _output(
+    session: Session,
+    key: str,
+    data: Any,
+    own_provenance: Mapping[str, Any] | None,
+    t: Trident,
+    extra: Mapping[str, Any] | None = None,
+    on_done: Callable[[], None] | None = None,
+) -> TridentOutput:
     plan = session.plan
     sources = list(dict.fromkeys(session.sources.values()))
     lineage = [lineage_entry(s, d) for s, d in plan.sources.items()]
     prov = merge_provenance({s: t.describe(s).provenance for s in sources}, own_provenance, lineage)
     return TridentOutput(
-        data, mode=plan.mode, keys=plan.keys or None, provenance=prov, merge_upstream=False, watermarks=plan.watermarks,
-        source_refs=sources, metadata={**plan.metadata(), **(extra or {})}, on_done=on_done,
+        data,
+        mode=plan.mode,
+        keys=plan.keys or None,
+        provenance=prov,
+        merge_upstream=False,
+        watermarks=plan.watermarks,
+        source_refs=sources,
+        metadata={**plan.metadata(), **(extra or {})},
+        on_done=on_done,
     )
 
 
@@ -94,16 +108,24 @@ def _node_output(
 
 
 def _asset_kwargs(
-    group: str | None, kinds: Sequence[str], description: str | None, strategy: Strategy,
-    metadata: Mapping[str, Any] | None, automation_condition: dg.AutomationCondition | None,
-    partitions_def: dg.PartitionsDefinition | None = None, backfill_policy: dg.BackfillPolicy | None = None,
+    group: str | None,
+    kinds: Sequence[str],
+    description: str | None,
+    strategy: Strategy,
+    metadata: Mapping[str, Any] | None,
+    automation_condition: dg.AutomationCondition | None,
+    partitions_def: dg.PartitionsDefinition | None = None,
+    backfill_policy: dg.BackfillPolicy | None = None,
 ) -> dict[str, Any]:
     return {
-        "group_name": group, "kinds": set(kinds), "description": description,
+        "group_name": group,
+        "kinds": set(kinds),
+        "description": description,
         "metadata": {"trident/strategy": strategy.describe(), **declared(metadata, partitions_def)},
         "automation_condition": automation_condition,
         # partitions (issue 10): partitions_def + metadata["partition_expr"]
-        "partitions_def": partitions_def, "backfill_policy": backfill_policy,
+        "partitions_def": partitions_def,
+        "backfill_policy": backfill_policy,
     }
 
 
@@ -127,7 +149,14 @@ def transform_asset(
     """``key`` := ``sql`` over dataset ``source`` (named ``source`` in the SQL)."""
     strategy = strategy or replace()
 
-    @checked_asset(key, expectations, deps=[_akey(source)], **_asset_kwargs(group, kinds, description or sql, strategy, metadata, automation_condition, partitions_def, backfill_policy))
+    @checked_asset(
+        key,
+        expectations,
+        deps=[_akey(source)],
+        **_asset_kwargs(
+            group, kinds, description or sql, strategy, metadata, automation_condition, partitions_def, backfill_policy
+        ),
+    )
     def _transform(context: dg.AssetExecutionContext, trident: TridentResource) -> TridentOutput:
         def build(session: Session) -> tuple[Any, None]:
             context.log.info(f"{key}: {session.plan.reason}")
@@ -164,7 +193,14 @@ def join_asset(
         raise ValueError(f"join_asset {key!r} needs two or more sources; use transform_asset for one")
     deps = [_akey(k) for k in dict.fromkeys(sources.values())]
 
-    @checked_asset(key, expectations, deps=deps, **_asset_kwargs(group, kinds, description or sql, strategy, metadata, automation_condition, partitions_def, backfill_policy))
+    @checked_asset(
+        key,
+        expectations,
+        deps=deps,
+        **_asset_kwargs(
+            group, kinds, description or sql, strategy, metadata, automation_condition, partitions_def, backfill_policy
+        ),
+    )
     def _join(context: dg.AssetExecutionContext, trident: TridentResource) -> TridentOutput:
         t = trident.get_client()
 
@@ -179,7 +215,9 @@ def join_asset(
             steps = "\n".join(estimate.steps) or "no join step"
             context.log.info(f"{key}: {plan.reason}; join estimate {estimate.rows:,} rows (bound {bound:,}):\n{steps}")
             return session.stream(sql, batch_rows), {
-                "trident/join_estimate": estimate.rows, "trident/join_bound": bound, "trident/join_steps": steps,
+                "trident/join_estimate": estimate.rows,
+                "trident/join_bound": bound,
+                "trident/join_steps": steps,
             }
 
         return _node_output(t, key, sources, strategy, provenance, build, partition=run_partition(context, key))
@@ -217,24 +255,37 @@ def split_asset(
     wheres = {"matched": f"({predicate}) IS TRUE", "unmatched": f"({predicate}) IS NOT TRUE"}
     asset_outs = {
         _akey(k).to_python_identifier(): dg.AssetOut(
-            key=_akey(k), group_name=group, kinds=set(kinds), io_manager_key="io_manager",
+            key=_akey(k),
+            group_name=group,
+            kinds=set(kinds),
+            io_manager_key="io_manager",
             is_required=False,  # subsettable: a run of one output yields only that output
             automation_condition=automation_condition,
             description=description or _split_description(source, predicate, o),
-            metadata={"trident/strategy": strategy.describe(), "trident/split": o, "trident/predicate": predicate,
-                      **declared(metadata, partitions_def)},
+            metadata={
+                "trident/strategy": strategy.describe(),
+                "trident/split": o,
+                "trident/predicate": predicate,
+                **declared(metadata, partitions_def),
+            },
         )
         for o, k in outs.items()
     }
 
     @dg.multi_asset(
-        name=name or f"split_{matched.replace('/', '__')}", outs=asset_outs, deps=[_akey(source)], can_subset=True,
-        partitions_def=partitions_def, backfill_policy=backfill_policy,
+        name=name or f"split_{matched.replace('/', '__')}",
+        outs=asset_outs,
+        deps=[_akey(source)],
+        can_subset=True,
+        partitions_def=partitions_def,
+        backfill_policy=backfill_policy,
         # issue 13: checks in-step; one pool (only this op writes either half)
         check_specs=[s for k, exps in (expectations or {}).items() for s in check_specs(k, exps)],
         pool=dataset_pool(matched, partitions_def),
     )
-    def _split(context: dg.AssetExecutionContext, trident: TridentResource) -> Iterator[dg.Output[TridentOutput] | dg.AssetCheckResult]:
+    def _split(
+        context: dg.AssetExecutionContext, trident: TridentResource
+    ) -> Iterator[dg.Output[TridentOutput] | dg.AssetCheckResult]:
         t = trident.get_client()
         sinks = {k: t.resolve_sink(k) for k in outs.values()}
         if len(set(sinks.values())) > 1:
@@ -246,6 +297,7 @@ def split_asset(
         for o, k in outs.items():
             if k not in selected:
                 continue
+
             def build(session: Session, k: str = k, o: str = o) -> tuple[Any, dict[str, Any]]:
                 context.log.info(f"{k}: {session.plan.reason}")
                 return session.stream(f"SELECT {columns} FROM source WHERE {wheres[o]}", batch_rows), {"trident/split": o}
@@ -293,14 +345,34 @@ def model_asset(
     """
     strategy = strategy or replace()
 
-    @checked_asset(key, expectations, deps=[_akey(source)], **_asset_kwargs(group, kinds, description or (fn.__doc__ or fn.__name__), strategy, metadata, automation_condition, partitions_def, backfill_policy))
+    @checked_asset(
+        key,
+        expectations,
+        deps=[_akey(source)],
+        **_asset_kwargs(
+            group,
+            kinds,
+            description or (fn.__doc__ or fn.__name__),
+            strategy,
+            metadata,
+            automation_condition,
+            partitions_def,
+            backfill_policy,
+        ),
+    )
     def _model(context: dg.AssetExecutionContext, trident: TridentResource) -> TridentOutput:
         def build(session: Session) -> tuple[Any, dict[str, Any]]:
             context.log.info(f"{key}: {session.plan.reason}")
             return model_reader(session.stream(sql, batch_rows), fn, key), {"trident/model": getattr(fn, "__name__", "model")}
 
         return _node_output(
-            trident.get_client(), key, {"source": source}, strategy, provenance, build, source_row_index=True,
+            trident.get_client(),
+            key,
+            {"source": source},
+            strategy,
+            provenance,
+            build,
+            source_row_index=True,
             partition=run_partition(context, key),
         )
 

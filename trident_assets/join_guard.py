@@ -273,7 +273,7 @@ def _split_equality(cond: str) -> tuple[str, str] | None:
                 hits.append(i)
             i += 1
         if len(hits) == 1:
-            return cond[: hits[0]].strip(), cond[hits[0] + len(op):].strip()
+            return cond[: hits[0]].strip(), cond[hits[0] + len(op) :].strip()
     return None
 
 

@@ -36,7 +36,9 @@ def model_reader(source: pa.RecordBatchReader, fn: Callable[[pa.RecordBatch], An
                     try:
                         out = out.cast(schema)
                     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-                        raise ModelOutputError(f"model {key!r} changed its output schema mid-stream:\n{out.schema}\nexpected:\n{schema}") from exc
+                        raise ModelOutputError(
+                            f"model {key!r} changed its output schema mid-stream:\n{out.schema}\nexpected:\n{schema}"
+                        ) from exc
                 yield out
 
     return pa.RecordBatchReader.from_batches(schema, rest())

@@ -11,7 +11,6 @@ Every node carries expectations (asset checks, run in the node's own step); the 
 contract) that every node merges downstream.
 """
 
-
 from typing import Any
 
 import dagster as dg
@@ -61,7 +60,11 @@ def raw_table_asset(table: str) -> Node:
     key = f"tpch/{table}"
 
     @checked_asset(
-        key, [ex.row_count_between(1)], deps=[], group_name=RAW_GROUP, kinds={"iceberg", "parquet"},
+        key,
+        [ex.row_count_between(1)],
+        deps=[],
+        group_name=RAW_GROUP,
+        kinds={"iceberg", "parquet"},
         description=f"TPC-H {table} at scale factor TRIDENT_TPCH_SCALE (default 0.01), generated on first run",
         metadata={"trident/strategy": "replace", "trident/writer": "ingest.api"},
     )
@@ -74,8 +77,12 @@ def raw_table_asset(table: str) -> Node:
         parquet = pq.ParquetFile(source, pre_buffer=False)
         reader = pa.RecordBatchReader.from_batches(parquet.schema_arrow, parquet.iter_batches(batch_size=65_536))
         return TridentOutput(
-            reader, mode="replace", writer="ingest.api", provenance={**RAW_PROVENANCE, "source_files": [f"{table}.parquet"]},
-            source_refs=[f"tpchgen-cli:sf{settings.tpch_scale}/{table}"], metadata={"trident/source_file": source},
+            reader,
+            mode="replace",
+            writer="ingest.api",
+            provenance={**RAW_PROVENANCE, "source_files": [f"{table}.parquet"]},
+            source_refs=[f"tpchgen-cli:sf{settings.tpch_scale}/{table}"],
+            metadata={"trident/source_file": source},
         )
 
     return Node(_raw)
@@ -99,41 +106,62 @@ def late_risk(batch: pa.RecordBatch) -> pa.RecordBatch:
 def nodes() -> list[Node]:
     raw = [raw_table_asset(t) for t in TABLES]
     building = transform_asset(
-        "sales/building_customers", "tpch/customer",
+        "sales/building_customers",
+        "tpch/customer",
         "SELECT c_custkey, c_name, c_nationkey, c_acctbal, c_mktsegment FROM source WHERE c_mktsegment = 'BUILDING'",
-        strategy=st.snapshot_replace(["c_custkey"]), group=GROUP, provenance={"tags": ["sales"]},
+        strategy=st.snapshot_replace(["c_custkey"]),
+        group=GROUP,
+        provenance={"tags": ["sales"]},
         description="Customers of the BUILDING segment (Q3's customer filter); identity kept across rebuilds",
         expectations=[ex.not_null("c_custkey"), ex.unique("c_custkey"), ex.accepted_values("c_mktsegment", ["BUILDING"])],
     )
     q3 = join_asset(
         "sales/q3_revenue",
         {"customer": "sales/building_customers", "orders": "tpch/orders", "lineitem": "tpch/lineitem"},
-        Q3_SQL, group=GROUP, provenance={"tags": ["sales", "revenue"]},
+        Q3_SQL,
+        group=GROUP,
+        provenance={"tags": ["sales", "revenue"]},
         description="Revenue per unshipped order of BUILDING customers on 1995-03-15 (TPC-H Q3, without the top-10 cut)",
         expectations=[
-            ex.not_null(["l_orderkey", "revenue"]), ex.unique("l_orderkey"), ex.row_count_between(1),
+            ex.not_null(["l_orderkey", "revenue"]),
+            ex.unique("l_orderkey"),
+            ex.row_count_between(1),
             ex.custom_sql("revenue_positive", "SELECT * FROM {dataset} WHERE revenue <= 0", description="revenue > 0"),
         ],
     )
     split = split_asset(
-        "sales/urgent_orders", "sales/routine_orders", "tpch/orders",
-        "o_orderpriority IN ('1-URGENT', '2-HIGH')", group=GROUP, provenance={"tags": ["sales", "orders"]},
+        "sales/urgent_orders",
+        "sales/routine_orders",
+        "tpch/orders",
+        "o_orderpriority IN ('1-URGENT', '2-HIGH')",
+        group=GROUP,
+        provenance={"tags": ["sales", "orders"]},
         expectations={
             "sales/urgent_orders": [ex.unique("o_orderkey"), ex.accepted_values("o_orderpriority", PRIORITIES[:2])],
             "sales/routine_orders": [ex.unique("o_orderkey"), ex.accepted_values("o_orderpriority", PRIORITIES[2:])],
         },
     )
     scores = model_asset(
-        "ml/lineitem_scores", "tpch/lineitem", late_risk,
+        "ml/lineitem_scores",
+        "tpch/lineitem",
+        late_risk,
         sql="SELECT __source_row_index__, l_orderkey, l_linenumber, l_shipdate, l_receiptdate, l_discount FROM source",
-        group=GROUP, provenance={"tags": ["ml"], "model": "late_risk v1"},
+        group=GROUP,
+        provenance={"tags": ["ml"], "model": "late_risk v1"},
         expectations=[
-            ex.not_null("score"), ex.unique(["l_orderkey", "l_linenumber"]),
-            ex.custom_sql("score_in_unit_interval", "SELECT * FROM {dataset} WHERE score < 0 OR score > 1", description="0 <= score <= 1"),
+            ex.not_null("score"),
+            ex.unique(["l_orderkey", "l_linenumber"]),
+            ex.custom_sql(
+                "score_in_unit_interval", "SELECT * FROM {dataset} WHERE score < 0 OR score > 1", description="0 <= score <= 1"
+            ),
         ],
     )
     revenue = transform_asset(
-        "sales/lineitem_revenue", "tpch/lineitem", LINEITEM_REVENUE_SQL, strategy=st.delta(), group=GROUP,
+        "sales/lineitem_revenue",
+        "tpch/lineitem",
+        LINEITEM_REVENUE_SQL,
+        strategy=st.delta(),
+        group=GROUP,
         automation_condition=dg.AutomationCondition.eager(),  # new line items, whoever commits them, flow on
         provenance={"tags": ["sales", "revenue"]},
         description="Net revenue per line item, built incrementally: each run reads only new line items",

@@ -85,8 +85,11 @@ def _need_keys(kind: str, keys: Sequence[str]) -> tuple[str, ...]:
 
 # strategy kind -> (facade write mode, whether the strategy's keys go to the write)
 _FULL_MODES: dict[StrategyKind, tuple[WriteMode, bool]] = {
-    "replace": ("replace", False), "append_always": ("append", False), "append_new": ("append_new", True),
-    "upsert": ("upsert", True), "snapshot_replace": ("replace", True),
+    "replace": ("replace", False),
+    "append_always": ("append", False),
+    "append_new": ("append_new", True),
+    "upsert": ("upsert", True),
+    "snapshot_replace": ("replace", True),
 }
 
 
@@ -104,7 +107,11 @@ class Plan:
     sources: dict[str, Description] = field(default_factory=dict)
 
     def metadata(self) -> dict[str, str]:
-        return {"trident/strategy_mode": self.mode, "trident/incremental": str(self.incremental).lower(), "trident/plan": self.reason}
+        return {
+            "trident/strategy_mode": self.mode,
+            "trident/incremental": str(self.incremental).lower(),
+            "trident/plan": self.reason,
+        }
 
 
 def plan_output(t: Trident, output: str, sources: Sequence[str], strategy: Strategy) -> Plan:
@@ -132,7 +139,9 @@ def plan_output(t: Trident, output: str, sources: Sequence[str], strategy: Strat
             return _why(rebuild, f"full rebuild: no watermark for {s}")
         later = [e for e in t.history(s) if e.status == "committed" and e.committed_at is not None and e.committed_at > mark]
         if s != driver and later:
-            return _why(rebuild, f"full rebuild: {s} (not the delta driver) committed {len(later)} change(s) since {mark.isoformat()}")
+            return _why(
+                rebuild, f"full rebuild: {s} (not the delta driver) committed {len(later)} change(s) since {mark.isoformat()}"
+            )
         changed = [e for e in later if e.mode not in APPEND_ONLY_MODES]
         if changed:
             e = changed[-1]

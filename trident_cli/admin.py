@@ -38,8 +38,14 @@ def _trident() -> Iterator[Trident]:
 
 def _progress() -> Progress:
     return Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("rows"),
-        TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=False,
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("rows"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        transient=False,
     )
 
 
@@ -67,10 +73,10 @@ def _where_error(where: str, exc: InvalidFilterError) -> InvalidFilterError | No
         cause = cause.__cause__ or cause.__context__
     if not isinstance(cause, ParseBaseException):
         return None
-    near = where[cause.loc:cause.loc + 30]
+    near = where[cause.loc : cause.loc + 30]
     return InvalidFilterError(
         f"invalid --where {where!r}: it does not parse at column {cause.col} (near {near!r}); write comparisons "
-        "such as \"amount > 100\", \"region = 'eu'\", \"note is null\" or \"id in (1, 2)\", joined by and / or / not"
+        'such as "amount > 100", "region = \'eu\'", "note is null" or "id in (1, 2)", joined by and / or / not'
     )
 
 
@@ -84,8 +90,14 @@ def datasets() -> None:
         for col in ("key", "sink", "rows", "schema v", "committed at", "last txn"):
             out.add_column(col, justify="right" if col in ("rows", "schema v") else "left", overflow="fold")
         for d in t.datasets():
-            out.add_row(d.key, d.sink, f"{d.row_count:,}", str(d.schema_version),
-                        f"{d.committed_at:%Y-%m-%d %H:%M:%S}" if d.committed_at else "", str(d.last_txn_id))
+            out.add_row(
+                d.key,
+                d.sink,
+                f"{d.row_count:,}",
+                str(d.schema_version),
+                f"{d.committed_at:%Y-%m-%d %H:%M:%S}" if d.committed_at else "",
+                str(d.last_txn_id),
+            )
         console.print(out)
 
 
@@ -95,13 +107,23 @@ def describe(key: str) -> None:
     """Show a dataset: sink, rows, schema, snapshot, provenance."""
     with _trident() as t:
         d = t.describe(key)
-        _kv(d.key, [
-            ("workspace", d.workspace), ("dataset id", d.dataset_id), ("sink", d.sink), ("rows", f"{d.row_count:,}"),
-            ("schema version", d.schema_version), ("snapshot", d.snapshot_id), ("last txn", d.last_txn_id),
-            ("committed at", d.committed_at), ("updated at", d.updated_at), ("iceberg identifier", d.iceberg_identifier),
-            ("pin", t.router.pins().get(key)),
-            ("provenance", json.dumps(d.provenance, default=str) if d.provenance else None),
-        ])
+        _kv(
+            d.key,
+            [
+                ("workspace", d.workspace),
+                ("dataset id", d.dataset_id),
+                ("sink", d.sink),
+                ("rows", f"{d.row_count:,}"),
+                ("schema version", d.schema_version),
+                ("snapshot", d.snapshot_id),
+                ("last txn", d.last_txn_id),
+                ("committed at", d.committed_at),
+                ("updated at", d.updated_at),
+                ("iceberg identifier", d.iceberg_identifier),
+                ("pin", t.router.pins().get(key)),
+                ("provenance", json.dumps(d.provenance, default=str) if d.provenance else None),
+            ],
+        )
         schema = Table(title="schema")
         for col in ("column", "type", "nullable"):
             schema.add_column(col)
@@ -122,9 +144,18 @@ def history(key: str, limit: int) -> None:
         for e in t.history(key, limit):
             route = (e.route_reason or "") + (f" (clamped from {e.requested_sink})" if e.clamped else "")
             status = {"committed": "[green]committed", "aborted": "[red]aborted", "open": "[yellow]open"}[e.status]
-            out.add_row(f"{e.started_at:%Y-%m-%d %H:%M:%S}", status, e.mode, e.writer, e.sink, route,
-                        "" if e.rows_written is None else f"{e.rows_written:,}",
-                        "" if e.row_count is None else f"{e.row_count:,}", str(e.txn_id), escape((e.error or "")[:120]))
+            out.add_row(
+                f"{e.started_at:%Y-%m-%d %H:%M:%S}",
+                status,
+                e.mode,
+                e.writer,
+                e.sink,
+                route,
+                "" if e.rows_written is None else f"{e.rows_written:,}",
+                "" if e.row_count is None else f"{e.row_count:,}",
+                str(e.txn_id),
+                escape((e.error or "")[:120]),
+            )
         console.print(out)
 
 
@@ -144,7 +175,7 @@ def sql(query: str, max_rows: int) -> None:
 @click.option("--format", "fmt", type=click.Choice(["csv", "parquet"]), required=True)
 @click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path), required=True, help="File to write.")
 @click.option("--columns", default=None, help="Comma-separated columns (default: all, identity included).")
-@click.option("--where", default=None, help="Row filter, e.g. \"amount > 100\".")
+@click.option("--where", default=None, help='Row filter, e.g. "amount > 100".')
 @click.option("--force", is_flag=True, help="Overwrite an existing file.")
 def export(key: str, fmt: str, out: Path, columns: str | None, where: str | None, force: bool) -> None:
     """Stream a dataset to a CSV or Parquet file in bounded memory, with a progress bar.
@@ -166,8 +197,11 @@ def export(key: str, fmt: str, out: Path, columns: str | None, where: str | None
         try:
             with _progress() as bar:
                 task = bar.add_task(f"export {key}", total=total if where is None else None)
-                writer: Any = (pq.ParquetWriter(str(tmp), reader.schema, compression="zstd") if fmt == "parquet"
-                               else pacsv.CSVWriter(str(tmp), reader.schema))
+                writer: Any = (
+                    pq.ParquetWriter(str(tmp), reader.schema, compression="zstd")
+                    if fmt == "parquet"
+                    else pacsv.CSVWriter(str(tmp), reader.schema)
+                )
                 with writer:
                     for batch in reader:
                         writer.write_batch(batch)
@@ -236,11 +270,15 @@ def pin_set(key: str, sink: str) -> None:
         if t.exists(key) and t.describe(key).sink != sink:
             refusal = t.move_refusal(key, sink)
             if refusal is not None:
-                console.print(f"[yellow]{escape(refusal)}: the pin cannot move it, and its writer keeps the dataset "
-                              f"where it is (clear the pin: `trident pin clear {key}`)")
+                console.print(
+                    f"[yellow]{escape(refusal)}: the pin cannot move it, and its writer keeps the dataset "
+                    f"where it is (clear the pin: `trident pin clear {key}`)"
+                )
             else:
-                console.print(f"[yellow]{key} lives in {t.describe(key).sink}: writes will be refused until it is moved "
-                              f"(`trident canary {key} --to {sink}`)")
+                console.print(
+                    f"[yellow]{key} lives in {t.describe(key).sink}: writes will be refused until it is moved "
+                    f"(`trident canary {key} --to {sink}`)"
+                )
         console.print(f"pin {key} -> {sink}")
 
 
@@ -284,14 +322,22 @@ def canary(key: str, to_sink: str) -> None:
                 bar.update(tasks[phase], completed=done)
 
             report = t.migrate(key, to_sink, progress=progress)
-        _kv(f"canary {key}: {report.from_sink} -> {report.to_sink}", [
-            ("txn", report.txn_id), ("ledger rows", f"{report.ledger_rows:,}"),
-            ("source rows", f"{report.source_rows:,}"), ("copy rows", f"{report.target_rows:,}"),
-            ("source checksum", report.source_checksum), ("copy checksum", report.target_checksum),
-            ("schema equal", report.schema_equal), ("copy", f"{report.copy_seconds:.1f}s"),
-            ("verify", f"{report.verify_seconds:.1f}s"),
-            ("result", Text("FLIPPED", style="green") if report.flipped else Text("REVERTED", style="red")), ("detail", report.message),
-        ])
+        _kv(
+            f"canary {key}: {report.from_sink} -> {report.to_sink}",
+            [
+                ("txn", report.txn_id),
+                ("ledger rows", f"{report.ledger_rows:,}"),
+                ("source rows", f"{report.source_rows:,}"),
+                ("copy rows", f"{report.target_rows:,}"),
+                ("source checksum", report.source_checksum),
+                ("copy checksum", report.target_checksum),
+                ("schema equal", report.schema_equal),
+                ("copy", f"{report.copy_seconds:.1f}s"),
+                ("verify", f"{report.verify_seconds:.1f}s"),
+                ("result", Text("FLIPPED", style="green") if report.flipped else Text("REVERTED", style="red")),
+                ("detail", report.message),
+            ],
+        )
         if not report.flipped:
             sys.exit(1)
 
@@ -301,10 +347,18 @@ def reconcile() -> None:
     """Repair transactions left open by crashed writers (live writers are left alone)."""
     with _trident() as t:
         r = t.reconcile()
-        _kv("reconcile", [("rolled forward", len(r.rolled_forward)), ("aborted", len(r.aborted)),
-                          ("still running", len(r.still_running)), ("cleaned up", len(r.cleaned_up)),
-                          ("cleanup pending", len(r.cleanup_pending)), ("files deleted", r.deleted_files),
-                          ("incomplete uploads aborted", r.aborted_uploads)])
+        _kv(
+            "reconcile",
+            [
+                ("rolled forward", len(r.rolled_forward)),
+                ("aborted", len(r.aborted)),
+                ("still running", len(r.still_running)),
+                ("cleaned up", len(r.cleaned_up)),
+                ("cleanup pending", len(r.cleanup_pending)),
+                ("files deleted", r.deleted_files),
+                ("incomplete uploads aborted", r.aborted_uploads),
+            ],
+        )
         for label, ids in (("rolled forward", r.rolled_forward), ("aborted", r.aborted)):
             for txn in ids:
                 console.print(f"  {label}: {txn}")
@@ -326,10 +380,15 @@ def maintain(keys: tuple[str, ...], older_than_days: float, retain_last: int) ->
             task = bar.add_task("maintain", total=len(targets))
             for key in targets:
                 r = t.maintain(key, older_than=timedelta(days=older_than_days), retain_last=retain_last)
-                rows.append((key, f"{r.compacted_files} small files compacted into {r.compaction_files_written}, "
-                                  f"{r.expired_snapshots} snapshots expired, {r.deleted_files} files deleted, "
-                                  f"{r.aborted_uploads} incomplete uploads aborted"
-                                  + (f", {r.cleanup_pending} cleanups still pending" if r.cleanup_pending else "")))
+                rows.append(
+                    (
+                        key,
+                        f"{r.compacted_files} small files compacted into {r.compaction_files_written}, "
+                        f"{r.expired_snapshots} snapshots expired, {r.deleted_files} files deleted, "
+                        f"{r.aborted_uploads} incomplete uploads aborted"
+                        + (f", {r.cleanup_pending} cleanups still pending" if r.cleanup_pending else ""),
+                    )
+                )
                 bar.advance(task)
         _kv("maintain", rows or [("datasets", "none")])
 

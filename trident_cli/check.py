@@ -115,7 +115,7 @@ def _definitions(target: Target) -> dg.Definitions:
             f"{target.label} must hold exactly one Definitions object at module scope (found: {found}); "
             "name it with -a/--attribute"
         )
-    (name, value), = candidates.items()
+    ((name, value),) = candidates.items()
     if isinstance(value, LazyDefinitions) and not value.has_context_arg:
         value = value()
     if not isinstance(value, dg.Definitions):
@@ -139,7 +139,7 @@ def _workspace_targets(workspace: Path) -> list[Target]:
     for entry in doc.get("load_from") or []:
         if not isinstance(entry, dict) or len(entry) != 1:
             raise DefinitionsLoadError(f"{workspace}: each load_from entry names one python_module or python_file")
-        (kind, spec), = entry.items()
+        ((kind, spec),) = entry.items()
         conf: dict[str, Any] = spec if isinstance(spec, dict) else {}
         workdir = base / conf["working_directory"] if conf.get("working_directory") else base
         if kind in ("python_module", "python_package"):
@@ -150,15 +150,17 @@ def _workspace_targets(workspace: Path) -> list[Target]:
             file = (base / str(rel)).resolve()
             targets.append(Target(f"{file} ({workspace})", file=file, attribute=conf.get("attribute"), path=workdir))
         else:
-            raise DefinitionsLoadError(f"{workspace}: trident check cannot load {kind!r} entries "
-                                       "(use python_module or python_file)")
+            raise DefinitionsLoadError(
+                f"{workspace}: trident check cannot load {kind!r} entries (use python_module or python_file)"
+            )
     if not targets:
         raise DefinitionsLoadError(f"{workspace} has no load_from entries")
     return targets
 
 
-def resolve_targets(workspaces: tuple[Path, ...], files: tuple[Path, ...], modules: tuple[str, ...],
-                    attribute: str | None) -> list[Target]:
+def resolve_targets(
+    workspaces: tuple[Path, ...], files: tuple[Path, ...], modules: tuple[str, ...], attribute: str | None
+) -> list[Target]:
     """What ``-w/-f/-m`` name, or the default (``./workspace.yaml``, else the example pipeline)."""
     targets = [t for w in workspaces for t in _workspace_targets(w)]
     targets += [Target(str(f), file=f.resolve(), attribute=attribute, path=f.resolve().parent) for f in files]
@@ -187,7 +189,12 @@ def _selected(specs: dict[dg.AssetCheckKey, dg.AssetCheckSpec], patterns: tuple[
     keep = []
     for key in specs:
         asset = key.asset_key.to_user_string()
-        if any(fnmatch.fnmatchcase(asset, p) or asset.startswith(p.rstrip("/") + "/") or fnmatch.fnmatchcase(f"{asset}:{key.name}", p) for p in patterns):
+        if any(
+            fnmatch.fnmatchcase(asset, p)
+            or asset.startswith(p.rstrip("/") + "/")
+            or fnmatch.fnmatchcase(f"{asset}:{key.name}", p)
+            for p in patterns
+        ):
             keep.append(key)
     return keep
 
@@ -211,12 +218,19 @@ def run_checks(defs: dg.Definitions, patterns: tuple[str, ...] = (), *, verbose:
     if not keys:
         return []
     job = dg.define_asset_job(CHECK_JOB, selection=dg.AssetSelection.checks(*keys))
-    result = dg.Definitions.merge(defs, dg.Definitions(jobs=[job])).resolve_job_def(CHECK_JOB).execute_in_process(
-        run_config=QUIET if verbose else SILENT, raise_on_error=False
+    result = (
+        dg.Definitions.merge(defs, dg.Definitions(jobs=[job]))
+        .resolve_job_def(CHECK_JOB)
+        .execute_in_process(run_config=QUIET if verbose else SILENT, raise_on_error=False)
     )
     evaluated = {e.asset_check_key: e for e in result.get_asset_check_evaluations()}
-    errors = {e.step_key: _reason(e.event_specific_data.error) if isinstance(e.event_specific_data, StepFailureData) and e.event_specific_data.error else e.message
-              for e in result.all_events if e.is_step_failure}
+    errors = {
+        e.step_key: _reason(e.event_specific_data.error)
+        if isinstance(e.event_specific_data, StepFailureData) and e.event_specific_data.error
+        else e.message
+        for e in result.all_events
+        if e.is_step_failure
+    }
     outcomes = []
     for key in sorted(keys, key=lambda k: (k.asset_key.to_user_string(), k.name)):
         spec = specs[key]
@@ -228,7 +242,9 @@ def run_checks(defs: dg.Definitions, patterns: tuple[str, ...] = (), *, verbose:
             continue
         meta = {k: getattr(v, "value", v) for k, v in ev.metadata.items()}
         detail = ev.description or ", ".join(f"{k}={v}" for k, v in meta.items() if k in ("violations", "row_count", "error"))
-        outcomes.append(CheckOutcome(key.asset_key.to_user_string(), key.name, spec.blocking, "passed" if ev.passed else "failed", detail))
+        outcomes.append(
+            CheckOutcome(key.asset_key.to_user_string(), key.name, spec.blocking, "passed" if ev.passed else "failed", detail)
+        )
     return outcomes
 
 
@@ -240,25 +256,61 @@ def print_outcomes(outcomes: list[CheckOutcome], title: str = "trident check") -
     style = {"passed": "green", "failed": "red", "error": "red"}
     for o in outcomes:
         status = o.status if o.status == "passed" or o.blocking else f"{o.status} (warn)"
-        table.add_row(escape(o.asset), escape(o.check), "yes" if o.blocking else "no",
-                      f"[{style[o.status] if o.blocking or o.status == 'passed' else 'yellow'}]{status}[/]", escape(o.detail))
+        table.add_row(
+            escape(o.asset),
+            escape(o.check),
+            "yes" if o.blocking else "no",
+            f"[{style[o.status] if o.blocking or o.status == 'passed' else 'yellow'}]{status}[/]",
+            escape(o.detail),
+        )
     console.print(table)
 
 
 @click.command("check")
-@click.option("--select", "select", multiple=True, metavar="PATTERN",
-              help="Asset key glob or prefix (tpch/*, sales), or asset:check; repeatable. Default: every check.")
-@click.option("-w", "--workspace", "workspaces", multiple=True, type=click.Path(path_type=Path, dir_okay=False),
-              help="A Dagster workspace.yaml (its python_module / python_file entries); repeatable.")
-@click.option("-f", "--python-file", "files", multiple=True, type=click.Path(path_type=Path, dir_okay=False),
-              help="A Python file holding Definitions; its directory goes on sys.path. Repeatable.")
-@click.option("-m", "--module-name", "--module", "modules", multiple=True, metavar="MODULE",
-              help="A module holding Definitions, imported with the current directory on sys.path. Repeatable.")
+@click.option(
+    "--select",
+    "select",
+    multiple=True,
+    metavar="PATTERN",
+    help="Asset key glob or prefix (tpch/*, sales), or asset:check; repeatable. Default: every check.",
+)
+@click.option(
+    "-w",
+    "--workspace",
+    "workspaces",
+    multiple=True,
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="A Dagster workspace.yaml (its python_module / python_file entries); repeatable.",
+)
+@click.option(
+    "-f",
+    "--python-file",
+    "files",
+    multiple=True,
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="A Python file holding Definitions; its directory goes on sys.path. Repeatable.",
+)
+@click.option(
+    "-m",
+    "--module-name",
+    "--module",
+    "modules",
+    multiple=True,
+    metavar="MODULE",
+    help="A module holding Definitions, imported with the current directory on sys.path. Repeatable.",
+)
 @click.option("-a", "--attribute", default=None, help="The Definitions' name in the file or module (default: the only one).")
 @click.option("-v", "--verbose", is_flag=True, help="Also show Dagster's log: each failure's ERROR block and stack trace.")
 @click.pass_context
-def check(ctx: click.Context, select: tuple[str, ...], workspaces: tuple[Path, ...], files: tuple[Path, ...],
-          modules: tuple[str, ...], attribute: str | None, verbose: bool) -> None:
+def check(
+    ctx: click.Context,
+    select: tuple[str, ...],
+    workspaces: tuple[Path, ...],
+    files: tuple[Path, ...],
+    modules: tuple[str, ...],
+    attribute: str | None,
+    verbose: bool,
+) -> None:
     """Run asset checks against the current data; exit 1 when a blocking check fails.
 
     Definitions come from -w/-f/-m as with `dagster`; with none, ./workspace.yaml, else the example
@@ -277,8 +329,10 @@ def check(ctx: click.Context, select: tuple[str, ...], workspaces: tuple[Path, .
     warned = [o for o in outcomes if not o.blocking and o.status != "passed"]
     passed = sum(o.status == "passed" for o in outcomes)
     for o in bad + warned:  # one greppable line per problem: tables fold long reasons
-        console.print(f"{'FAILED' if o.blocking else 'WARNING'} {escape(o.asset)}:{escape(o.check)} ({o.status}): {escape(o.detail)}",
-                      highlight=False)
+        console.print(
+            f"{'FAILED' if o.blocking else 'WARNING'} {escape(o.asset)}:{escape(o.check)} ({o.status}): {escape(o.detail)}",
+            highlight=False,
+        )
     console.print(f"{passed} passed, {len(bad)} blocking failure(s), {len(warned)} warning(s), {len(outcomes)} checks")
     if bad:
         sys.exit(1)

@@ -46,8 +46,12 @@ def demo(scale: str | None) -> None:
         m = event.materialization
         meta = {k: getattr(v, "value", v) for k, v in m.metadata.items()}
         table.add_row(
-            m.asset_key.to_user_string(), f"{meta['dagster/row_count']:,}", f"{meta['trident/rows_written']:,}",
-            str(meta["trident/mode"]), str(meta.get("trident/plan", "ingest")), str(meta["trident/sink"]),
+            m.asset_key.to_user_string(),
+            f"{meta['dagster/row_count']:,}",
+            f"{meta['trident/rows_written']:,}",
+            str(meta["trident/mode"]),
+            str(meta.get("trident/plan", "ingest")),
+            str(meta["trident/sink"]),
             str(meta["trident/txn_id"])[:8],
         )
     console.print(table)
@@ -60,7 +64,9 @@ def demo(scale: str | None) -> None:
 
     with Trident.from_env() as t:
         if t.exists("sales/q3_revenue"):
-            top = t.sql('SELECT l_orderkey, revenue, o_orderdate FROM "sales/q3_revenue" ORDER BY revenue DESC, o_orderdate LIMIT 5')
+            top = t.sql(
+                'SELECT l_orderkey, revenue, o_orderdate FROM "sales/q3_revenue" ORDER BY revenue DESC, o_orderdate LIMIT 5'
+            )
             console.print("\nTPC-H Q3 top 5 (sales/q3_revenue):")
             for row in top.to_pylist():
                 console.print(f"  order {row['l_orderkey']}: revenue {row['revenue']} ({row['o_orderdate']})")
@@ -69,7 +75,11 @@ def demo(scale: str | None) -> None:
             console.print(json.dumps({k: prov[k] for k in prov if k != "lineage"}, indent=2, default=str))
     if not result.success:
         for event in result.all_events:
-            if event.is_step_failure and isinstance(event.event_specific_data, StepFailureData) and event.event_specific_data.error:
+            if (
+                event.is_step_failure
+                and isinstance(event.event_specific_data, StepFailureData)
+                and event.event_specific_data.error
+            ):
                 err: SerializableErrorInfo | None
                 err, lines = event.event_specific_data.error, []
                 while err is not None:  # Dagster wraps the user's exception: show the whole chain

@@ -69,20 +69,29 @@ class WriterHold:
         if self.txn_id is None:
             return f"{where} is locked by a writer (postgres backend {self.backend_pid})"
         since = f", open since {self.started_at:%Y-%m-%d %H:%M:%S%z}" if self.started_at else ""
-        return (f"{where} is being written by transaction {self.txn_id} (writer {self.writer}, "
-                f"pid {self.writer_pid} on {self.host}{since})")
+        return (
+            f"{where} is being written by transaction {self.txn_id} (writer {self.writer}, "
+            f"pid {self.writer_pid} on {self.host}{since})"
+        )
 
 
 def writer_holds(port: int) -> list[WriterHold]:
     """Writes holding a dataset writer lock on the embedded server at ``port`` (none before the
     control plane's tables exist)."""
-    with psycopg.connect(f"postgresql://postgres@127.0.0.1:{port}/{DATABASE}", connect_timeout=5, autocommit=True,
-                         application_name="trident-embedded-pg-admin") as conn:
-        if conn.execute("SELECT to_regclass('trident_datasets') IS NOT NULL AND to_regclass('trident_ledger') IS NOT NULL"
-                        ).fetchone() != (True,):
+    with psycopg.connect(
+        f"postgresql://postgres@127.0.0.1:{port}/{DATABASE}",
+        connect_timeout=5,
+        autocommit=True,
+        application_name="trident-embedded-pg-admin",
+    ) as conn:
+        if conn.execute(
+            "SELECT to_regclass('trident_datasets') IS NOT NULL AND to_regclass('trident_ledger') IS NOT NULL"
+        ).fetchone() != (True,):
             return []
-        return [WriterHold(ws, key, bpid, None if txn is None else str(txn), writer, wpid, host, started)
-                for ws, key, bpid, txn, writer, wpid, host, started in conn.execute(WRITER_HOLDS)]
+        return [
+            WriterHold(ws, key, bpid, None if txn is None else str(txn), writer, wpid, host, started)
+            for ws, key, bpid, txn, writer, wpid, host, started in conn.execute(WRITER_HOLDS)
+        ]
 
 
 def _external(settings: TridentSettings) -> str | None:
@@ -94,8 +103,10 @@ def _external(settings: TridentSettings) -> str | None:
         where = f"{parts.get('host', 'localhost')}:{parts.get('port', 5432)}/{parts.get('dbname', '')}"
     except psycopg.Error:
         where = "(a DSN that does not parse)"
-    return (f"TRIDENT_PG_DSN is set: the control plane is the Postgres at {where}, which Trident does not manage; "
-            "`trident pg` only starts and stops the embedded Postgres and leaves that server alone")
+    return (
+        f"TRIDENT_PG_DSN is set: the control plane is the Postgres at {where}, which Trident does not manage; "
+        "`trident pg` only starts and stops the embedded Postgres and leaves that server alone"
+    )
 
 
 def _data_dir(settings: TridentSettings) -> Path:
@@ -140,12 +151,21 @@ def status(as_json: bool) -> None:
         except psycopg.Error:  # stopping or recovering between the two looks: unknown, not an error
             holds = None
     if as_json:
-        out: dict[str, Any] = {"embedded": True, **asdict(st), "dsn": st.dsn,
-                               "writes": None if holds is None else [asdict(h) for h in holds]}
+        out: dict[str, Any] = {
+            "embedded": True,
+            **asdict(st),
+            "dsn": st.dsn,
+            "writes": None if holds is None else [asdict(h) for h in holds],
+        }
         click.echo(json.dumps(out, default=str))
         return
-    state = ("running" + (f" (pid {st.pid})" if st.pid else "") if st.running
-             else "stopped" if st.initialized else "not created yet (the first use creates it)")
+    state = (
+        "running" + (f" (pid {st.pid})" if st.pid else "")
+        if st.running
+        else "stopped"
+        if st.initialized
+        else "not created yet (the first use creates it)"
+    )
     rows: list[tuple[str, str]] = [
         ("state", state),
         ("address", f"127.0.0.1:{st.port}" if st.running and st.port else ""),
@@ -153,10 +173,14 @@ def status(as_json: bool) -> None:
         ("size", _human(st.size_bytes)),
         ("postgres", st.version or ""),
         ("clients connected", "" if not st.running else "?" if st.clients is None else str(st.clients)),
-        ("writes in progress", "?" if holds is None else "; ".join(h.describe() for h in holds) if holds
-         else ("0" if st.running else "")),
-        ("idle shutdown", _policy(st.idle_minutes) + (f" (watchdog pid {st.watchdog_pid})" if st.watchdog_pid else "")
-         if st.running else ""),
+        (
+            "writes in progress",
+            "?" if holds is None else "; ".join(h.describe() for h in holds) if holds else ("0" if st.running else ""),
+        ),
+        (
+            "idle shutdown",
+            _policy(st.idle_minutes) + (f" (watchdog pid {st.watchdog_pid})" if st.watchdog_pid else "") if st.running else "",
+        ),
         ("last use", f"{st.last_use:%Y-%m-%d %H:%M:%S %Z}" if st.last_use else ""),
     ]
     table = Table(title="embedded Postgres", show_header=False)
@@ -168,9 +192,13 @@ def status(as_json: bool) -> None:
 
 
 @pg.command("start")
-@click.option("--idle-minutes", type=click.FloatRange(min=0), default=None,
-              help="Stop after this many idle minutes (default TRIDENT_EMBEDDED_PG_IDLE_MINUTES; 0: never, "
-                   "since an explicit start means keep it up).")
+@click.option(
+    "--idle-minutes",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Stop after this many idle minutes (default TRIDENT_EMBEDDED_PG_IDLE_MINUTES; 0: never, "
+    "since an explicit start means keep it up).",
+)
 def start(idle_minutes: float | None) -> None:
     """Start the embedded Postgres (every command starts it when needed; this is for symmetry)."""
     settings = TridentSettings()
@@ -179,15 +207,19 @@ def start(idle_minutes: float | None) -> None:
     root = _data_dir(settings)
     before = embedded_status(root)
     if before.running:
-        click.echo(f"the embedded Postgres is already running on 127.0.0.1:{before.port} (data in {before.data_dir}); "
-                   f"idle shutdown: {_policy(before.idle_minutes)}")
+        click.echo(
+            f"the embedded Postgres is already running on 127.0.0.1:{before.port} (data in {before.data_dir}); "
+            f"idle shutdown: {_policy(before.idle_minutes)}"
+        )
         return
     idle = settings.embedded_pg_idle_minutes if idle_minutes is None else idle_minutes
     ensure_embedded_postgres(root, idle_minutes=math.inf if idle == 0 else idle, announce=False)
     after = embedded_status(root)
     policy = "it runs until `trident pg stop`" if idle == 0 else f"it stops after {idle:g} idle minute(s)"
-    click.echo(f"started the embedded Postgres on 127.0.0.1:{after.port} (data in {after.data_dir}); {policy}; "
-               "stop it with `trident pg stop`")
+    click.echo(
+        f"started the embedded Postgres on 127.0.0.1:{after.port} (data in {after.data_dir}); {policy}; "
+        "stop it with `trident pg stop`"
+    )
 
 
 @pg.command("stop")
@@ -222,8 +254,7 @@ def stop(force: bool) -> None:
         return
     detail = f"; {st.clients} client connection(s) closed" if st.clients else ""
     if holds:
-        detail += (f"; {len(holds)} write(s) aborted (the next write of the dataset, or `trident reconcile`, "
-                   "cleans up after it)")
+        detail += f"; {len(holds)} write(s) aborted (the next write of the dataset, or `trident reconcile`, cleans up after it)"
     click.echo(f"stopped the embedded Postgres (127.0.0.1:{st.port}, data in {st.data_dir}){detail}")
 
 

@@ -117,7 +117,7 @@ def with_driver(url: str) -> str:
     """A deployment's plain ``postgresql://`` URL, with the driver Dagster needs named (see DRIVER)."""
     for plain in ("postgresql://", "postgres://"):
         if url.startswith(plain):
-            return DRIVER + "://" + url[len(plain):]
+            return DRIVER + "://" + url[len(plain) :]
     return url
 
 
@@ -158,7 +158,9 @@ def keepalive(url: str) -> Iterator[Any]:
     """Hold one connection for the life of the UI (see the module docstring)."""
     import psycopg
 
-    conn = psycopg.connect(url.replace(DRIVER + "://", "postgresql://", 1), autocommit=True, application_name=KEEPALIVE_APP, connect_timeout=10)
+    conn = psycopg.connect(
+        url.replace(DRIVER + "://", "postgresql://", 1), autocommit=True, application_name=KEEPALIVE_APP, connect_timeout=10
+    )
     try:
         yield conn
     finally:
@@ -193,15 +195,21 @@ def _interruptible() -> None:
 @click.option("--port", default=3000, show_default=True, type=int, help="Port of the webserver.")
 @click.option("-w", "--workspace", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="A Dagster workspace.yaml.")
 @click.option("-m", "--module", "module", help="A module holding Definitions.")
-@click.option("-f", "--file", "file", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="A file holding Definitions.")
+@click.option(
+    "-f", "--file", "file", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="A file holding Definitions."
+)
 def ui(host: str, port: int, workspace: Path | None, module: str | None, file: Path | None) -> None:
     """Serve the Dagster UI (dagster dev) on a persistent instance under TRIDENT_HOME/dagster."""
     settings = TridentSettings()
     home = dagster_home(settings)
     config = write_instance_config(home)
     url, origin = instance_storage_url(settings)
-    env = {**os.environ, "DAGSTER_HOME": str(home), URL_VARIABLE: url,
-           "TRIDENT_HOME": str(Path(settings.home).expanduser().resolve())}
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(home),
+        URL_VARIABLE: url,
+        "TRIDENT_HOME": str(Path(settings.home).expanduser().resolve()),
+    }
     cmd = dagster_dev_command(host, port, workspace, module, file)
     click.echo(f"trident ui: Dagster instance {config} (storage: {origin}); http://{host}:{port}", err=True)
     embedded = origin.startswith("the embedded")

@@ -21,7 +21,9 @@ def staged(key: str | None) -> None:
         for col in ("dataset", "txn", "mode", "writer", "rows", "staged at"):
             table.add_column(col, overflow="fold")
         for k, e in rows:
-            table.add_row(k, str(e.txn_id), e.mode, e.writer, str(e.row_count), f"{e.staged_at:%Y-%m-%d %H:%M:%S%z}" if e.staged_at else "")
+            table.add_row(
+                k, str(e.txn_id), e.mode, e.writer, str(e.row_count), f"{e.staged_at:%Y-%m-%d %H:%M:%S%z}" if e.staged_at else ""
+            )
         console.print(table)
         console.print(f"{len(rows)} staged version(s)")
 

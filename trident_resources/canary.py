@@ -155,7 +155,10 @@ def migrate(t: Trident, key: str, to_sink: str, progress: Progress | None = None
         source_schema = source.schema(ds)
         target.drop(ds)  # leftovers of an earlier reverted canary: the dataset does not live there
         intent = Intent(
-            txn_id=uuid.uuid4(), mode="replace", writer=CANARY_WRITER, sink=to_sink,
+            txn_id=uuid.uuid4(),
+            mode="replace",
+            writer=CANARY_WRITER,
+            sink=to_sink,
             route=RouteDecision(sink=to_sink, requested=to_sink, clamped=False, reason="canary"),
             metadata={"migrated_from": from_sink, "rows": ds.row_count},
         )
@@ -200,8 +203,19 @@ def migrate(t: Trident, key: str, to_sink: str, progress: Progress | None = None
             message = "no parity: " + "; ".join(why) + f". Reverted: {key!r} stays in {from_sink}, unchanged"
             txn.fail(MigrationError(message))
         return MigrationReport(
-            key=key, from_sink=from_sink, to_sink=to_sink, txn_id=txn.txn_id, ledger_rows=ds.row_count,
-            source_rows=src_sum.rows, target_rows=dst_sum.rows, source_checksum=src_sum.digest,
-            target_checksum=dst_sum.digest, schema_equal=schema_equal, parity=parity, flipped=parity,
-            copy_seconds=copy_s, verify_seconds=verify_s, message=message,
+            key=key,
+            from_sink=from_sink,
+            to_sink=to_sink,
+            txn_id=txn.txn_id,
+            ledger_rows=ds.row_count,
+            source_rows=src_sum.rows,
+            target_rows=dst_sum.rows,
+            source_checksum=src_sum.digest,
+            target_checksum=dst_sum.digest,
+            schema_equal=schema_equal,
+            parity=parity,
+            flipped=parity,
+            copy_seconds=copy_s,
+            verify_seconds=verify_s,
+            message=message,
         )

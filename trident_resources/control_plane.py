@@ -136,7 +136,9 @@ def _masked(text: str, dsn: str) -> str:
 
 
 def _migrations() -> list[tuple[int, str, str]]:
-    files = sorted((p for p in resources.files("trident_resources.migrations").iterdir() if p.name.endswith(".sql")), key=lambda p: p.name)
+    files = sorted(
+        (p for p in resources.files("trident_resources.migrations").iterdir() if p.name.endswith(".sql")), key=lambda p: p.name
+    )
     return [(int(p.name.split("_", 1)[0]), p.name, p.read_text()) for p in files]
 
 
@@ -149,8 +151,14 @@ class ControlPlane:
         probe_connection(dsn)
         try:
             self.pool: ConnectionPool[psycopg.Connection[DictRow]] = ConnectionPool(
-                dsn, connection_class=psycopg.Connection[DictRow], min_size=1, max_size=pool_max, open=True, timeout=30,
-                kwargs={"autocommit": True, "row_factory": dict_row}, name="trident",
+                dsn,
+                connection_class=psycopg.Connection[DictRow],
+                min_size=1,
+                max_size=pool_max,
+                open=True,
+                timeout=30,
+                kwargs={"autocommit": True, "row_factory": dict_row},
+                name="trident",
             )
             self.pool.wait(timeout=30)
         except Exception as exc:  # psycopg_pool.PoolTimeout, OperationalError
@@ -263,7 +271,8 @@ class ControlPlane:
                     who = (
                         f"transaction {holder[0].txn_id} (writer {holder[0].writer}, pid {holder[0].pid} on "
                         f"{holder[0].host}, open since {holder[0].started_at:%Y-%m-%d %H:%M:%S%z})"
-                        if holder else "another writer"
+                        if holder
+                        else "another writer"
                     )
                     raise ConcurrentWriteError(
                         f"dataset {dataset.key!r} is being written by {who}; waited {wait_s:.0f}s. "
@@ -311,7 +320,9 @@ class ControlPlane:
         delay = 0.02
         while not cast(DictRow, conn.execute(sql, (key,)).fetchone())["locked"]:
             if time.monotonic() >= deadline:
-                holders = ", ".join(f"{e.txn_id} ({e.writer}, pid {e.pid} on {e.host})" for e in self.open_entries(dataset.dataset_id))
+                holders = ", ".join(
+                    f"{e.txn_id} ({e.writer}, pid {e.pid} on {e.host})" for e in self.open_entries(dataset.dataset_id)
+                )
                 raise ConcurrentWriteError(
                     f"dataset {dataset.key!r}: {what} is being written by another writer ({holders or 'unknown'}); "
                     f"waited {wait_s:.0f}s. Retry when it finishes, or raise TRIDENT_WRITER_WAIT_SECONDS"
@@ -356,9 +367,18 @@ class ControlPlane:
             row = conn.execute(
                 q.INSERT_OPEN_LEDGER,
                 (
-                    entry.txn_id, entry.dataset_id, entry.mode, entry.writer, entry.sink, entry.requested_sink,
-                    entry.clamped, entry.route_reason, json.dumps(entry.source_refs),
-                    json.dumps(entry.metadata, default=str), os.getpid(), socket.gethostname(),
+                    entry.txn_id,
+                    entry.dataset_id,
+                    entry.mode,
+                    entry.writer,
+                    entry.sink,
+                    entry.requested_sink,
+                    entry.clamped,
+                    entry.route_reason,
+                    json.dumps(entry.source_refs),
+                    json.dumps(entry.metadata, default=str),
+                    os.getpid(),
+                    socket.gethostname(),
                 ),
             ).fetchone()
         return LedgerEntry(**row) if row else None
@@ -393,15 +413,26 @@ class ControlPlane:
             conn.execute(
                 q.UPDATE_DATASET_STATS_PARTITION if reserved_indexes else q.UPDATE_DATASET_STATS,
                 (
-                    outcome.row_count, outcome.next_row_index, json.dumps(outcome.schema), version,
-                    outcome.snapshot_id, entry.txn_id, entry.started_at, entry.dataset_id,
+                    outcome.row_count,
+                    outcome.next_row_index,
+                    json.dumps(outcome.schema),
+                    version,
+                    outcome.snapshot_id,
+                    entry.txn_id,
+                    entry.started_at,
+                    entry.dataset_id,
                 ),
             )
             row = conn.execute(
                 q.COMMIT_LEDGER,
                 (
-                    outcome.rows_written, outcome.row_count, outcome.skipped, outcome.preserved,
-                    outcome.snapshot_id, version, entry.txn_id,
+                    outcome.rows_written,
+                    outcome.row_count,
+                    outcome.skipped,
+                    outcome.preserved,
+                    outcome.snapshot_id,
+                    version,
+                    entry.txn_id,
                 ),
             ).fetchone()
             if row is None:
@@ -416,14 +447,23 @@ class ControlPlane:
                 conn.execute(q.UPSERT_PROVENANCE, (entry.dataset_id, json.dumps(provenance, default=str)))
         return LedgerEntry(**row)
 
-    def stage_txn(self, entry: LedgerEntry, outcome: Outcome, base_snapshot_id: int | None, conn: psycopg.Connection[Any] | None = None) -> LedgerEntry:
+    def stage_txn(
+        self, entry: LedgerEntry, outcome: Outcome, base_snapshot_id: int | None, conn: psycopg.Connection[Any] | None = None
+    ) -> LedgerEntry:
         """The write is durable on an audit branch, not published: the ledger says ``staged`` and
         the dataset's stats (what readers see) do not change."""
         with self._tx_on(conn) as c:
             row = c.execute(
                 q.STAGE_LEDGER,
-                (outcome.rows_written, outcome.row_count, outcome.skipped, outcome.preserved, outcome.snapshot_id,
-                 base_snapshot_id, entry.txn_id),
+                (
+                    outcome.rows_written,
+                    outcome.row_count,
+                    outcome.skipped,
+                    outcome.preserved,
+                    outcome.snapshot_id,
+                    base_snapshot_id,
+                    entry.txn_id,
+                ),
             ).fetchone()
         if row is None:
             raise StorageUnavailableError(f"ledger row {entry.txn_id} was not open when staging")

@@ -50,8 +50,10 @@ import psycopg
 try:
     from .errors import TridentError
 except ImportError:  # run as a script (the idle watchdog): importing the package would load the whole engine
+
     class TridentError(Exception):  # type: ignore[no-redef]
         """Stand-in base class inside the watchdog process, which only logs errors."""
+
 
 __all__ = [
     "EmbeddedPostgresError",
@@ -79,8 +81,7 @@ def _dsn(port: int, dbname: str = DATABASE) -> str:
 
 def _own_connection(port: int, role: str, dbname: str = DATABASE) -> psycopg.Connection[Any]:
     """A short bookkeeping connection, named so that client counts leave it out."""
-    return psycopg.connect(_dsn(port, dbname), connect_timeout=2, autocommit=True,
-                           application_name=f"{APP_PREFIX}-{role}")
+    return psycopg.connect(_dsn(port, dbname), connect_timeout=2, autocommit=True, application_name=f"{APP_PREFIX}-{role}")
 
 
 def _paths(data_dir: Path) -> tuple[Path, Path]:
@@ -137,8 +138,11 @@ def _os_user(pgdata: Path) -> pwd.struct_passwd | None:
         with contextlib.suppress(KeyError):
             return pwd.getpwnam(OS_USER_AS_ROOT)
         if attempt == 0 and shutil.which("useradd"):
-            subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin",
-                            OS_USER_AS_ROOT], capture_output=True, check=False)
+            subprocess.run(
+                ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", OS_USER_AS_ROOT],
+                capture_output=True,
+                check=False,
+            )
     return pwd.getpwnam("nobody")
 
 
@@ -157,9 +161,17 @@ def _run(exe: str, args: list[str], user: pwd.struct_passwd | None, timeout: flo
     drop: dict[str, Any] = {} if user is None else {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []}
     with tempfile.TemporaryFile("w+") as out:
         try:
-            proc = subprocess.run([str(_bin_path() / exe), *args], stdin=subprocess.DEVNULL,
-                                  stdout=out, stderr=subprocess.STDOUT, text=True, cwd="/",
-                                  start_new_session=True, timeout=max(timeout, 1.0), **drop)
+            proc = subprocess.run(
+                [str(_bin_path() / exe), *args],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                text=True,
+                cwd="/",
+                start_new_session=True,
+                timeout=max(timeout, 1.0),
+                **drop,
+            )
         except subprocess.TimeoutExpired:
             raise EmbeddedPostgresError(f"{exe} {' '.join(args)} timed out after {timeout:.0f}s") from None
         out.seek(0)
@@ -201,11 +213,14 @@ def _initdb(pgdata: Path, user: pwd.struct_passwd | None, deadline: float) -> No
         for parent in pgdata.parents:  # the server user must be able to traverse down to pgdata
             if not parent.stat().st_mode & 0o001:
                 parent.chmod(parent.stat().st_mode | 0o001)
-    _run("initdb", ["-D", str(pgdata), "-U", PG_USER, "--auth=trust", "--encoding=UTF8",
-                    "--no-locale", "--no-instructions"], user, deadline - time.monotonic())
+    _run(
+        "initdb",
+        ["-D", str(pgdata), "-U", PG_USER, "--auth=trust", "--encoding=UTF8", "--no-locale", "--no-instructions"],
+        user,
+        deadline - time.monotonic(),
+    )
     with (pgdata / "postgresql.conf").open("a") as conf:
-        conf.write("\n# trident embedded_pg: loopback TCP only\n"
-                   "listen_addresses = '127.0.0.1'\nunix_socket_directories = ''\n")
+        conf.write("\n# trident embedded_pg: loopback TCP only\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = ''\n")
 
 
 def _port_free(port: int) -> bool:
@@ -230,13 +245,16 @@ def _start(root: Path, pgdata: Path, user: pwd.struct_passwd | None, deadline: f
             port = find_suitable_port("127.0.0.1")
         wait = max(int(deadline - time.monotonic()), 1)
         try:
-            _run("pg_ctl", ["-D", str(pgdata), "-l", str(pgdata / "server.log"), "-w", "-t", str(wait),
-                            "-o", f"-p {port}", "start"], user, wait + 5)
+            _run(
+                "pg_ctl",
+                ["-D", str(pgdata), "-l", str(pgdata / "server.log"), "-w", "-t", str(wait), "-o", f"-p {port}", "start"],
+                user,
+                wait + 5,
+            )
             return port
         except EmbeddedPostgresError as exc:
             if "could not create any TCP/IP sockets" not in _log_tail(pgdata, 3) or time.monotonic() > deadline:
-                raise EmbeddedPostgresError(
-                    f"{exc}\n--- {pgdata / 'server.log'} (tail) ---\n{_log_tail(pgdata)}") from None
+                raise EmbeddedPostgresError(f"{exc}\n--- {pgdata / 'server.log'} (tail) ---\n{_log_tail(pgdata)}") from None
             port = None
     raise EmbeddedPostgresError(f"no usable port; server log tail:\n{_log_tail(pgdata)}")
 
@@ -253,8 +271,9 @@ def _default_idle_minutes() -> float:
     return TridentSettings().embedded_pg_idle_minutes
 
 
-def ensure_embedded_postgres(data_dir: Path, *, timeout_s: float = 60.0, idle_minutes: float | None = None,
-                             announce: bool = True) -> str:
+def ensure_embedded_postgres(
+    data_dir: Path, *, timeout_s: float = 60.0, idle_minutes: float | None = None, announce: bool = True
+) -> str:
     """Start (or reuse) the embedded Postgres whose data lives in data_dir; return a libpq DSN
     (postgresql://user@127.0.0.1:PORT/dbname).
 
@@ -281,8 +300,9 @@ def ensure_embedded_postgres(data_dir: Path, *, timeout_s: float = 60.0, idle_mi
             if (port := _probe(live[1], pgdata, "postgres")) is not None:
                 break
             if time.monotonic() > deadline:
-                raise EmbeddedPostgresError(f"postgres pid {live[0]} is running but not accepting "
-                                            f"connections:\n{_log_tail(pgdata)}")
+                raise EmbeddedPostgresError(
+                    f"postgres pid {live[0]} is running but not accepting connections:\n{_log_tail(pgdata)}"
+                )
             time.sleep(0.1)
         started = port is None
         if port is None:
@@ -312,8 +332,12 @@ def _after_start(root: Path, port: int, idle_minutes: float, announce: bool) -> 
     else:
         policy = "it runs until stopped"
     if announce:
-        print(f"trident: started the embedded Postgres on 127.0.0.1:{port} (data in {root}); {policy}; "
-              "stop it with `trident pg stop`", file=sys.stderr, flush=True)
+        print(
+            f"trident: started the embedded Postgres on 127.0.0.1:{port} (data in {root}); {policy}; "
+            "stop it with `trident pg stop`",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def _stop_at_exit(root: Path, owner_pid: int) -> None:
@@ -332,8 +356,11 @@ def _my_client_ports(port: int) -> set[int]:
     import psutil
 
     with contextlib.suppress(psutil.Error, OSError):
-        return {c.laddr.port for c in psutil.Process().net_connections(kind="tcp")
-                if c.raddr and c.raddr.port == port and c.raddr.ip == "127.0.0.1"}
+        return {
+            c.laddr.port
+            for c in psutil.Process().net_connections(kind="tcp")
+            if c.raddr and c.raddr.port == port and c.raddr.ip == "127.0.0.1"
+        }
     return set()
 
 
@@ -353,8 +380,9 @@ def _clients(port: int, *, ignore_mine: bool = False) -> int | None:
     return sum(1 for (client_port,) in rows if client_port not in mine)
 
 
-def stop_embedded_postgres(data_dir: Path, *, timeout_s: float = 60.0, only_if_idle: bool = False,
-                           grace_s: float = 0.0, ignore_mine: bool = False) -> bool:
+def stop_embedded_postgres(
+    data_dir: Path, *, timeout_s: float = 60.0, only_if_idle: bool = False, grace_s: float = 0.0, ignore_mine: bool = False
+) -> bool:
     """Fast-stop the server if it is running; the data and recorded port are kept for restart.
     Its watchdog is ended too. Returns whether a server was stopped.
 
@@ -378,8 +406,7 @@ def stop_embedded_postgres(data_dir: Path, *, timeout_s: float = 60.0, only_if_i
                 time.sleep(0.1)
         wait = max(int(deadline - time.monotonic()), 1)
         try:
-            _run("pg_ctl", ["-D", str(pgdata), "-m", "fast", "-w", "-t", str(wait), "stop"],
-                 _os_user(pgdata), wait + 5)
+            _run("pg_ctl", ["-D", str(pgdata), "-m", "fast", "-w", "-t", str(wait), "stop"], _os_user(pgdata), wait + 5)
         except EmbeddedPostgresError:
             if not _signal_fast_stop(live[0], deadline):
                 raise
@@ -463,9 +490,16 @@ def embedded_status(data_dir: Path) -> EmbeddedStatus:
     with contextlib.suppress(OSError):
         last_use = datetime.fromtimestamp((root / "last_use").stat().st_mtime, tz=UTC)
     return EmbeddedStatus(
-        data_dir=root, initialized=version is not None, running=live is not None, pid=(live[0] or None) if live else None,
-        port=port, size_bytes=_tree_bytes(pgdata) if pgdata.exists() else 0, clients=clients, version=version,
-        watchdog_pid=watchdog["pid"] if watchdog else None, idle_minutes=watchdog["idle_minutes"] if watchdog else None,
+        data_dir=root,
+        initialized=version is not None,
+        running=live is not None,
+        pid=(live[0] or None) if live else None,
+        port=port,
+        size_bytes=_tree_bytes(pgdata) if pgdata.exists() else 0,
+        clients=clients,
+        version=version,
+        watchdog_pid=watchdog["pid"] if watchdog else None,
+        idle_minutes=watchdog["idle_minutes"] if watchdog else None,
         last_use=last_use,
     )
 
@@ -504,16 +538,32 @@ def _spawn_watchdog(root: Path, idle_minutes: float) -> None:
     if not sys.executable:
         return  # an embedded interpreter: no idle shutdown, `trident pg stop` still works
     _end_watchdog(root)  # one watchdog per server
-    args = [sys.executable, "-P", str(Path(__file__).resolve()), "--watch", str(root),
-            "--idle-minutes", repr(idle_minutes), "--owner-pid", str(os.getpid())]
+    args = [
+        sys.executable,
+        "-P",
+        str(Path(__file__).resolve()),
+        "--watch",
+        str(root),
+        "--idle-minutes",
+        repr(idle_minutes),
+        "--owner-pid",
+        str(os.getpid()),
+    ]
     try:
-        subprocess.run(["/bin/sh", "-c", 'log="$1"; shift; "$@" </dev/null >>"$log" 2>&1 &', "sh",
-                        str(root / "watchdog.log"), *args],
-                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                       cwd="/", start_new_session=True, check=False, timeout=30)
+        subprocess.run(
+            ["/bin/sh", "-c", 'log="$1"; shift; "$@" </dev/null >>"$log" 2>&1 &', "sh", str(root / "watchdog.log"), *args],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            cwd="/",
+            start_new_session=True,
+            check=False,
+            timeout=30,
+        )
     except (OSError, subprocess.SubprocessError) as exc:  # the server runs fine without it
-        warnings.warn(f"embedded Postgres idle watchdog not started ({exc}); stop it with `trident pg stop`",
-                      RuntimeWarning, stacklevel=3)
+        warnings.warn(
+            f"embedded Postgres idle watchdog not started ({exc}); stop it with `trident pg stop`", RuntimeWarning, stacklevel=3
+        )
 
 
 def _poll_seconds(idle_minutes: float) -> float:

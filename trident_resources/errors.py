@@ -56,8 +56,7 @@ class DuplicateKeyError(TridentError, ValueError):
     def __init__(self, keys: list[str], examples: list[tuple[object, ...]], where: str = "input") -> None:
         shown = ", ".join(repr(e if len(e) > 1 else e[0]) for e in examples)
         super().__init__(
-            f"duplicate key(s) {keys} in the {where}, e.g. {shown}: each key may appear once; "
-            "deduplicate before writing"
+            f"duplicate key(s) {keys} in the {where}, e.g. {shown}: each key may appear once; deduplicate before writing"
         )
 
 
@@ -67,10 +66,7 @@ class ConcurrentWriteError(TridentError):
 
 class DatasetNotFoundError(TridentError, LookupError):
     def __init__(self, key: str, workspace: str) -> None:
-        super().__init__(
-            f"dataset {key!r} does not exist in workspace {workspace!r}; "
-            "write it first, or check TRIDENT_WORKSPACE"
-        )
+        super().__init__(f"dataset {key!r} does not exist in workspace {workspace!r}; write it first, or check TRIDENT_WORKSPACE")
 
 
 class StorageUnavailableError(TridentError):

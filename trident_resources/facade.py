@@ -42,7 +42,11 @@ class Trident:
     def __init__(self, settings: TridentSettings | None = None) -> None:
         self.settings = settings or TridentSettings()
         s = self.settings
-        dsn = s.pg_dsn.get_secret_value() if s.pg_dsn else ensure_embedded_postgres(s.home / "pg", idle_minutes=s.embedded_pg_idle_minutes)
+        dsn = (
+            s.pg_dsn.get_secret_value()
+            if s.pg_dsn
+            else ensure_embedded_postgres(s.home / "pg", idle_minutes=s.embedded_pg_idle_minutes)
+        )
         self.control = ControlPlane(dsn, pool_max=s.pg_pool_max)
         self.router = Router(self.control, s.workspace, s.flag_refresh_seconds)
         try:
@@ -152,8 +156,13 @@ class Trident:
             if stage:  # recorded by publish, with the version (a staged version changes nothing yet)
                 meta[STAGED_META] = _staged_meta(provenance, watermarks)
             intent = Intent(
-                txn_id=txn, mode=mode, writer=writer, sink=route.sink, route=route,
-                source_refs=list(source_refs or []), metadata=meta,
+                txn_id=txn,
+                mode=mode,
+                writer=writer,
+                sink=route.sink,
+                route=route,
+                source_refs=list(source_refs or []),
+                metadata=meta,
             )
             if stage and not self._sink(route.sink).stages:
                 raise UnsupportedBySinkError(
@@ -194,8 +203,13 @@ class Trident:
         prior = self.control.ledger_entry(txn)
         assert prior is not None and prior.status == "committed"
         outcome = Outcome(
-            rows_written=prior.rows_written or 0, row_count=prior.row_count or 0, next_row_index=0,
-            snapshot_id=prior.snapshot_id, schema=[], skipped=prior.skipped or 0, preserved=prior.preserved or 0,
+            rows_written=prior.rows_written or 0,
+            row_count=prior.row_count or 0,
+            next_row_index=0,
+            snapshot_id=prior.snapshot_id,
+            schema=[],
+            skipped=prior.skipped or 0,
+            preserved=prior.preserved or 0,
         )
         return _result(key, prior, outcome, route, noop=True)
 
@@ -312,7 +326,9 @@ class Trident:
         """The whole result in memory, so the sink may read its files in parallel (``stream``
         stays bounded: one file and one batch in flight)."""
         if staged is not None:
-            return self.stream(key, columns=columns, row_filter=row_filter, as_of=as_of, partition=partition, staged=staged).read_all()
+            return self.stream(
+                key, columns=columns, row_filter=row_filter, as_of=as_of, partition=partition, staged=staged
+            ).read_all()
         columns = validate.read_columns(columns)
         ds = self._record(key)
         sink = self._sink(ds.sink)
@@ -368,8 +384,12 @@ class Trident:
                     for k, (mark, src) in (pending.get("watermarks") or {}).items()
                 }
             done, outcome = self.driver.publish(ds, entry, provenance=provenance, watermarks=self._watermark_rows(watermarks))
-        route = RouteDecision(sink=entry.sink, requested=entry.requested_sink or entry.sink, clamped=entry.clamped,
-                              reason=entry.route_reason or "staged")
+        route = RouteDecision(
+            sink=entry.sink,
+            requested=entry.requested_sink or entry.sink,
+            clamped=entry.clamped,
+            reason=entry.route_reason or "staged",
+        )
         return _result(ds.key, done, outcome, route)
 
     def discard(self, key: str, txn_id: uuid.UUID | str, *, reason: str = "discarded") -> None:
@@ -390,9 +410,7 @@ class Trident:
         ds = self._record(key)
         return self._sink(ds.sink).schema(ds)
 
-    def arrow_source(
-        self, key: str, partition: PartitionFilter | None = None, *, staged: uuid.UUID | str | None = None
-    ) -> Any:
+    def arrow_source(self, key: str, partition: PartitionFilter | None = None, *, staged: uuid.UUID | str | None = None) -> Any:
         """A re-scannable Arrow source of the dataset (a pyarrow dataset) for DuckDB compute;
         with ``partition``, only those partitions (their files only, on the trident); with
         ``staged=txn``, that staged version."""
@@ -426,11 +444,21 @@ class Trident:
         ds = self._record(key)
         scan_path, scan_reason = self._sink(ds.sink).scan_path(ds)
         return Description(
-            scan_path=scan_path, scan_reason=scan_reason,
-            key=ds.key, workspace=ds.workspace, dataset_id=ds.dataset_id, sink=ds.sink, row_count=ds.row_count,
-            schema=ds.schema or [], schema_version=ds.schema_version, snapshot_id=ds.snapshot_id,
-            last_txn_id=ds.last_txn_id, committed_at=ds.committed_at, updated_at=ds.updated_at,
-            iceberg_identifier=ds.iceberg_identifier, provenance=self.control.provenance(ds.dataset_id),
+            scan_path=scan_path,
+            scan_reason=scan_reason,
+            key=ds.key,
+            workspace=ds.workspace,
+            dataset_id=ds.dataset_id,
+            sink=ds.sink,
+            row_count=ds.row_count,
+            schema=ds.schema or [],
+            schema_version=ds.schema_version,
+            snapshot_id=ds.snapshot_id,
+            last_txn_id=ds.last_txn_id,
+            committed_at=ds.committed_at,
+            updated_at=ds.updated_at,
+            iceberg_identifier=ds.iceberg_identifier,
+            provenance=self.control.provenance(ds.dataset_id),
             partitioning=[f"{t}({c})" for c, t in (self._sink(ds.sink).partitioning(ds) or ())],
             partitions=self._sink(ds.sink).partition_stats(ds),
         )
@@ -496,7 +524,9 @@ class Trident:
             else:
                 now = datetime.now(UTC)
                 cutoff = now - timedelta(days=self.settings.staged_max_age_days)
-                stale = [e for e in self.control.staged_entries(ds.dataset_id) if e.staged_at is not None and e.staged_at < cutoff]
+                stale = [
+                    e for e in self.control.staged_entries(ds.dataset_id) if e.staged_at is not None and e.staged_at < cutoff
+                ]
                 for entry in stale:
                     self.driver.discard_staged(
                         ds, entry, f"discarded by maintenance: staged over {self.settings.staged_max_age_days} days ago"
@@ -508,14 +538,19 @@ class Trident:
                     ds, older_than=now - older_than, retain_last=retain_last, uploads_before=now - uploads_older_than
                 )
                 done = replace(
-                    done, discarded_staged=[e.txn_id for e in stale], compacted_files=compacted.compacted_files,
+                    done,
+                    discarded_staged=[e.txn_id for e in stale],
+                    compacted_files=compacted.compacted_files,
                     compaction_files_written=compacted.compaction_files_written,
-                    data_files_before=compacted.data_files_before, data_files_after=compacted.data_files_after,
+                    data_files_before=compacted.data_files_before,
+                    data_files_after=compacted.data_files_after,
                 )
             return replace(
-                done, deleted_files=done.deleted_files + cleanups.files,
+                done,
+                deleted_files=done.deleted_files + cleanups.files,
                 aborted_uploads=done.aborted_uploads + cleanups.uploads,
-                cleaned_txns=len(cleanups.cleaned), cleanup_pending=len(cleanups.pending),
+                cleaned_txns=len(cleanups.cleaned),
+                cleanup_pending=len(cleanups.pending),
             )
 
     def pending_cleanup_keys(self) -> list[str]:
@@ -581,7 +616,13 @@ class Trident:
             raise InvalidWriteError("an ingest stream adds rows; use delete_rows() or write(mode='delete')")
         self._route(key, writer, self.control.dataset(self.workspace, key))  # refuse before the producer sends anything
         return IngestStream(
-            self, key, mode=mode, keys=key_cols, writer=writer, schema=schema, max_queued=max_queued,
+            self,
+            key,
+            mode=mode,
+            keys=key_cols,
+            writer=writer,
+            schema=schema,
+            max_queued=max_queued,
             write_kwargs=write_kwargs,
         )
 
@@ -663,7 +704,9 @@ def _check_mode(mode: str, keys: tuple[str, ...], row_filter: str | None, data: 
         raise InvalidWriteError("mode 'append' takes no keys; use 'append_new' to skip existing keys or 'upsert'")
     if mode == "delete":
         if bool(keys) == bool(row_filter):
-            raise InvalidWriteError("mode 'delete' needs exactly one of keys=[...] (with data holding the keys) or row_filter=...")
+            raise InvalidWriteError(
+                "mode 'delete' needs exactly one of keys=[...] (with data holding the keys) or row_filter=..."
+            )
         if keys and data is None:
             raise InvalidWriteError("a delete by keys needs data: the key values of the rows to delete")
     elif row_filter is not None:
@@ -688,9 +731,20 @@ def _result(
     key: str, entry: LedgerEntry, outcome: Outcome, route: RouteDecision, noop: bool = False, staged: bool = False
 ) -> WriteResult:
     return WriteResult(
-        key=key, txn_id=entry.txn_id, mode=entry.mode, writer=entry.writer, sink=entry.sink,
-        rows_written=outcome.rows_written, row_count=outcome.row_count, skipped=outcome.skipped,
-        preserved=outcome.preserved, deleted=outcome.deleted, snapshot_id=outcome.snapshot_id,
-        committed_at=entry.committed_at or entry.started_at, schema_version=entry.schema_version or 0,
-        route=route.describe(), noop=noop, staged=staged,
+        key=key,
+        txn_id=entry.txn_id,
+        mode=entry.mode,
+        writer=entry.writer,
+        sink=entry.sink,
+        rows_written=outcome.rows_written,
+        row_count=outcome.row_count,
+        skipped=outcome.skipped,
+        preserved=outcome.preserved,
+        deleted=outcome.deleted,
+        snapshot_id=outcome.snapshot_id,
+        committed_at=entry.committed_at or entry.started_at,
+        schema_version=entry.schema_version or 0,
+        route=route.describe(),
+        noop=noop,
+        staged=staged,
     )

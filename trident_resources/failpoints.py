@@ -22,7 +22,9 @@ class InjectedFault(RuntimeError):
 
 def _from_env() -> dict[str, str]:
     spec = os.environ.get("TRIDENT_FAILPOINTS", "")
-    return dict(cast("tuple[str, str]", tuple(part.split("=", 1))) if "=" in part else (part, "raise") for part in spec.split(",") if part)
+    return dict(
+        cast("tuple[str, str]", tuple(part.split("=", 1))) if "=" in part else (part, "raise") for part in spec.split(",") if part
+    )
 
 
 def failpoint(name: str) -> None:

@@ -45,4 +45,3 @@ def check_key_columns(keys: Iterable[str], schema: pa.Schema, where: str) -> Non
     if missing:
         error = SchemaMismatchError if where == "the dataset" else InvalidWriteError
         raise error(f"key column(s) {missing} are not in {where} (columns: {schema.names})")
-

@@ -76,9 +76,7 @@ def _children(t: pa.DataType) -> list[list[pa.Field]]:
     return []
 
 
-_LUT = np.array(
-    [ord(a) | (ord(b) << 8) for a in "0123456789abcdef" for b in "0123456789abcdef"], dtype=np.uint16
-)
+_LUT = np.array([ord(a) | (ord(b) << 8) for a in "0123456789abcdef" for b in "0123456789abcdef"], dtype=np.uint16)
 
 SEQ_BITS = 40  # rows one block can number: 2**40 (a trillion) per minted block
 _BLOCK_BITS = 48  # the last UUID group: 8 random bits above the 40-bit sequence
@@ -146,9 +144,7 @@ def row_ids(txn_id: uuid.UUID, first_seq: int, n: int) -> pa.Array:
     return RowIdBlock.mint().arrow(first_seq, n)
 
 
-def stamp(
-    batch: pa.RecordBatch, txn_id: uuid.UUID, first_seq: int, first_index: int, created_at: datetime
-) -> pa.RecordBatch:
+def stamp(batch: pa.RecordBatch, txn_id: uuid.UUID, first_seq: int, first_index: int, created_at: datetime) -> pa.RecordBatch:
     """Prepend the identity columns to a batch of new rows numbered from ``first_index``."""
     n = batch.num_rows
     index = pa.array(np.arange(first_index, first_index + n, dtype=np.int64))

@@ -48,7 +48,9 @@ def to_reader(data: Any) -> pa.RecordBatchReader:
 def _reader_from_batches(batches: Iterator[Any]) -> pa.RecordBatchReader:
     first = next(batches, None)
     if first is None:
-        raise EmptyInputError("the input iterable yielded no batches, so it has no schema; pass an empty pyarrow Table to write zero rows")
+        raise EmptyInputError(
+            "the input iterable yielded no batches, so it has no schema; pass an empty pyarrow Table to write zero rows"
+        )
     first = _as_batch(first)
     schema = first.schema
 
@@ -68,4 +70,3 @@ def _as_batch(item: Any) -> pa.RecordBatch:
     if isinstance(item, pa.Table):
         return item.combine_chunks().to_batches()[0] if item.num_rows else pa.RecordBatch.from_pylist([], schema=item.schema)
     raise InvalidWriteError(f"an iterable input must yield pyarrow RecordBatches, got {type(item).__name__}")
-

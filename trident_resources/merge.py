@@ -83,7 +83,9 @@ class KeyedMerge:
             # Insertion order is never relied on (fresh rows only need dense indexes), and keeping it
             # makes CREATE TABLE AS hold more than the memory limit on big inputs.
             config={
-                "memory_limit": memory_limit, "threads": threads, "temp_directory": str(spill_dir / "tmp"),
+                "memory_limit": memory_limit,
+                "threads": threads,
+                "temp_directory": str(spill_dir / "tmp"),
                 "preserve_insertion_order": False,
             },
         )
@@ -123,9 +125,7 @@ class KeyedMerge:
             if nulls:
                 raise NullKeyError(k, nulls)
         key_list = ", ".join(quote(k) for k in keys)
-        dups = self.con.execute(
-            f"SELECT {key_list} FROM staged GROUP BY {key_list} HAVING count(*) > 1 LIMIT 3"
-        ).fetchall()
+        dups = self.con.execute(f"SELECT {key_list} FROM staged GROUP BY {key_list} HAVING count(*) > 1 LIMIT 3").fetchall()
         if dups:
             raise DuplicateKeyError(list(keys), dups)
         return self.con.execute("SELECT count(*) FROM staged").fetchall()[0][0]
@@ -214,4 +214,6 @@ class KeyedMerge:
     def kept_rows(self, rows: pa.RecordBatchReader) -> pa.RecordBatchReader:
         """Rows of rewritten files that survive the write, unchanged (identity included)."""
         self.con.register("rewritten", rows)
-        return self.con.sql(f"SELECT r.* FROM rewritten r ANTI JOIN removed d ON r.{ROW_ID} = d.{ROW_ID}").to_arrow_reader(BATCH_ROWS)
+        return self.con.sql(f"SELECT r.* FROM rewritten r ANTI JOIN removed d ON r.{ROW_ID} = d.{ROW_ID}").to_arrow_reader(
+            BATCH_ROWS
+        )

@@ -90,7 +90,9 @@ class PartitionFilter:
             raise PartitionError(f"a partition filter names a column twice: {cols}")
 
     @classmethod
-    def time_window(cls, column: str, start: date | datetime, end: date | datetime, transform: TransformName = "day") -> PartitionFilter:
+    def time_window(
+        cls, column: str, start: date | datetime, end: date | datetime, transform: TransformName = "day"
+    ) -> PartitionFilter:
         return cls((PartitionDim(column, transform, start=start, end=end),))
 
     @classmethod
@@ -118,9 +120,15 @@ class PartitionFilter:
             "spec": [f"{t}({c})" for c, t in self.spec],
             "filter": self.describe(),
             "dims": [
-                {"column": d.column, "transform": d.transform,
-                 **({"values": [_plain(v) for v in d.values]} if d.values is not None else
-                    {"start": _plain(d.start), "end": _plain(d.end)})}
+                {
+                    "column": d.column,
+                    "transform": d.transform,
+                    **(
+                        {"values": [_plain(v) for v in d.values]}
+                        if d.values is not None
+                        else {"start": _plain(d.start), "end": _plain(d.end)}
+                    ),
+                }
                 for d in self.dims
             ],
         }
@@ -310,7 +318,9 @@ def iceberg_transform(name: TransformName) -> Transform[Any, Any]:
 
 
 def _transform_name(t: Transform[Any, Any]) -> str:
-    return {IdentityTransform: "identity", HourTransform: "hour", DayTransform: "day", MonthTransform: "month"}.get(type(t), repr(t))
+    return {IdentityTransform: "identity", HourTransform: "hour", DayTransform: "day", MonthTransform: "month"}.get(
+        type(t), repr(t)
+    )
 
 
 def _split(table: pa.Table, keys: list[pa.Array]) -> Iterator[tuple[tuple[Any, ...], pa.Table]]:

@@ -93,7 +93,9 @@ class WritePlanner:
         s = self.settings
         spill = req.spill_dir / "sort"
         spill.mkdir(parents=True, exist_ok=True)
-        con = duckdb.connect(config={"memory_limit": s.duckdb_memory_limit, "threads": s.duckdb_threads, "temp_directory": str(spill)})
+        con = duckdb.connect(
+            config={"memory_limit": s.duckdb_memory_limit, "threads": s.duckdb_threads, "temp_directory": str(spill)}
+        )
         con.execute("SET TimeZone = 'UTC'")
         con.execute("SET preserve_insertion_order = false")
         unsorted_input = _without_views(reader)  # noqa: F841 - read by DuckDB's replacement scan
@@ -172,10 +174,18 @@ class WritePlanner:
 def _without_views(reader: pa.RecordBatchReader) -> pa.RecordBatchReader:
     """The input with string/binary *view* columns as large ones: DuckDB's Arrow scan cannot
     filter view arrays (tpchgen-cli and polars produce them)."""
-    plain = pa.schema([
-        f.with_type(pa.large_string() if pa.types.is_string_view(f.type) else pa.large_binary() if pa.types.is_binary_view(f.type) else f.type)
-        for f in reader.schema
-    ])
+    plain = pa.schema(
+        [
+            f.with_type(
+                pa.large_string()
+                if pa.types.is_string_view(f.type)
+                else pa.large_binary()
+                if pa.types.is_binary_view(f.type)
+                else f.type
+            )
+            for f in reader.schema
+        ]
+    )
     if plain.equals(reader.schema):
         return reader
     return pa.RecordBatchReader.from_batches(plain, (b.cast(plain) for b in reader))

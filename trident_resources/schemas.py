@@ -147,7 +147,8 @@ def plan_schema(existing: pa.Schema | None, incoming: pa.Schema, *, replace: boo
     ]
     if bad:
         raise SchemaMismatchError(
-            "input columns are incompatible with the dataset: " + "; ".join(bad)
+            "input columns are incompatible with the dataset: "
+            + "; ".join(bad)
             + ". Cast them in the input, or use mode='replace' to redefine the dataset"
         )
     added = [f for f in incoming if f.name not in existing.names]

@@ -40,13 +40,16 @@ class TridentSettings(BaseSettings):
     pg_dsn: SecretStr | None = Field(None, description="libpq DSN; unset starts the embedded Postgres.")
     pg_pool_max: int = Field(8, ge=2)
     embedded_pg_idle_minutes: float = Field(
-        30.0, ge=0,
+        30.0,
+        ge=0,
         description="The embedded Postgres stops itself after this many minutes without a client (fractions allowed); "
         "0 stops it when the process that started it ends. The next use starts it again. Never applies to pg_dsn.",
     )
 
     # Iceberg catalog
-    catalog_uri: str | None = Field(None, description="Iceberg REST catalog URI (Lakekeeper); unset = SQL catalog in the control plane.")
+    catalog_uri: str | None = Field(
+        None, description="Iceberg REST catalog URI (Lakekeeper); unset = SQL catalog in the control plane."
+    )
     catalog_warehouse: str | None = Field(None, description="REST catalog warehouse name or location.")
     catalog_token: SecretStr | None = None
     catalog_credential: SecretStr | None = Field(None, description="OAuth2 client_id:client_secret.")
@@ -54,7 +57,9 @@ class TridentSettings(BaseSettings):
     catalog_oauth2_server_uri: str | None = Field(
         None, description="OAuth2 token endpoint of the identity provider (Lakekeeper serves none itself)."
     )
-    catalog_audience: str | None = Field(None, description="OAuth2 audience of the requested token (e.g. Lakekeeper's client id).")
+    catalog_audience: str | None = Field(
+        None, description="OAuth2 audience of the requested token (e.g. Lakekeeper's client id)."
+    )
     catalog_resource: str | None = Field(None, description="OAuth2 resource indicator (RFC 8707) of the requested token.")
     catalog_nested_namespaces: bool | None = Field(
         None, description="Use one namespace level per key folder; default: yes for REST, no for the SQL catalog."
@@ -88,14 +93,24 @@ class TridentSettings(BaseSettings):
     )
     commit_retries: int = Field(5, ge=0, description="Retries of an Iceberg commit that conflicts with a concurrent one.")
     target_file_bytes: int = Field(512 * 1024 * 1024, ge=1024, description="Uncompressed Arrow bytes per data file.")
-    row_group_bytes: int = Field(16 * 1024 * 1024, ge=1024, description="Uncompressed Arrow bytes buffered per Parquet row group.")
-    write_parallelism: int = Field(2, ge=1, description="Parquet files encoded at once by one write (one row group each in flight).")
+    row_group_bytes: int = Field(
+        16 * 1024 * 1024, ge=1024, description="Uncompressed Arrow bytes buffered per Parquet row group."
+    )
+    write_parallelism: int = Field(
+        2, ge=1, description="Parquet files encoded at once by one write (one row group each in flight)."
+    )
     duckdb_memory_limit: str = Field("1GB", description="DuckDB memory cap for merges and SQL; it spills past it.")
     duckdb_threads: int = Field(2, ge=1)
     flag_refresh_seconds: float = Field(5.0, ge=0, description="Router flag cache lifetime (flags apply within 2x this).")
-    sql_timeout_seconds: float = Field(300.0, gt=0, description="Trident.sql / `trident sql`: a statement running longer is interrupted.")
-    sql_max_rows: int | None = Field(10_000_000, ge=1, description="Trident.sql result row cap (the result is held in memory); unset = none.")
-    sql_max_bytes: int | None = Field(1024 * 1024 * 1024, ge=1, description="Trident.sql result byte cap (Arrow bytes); unset = none.")
+    sql_timeout_seconds: float = Field(
+        300.0, gt=0, description="Trident.sql / `trident sql`: a statement running longer is interrupted."
+    )
+    sql_max_rows: int | None = Field(
+        10_000_000, ge=1, description="Trident.sql result row cap (the result is held in memory); unset = none."
+    )
+    sql_max_bytes: int | None = Field(
+        1024 * 1024 * 1024, ge=1, description="Trident.sql result byte cap (Arrow bytes); unset = none."
+    )
 
     @field_validator("workspace", "namespace_root")
     @classmethod

@@ -27,7 +27,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 import psycopg
 import pyarrow as pa
@@ -129,10 +129,17 @@ class TransactionDriver:
         """INTENT (the caller holds ``locked``). ``None``: this txn id already committed here."""
         entry = self.control.open_txn(
             LedgerEntry(
-                txn_id=intent.txn_id, dataset_id=ds.dataset_id, status="open", mode=intent.mode,
-                writer=intent.writer, sink=intent.sink, started_at=datetime.now(),
-                requested_sink=intent.route.requested, clamped=intent.route.clamped,
-                route_reason=intent.route.reason, source_refs=list(intent.source_refs),
+                txn_id=intent.txn_id,
+                dataset_id=ds.dataset_id,
+                status="open",
+                mode=intent.mode,
+                writer=intent.writer,
+                sink=intent.sink,
+                started_at=datetime.now(),
+                requested_sink=intent.route.requested,
+                clamped=intent.route.clamped,
+                route_reason=intent.route.reason,
+                source_refs=list(intent.source_refs),
                 metadata=dict(intent.metadata),
             )
         )
@@ -168,8 +175,11 @@ class TransactionDriver:
         outcome = self.sink(entry.sink).publish(ds, entry.txn_id, entry.base_snapshot_id)
         failpoint("publish.before_ledger")
         done = self.control.commit_txn(
-            entry, outcome, watermarks=list(watermarks),
-            provenance=dict(provenance) if provenance is not None else None, conn=self.lock_session(ds),
+            entry,
+            outcome,
+            watermarks=list(watermarks),
+            provenance=dict(provenance) if provenance is not None else None,
+            conn=self.lock_session(ds),
         )
         return done, outcome
 
@@ -206,7 +216,11 @@ class TransactionDriver:
         except Exception as exc:
             log.warning(
                 "txn %s of %s is aborted, but its files could not be removed yet (%s: %s); "
-                "`trident reconcile` or `trident maintain` retries", entry.txn_id, ds.key, type(exc).__name__, exc,
+                "`trident reconcile` or `trident maintain` retries",
+                entry.txn_id,
+                ds.key,
+                type(exc).__name__,
+                exc,
             )
             return None
         return done
@@ -273,9 +287,13 @@ class TransactionDriver:
                 continue
         earlier = self.retry_cleanups(workspace, skip=frozenset(now.cleaned + now.pending))
         return ReconcileReport(
-            rolled_forward=forward, aborted=aborted, still_running=running,
-            cleaned_up=earlier.cleaned, cleanup_pending=now.pending + earlier.pending,
-            deleted_files=now.files + earlier.files, aborted_uploads=now.uploads + earlier.uploads,
+            rolled_forward=forward,
+            aborted=aborted,
+            still_running=running,
+            cleaned_up=earlier.cleaned,
+            cleanup_pending=now.pending + earlier.pending,
+            deleted_files=now.files + earlier.files,
+            aborted_uploads=now.uploads + earlier.uploads,
         )
 
 
@@ -366,10 +384,19 @@ class Transaction:
             return self.driver.planner.execute(
                 self.sink,
                 WriteRequest(
-                    dataset=self.ds, mode=self.entry.mode, keys=keys, row_filter=row_filter,  # type: ignore[arg-type]
-                    txn_id=self.txn_id, tau=self.entry.started_at, reader=reader, spill_dir=spill,
+                    dataset=self.ds,
+                    mode=cast(WriteMode, self.entry.mode),
+                    keys=keys,
+                    row_filter=row_filter,
+                    txn_id=self.txn_id,
+                    tau=self.entry.started_at,
+                    reader=reader,
+                    spill_dir=spill,
                     note_location=self._note_location,
-                    preserve_identity=preserve_identity, fence=self._fence, stage=stage, partition=partition,
+                    preserve_identity=preserve_identity,
+                    fence=self._fence,
+                    stage=stage,
+                    partition=partition,
                     reserve_rows=self._reserve if partition is not None else None,
                 ),
             )
@@ -395,9 +422,13 @@ class Transaction:
         try:
             failpoint("commit.before_ledger")
             return self.driver.control.commit_txn(
-                self.entry, outcome, watermarks=list(watermarks),
-                provenance=dict(provenance) if provenance is not None else None, flip_to=flip_to,
-                conn=self.lock, reserved_indexes=self.partitioned,
+                self.entry,
+                outcome,
+                watermarks=list(watermarks),
+                provenance=dict(provenance) if provenance is not None else None,
+                flip_to=flip_to,
+                conn=self.lock,
+                reserved_indexes=self.partitioned,
             )
         except BaseException as exc:
             _reraise(exc, self.fail(exc))
@@ -432,7 +463,10 @@ class Transaction:
         except Exception as undo_exc:
             log.error(
                 "trident write %s failed (txn %s) and its change could not be checked or reverted (%s); "
-                "the ledger row stays open for `trident reconcile`", self.ds.key, self.txn_id, undo_exc,
+                "the ledger row stays open for `trident reconcile`",
+                self.ds.key,
+                self.txn_id,
+                undo_exc,
             )
             return False
         msg = f"{type(exc).__name__}: {exc}"
@@ -453,9 +487,13 @@ def _reraise(exc: BaseException, settled: bool) -> NoReturn:
     ``settled`` says whether the failure path could abort the transaction; if not, its ledger row
     is still open, and whether the change counts is the reconciler's call (its snapshot may have
     committed), so the message must not claim that nothing was committed."""
-    fate = "nothing was committed" if settled else (
-        "its ledger row stays open until `trident reconcile` (or the next write of the dataset) settles it: "
-        "rolled forward if its snapshot committed, else aborted"
+    fate = (
+        "nothing was committed"
+        if settled
+        else (
+            "its ledger row stays open until `trident reconcile` (or the next write of the dataset) settles it: "
+            "rolled forward if its snapshot committed, else aborted"
+        )
     )
     if isinstance(exc, psycopg.Error) or _lost_sql_catalog(exc):
         raise ControlPlaneUnavailableError(

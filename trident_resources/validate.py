@@ -18,9 +18,7 @@ def write_keys(keys: Iterable[str] | str | None) -> tuple[str, ...]:
     if isinstance(keys, str):
         keys = (keys,)
     elif isinstance(keys, (bytes, dict, set, frozenset)) or not isinstance(keys, Iterable):
-        raise InvalidWriteError(
-            f"keys must be a column name or a list of column names, e.g. keys=['order_id'], got {keys!r}"
-        )
+        raise InvalidWriteError(f"keys must be a column name or a list of column names, e.g. keys=['order_id'], got {keys!r}")
     out = tuple(keys)
     bad = [k for k in out if not isinstance(k, str) or not k]
     if bad:
@@ -46,9 +44,7 @@ def read_columns(columns: Any) -> list[str] | None:
     if columns is None:
         return None
     if isinstance(columns, str) or not isinstance(columns, (list, tuple)):
-        raise InvalidReadError(
-            f"columns must be a list of column names, e.g. columns=['a', 'b'], got {columns!r}"
-        )
+        raise InvalidReadError(f"columns must be a list of column names, e.g. columns=['a', 'b'], got {columns!r}")
     bad = [c for c in columns if not isinstance(c, str)]
     if bad:
         raise InvalidReadError(f"columns must be column names (strings); got {bad!r}")

@@ -65,9 +65,7 @@ def commit_events(
 ) -> tuple[list[dg.AssetMaterialization], LedgerCursor]:
     """The materializations to report for ``commits`` (ascending sequence, all after
     ``cursor.after``) and the next cursor."""
-    events = [
-        materialization(key, entry) for seq, key, entry in commits if seq not in cursor.seen and not from_dagster(entry)
-    ]
+    events = [materialization(key, entry) for seq, key, entry in commits if seq not in cursor.seen and not from_dagster(entry)]
     after = cursor.after
     for seq, _, entry in commits:  # move only over a prefix of commits old enough to be settled
         if entry.ended_at is None or entry.ended_at > now - settle:
@@ -101,7 +99,9 @@ def materialization(key: str, entry: LedgerEntry) -> dg.AssetMaterialization:
 
 
 @dg.sensor(
-    name=SENSOR_NAME, minimum_interval_seconds=TICK_SECONDS, default_status=dg.DefaultSensorStatus.RUNNING,
+    name=SENSOR_NAME,
+    minimum_interval_seconds=TICK_SECONDS,
+    default_status=dg.DefaultSensorStatus.RUNNING,
     description="Report every commit made outside Dagster (ingest, sync, stream, row edits, canaries) as a "
     "materialization of its asset, so asset history and automation conditions see it.",
 )
@@ -111,9 +111,12 @@ def trident_commits(context: dg.SensorEvaluationContext, trident: TridentResourc
         commits = t.commits_since(cursor.after, COMMITS_PER_TICK)
     events, nxt = commit_events(commits, cursor, datetime.now(UTC))
     if events:
-        context.log.info(f"{len(events)} commit(s) made outside Dagster: " + ", ".join(
-            f"{e.asset_key.to_user_string()} ({e.metadata['trident/mode'].value})" for e in events))
+        context.log.info(
+            f"{len(events)} commit(s) made outside Dagster: "
+            + ", ".join(f"{e.asset_key.to_user_string()} ({e.metadata['trident/mode'].value})" for e in events)
+        )
     return dg.SensorResult(
-        asset_events=events, cursor=nxt.serialize(),
+        asset_events=events,
+        cursor=nxt.serialize(),
         skip_reason=None if events else f"no new commits from outside Dagster ({len(commits)} read)",
     )

@@ -5,7 +5,6 @@ Both go through the facade (the only door to tables and rows) and report what th
 metadata, so their history is visible in the UI next to the assets they touch.
 """
 
-
 from datetime import timedelta
 from typing import Any
 
@@ -30,9 +29,7 @@ def maintain_tables(context: dg.OpExecutionContext, config: MaintenanceConfig, t
         expired += report.expired_snapshots
         deleted += report.deleted_files
         context.log.info(f"{key}: expired {report.expired_snapshots} snapshots, deleted {report.deleted_files} files")
-    return dg.Output(
-        len(keys), metadata={"datasets": len(keys), "expired_snapshots": expired, "deleted_files": deleted}
-    )
+    return dg.Output(len(keys), metadata={"datasets": len(keys), "expired_snapshots": expired, "deleted_files": deleted})
 
 
 @dg.job(description="Table maintenance of every iceberg dataset (Trident.maintain).", tags={"kind": "maintenance"})
@@ -41,7 +38,9 @@ def table_maintenance_job() -> None:
 
 
 table_maintenance_schedule = dg.ScheduleDefinition(
-    job=table_maintenance_job, cron_schedule="0 3 * * *", default_status=dg.DefaultScheduleStatus.STOPPED,
+    job=table_maintenance_job,
+    cron_schedule="0 3 * * *",
+    default_status=dg.DefaultScheduleStatus.STOPPED,
     description="Nightly table maintenance; start it in the UI.",
 )
 
@@ -56,9 +55,16 @@ def canary(context: dg.OpExecutionContext, config: CanaryConfig, trident: Triden
     report = trident.get_client().migrate(config.key, config.to_sink)
     context.log.info(report.message)
     metadata: dict[str, Any] = {
-        "key": report.key, "from_sink": report.from_sink, "to_sink": report.to_sink, "txn_id": str(report.txn_id),
-        "source_rows": report.source_rows, "target_rows": report.target_rows, "parity": report.parity,
-        "flipped": report.flipped, "source_checksum": report.source_checksum, "target_checksum": report.target_checksum,
+        "key": report.key,
+        "from_sink": report.from_sink,
+        "to_sink": report.to_sink,
+        "txn_id": str(report.txn_id),
+        "source_rows": report.source_rows,
+        "target_rows": report.target_rows,
+        "parity": report.parity,
+        "flipped": report.flipped,
+        "source_checksum": report.source_checksum,
+        "target_checksum": report.target_checksum,
     }
     if not report.flipped:
         raise dg.Failure(description=f"canary of {config.key} reverted: {report.message}", metadata=metadata)

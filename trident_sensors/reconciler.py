@@ -5,7 +5,6 @@ Live writers hold their dataset's writer lock, so the reconciler never touches t
 few short control-plane queries, so it runs in the sensor tick itself and reports what it did.
 """
 
-
 import dagster as dg
 
 from trident_resources import Trident
@@ -15,7 +14,8 @@ RECONCILE_INTERVAL_SECONDS = 300
 
 
 @dg.sensor(
-    name="trident_reconciler", minimum_interval_seconds=RECONCILE_INTERVAL_SECONDS,
+    name="trident_reconciler",
+    minimum_interval_seconds=RECONCILE_INTERVAL_SECONDS,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Repair ledger transactions left open by crashed writers (Trident.reconcile).",
 )

@@ -7,7 +7,11 @@ from dagster_celery import celery_executor
 
 from trident_assets.definitions import build_definitions
 
-defs = build_definitions(executor=celery_executor.configured({
-    "broker": {"env": "TRIDENT_CELERY_BROKER_URL"},     # redis://... or amqp://...
-    "backend": {"env": "TRIDENT_CELERY_BACKEND_URL"},
-}))
+defs = build_definitions(
+    executor=celery_executor.configured(
+        {
+            "broker": {"env": "TRIDENT_CELERY_BROKER_URL"},  # redis://... or amqp://...
+            "backend": {"env": "TRIDENT_CELERY_BACKEND_URL"},
+        }
+    )
+)

@@ -88,7 +88,8 @@ def test_retrying_a_crashed_keyed_write_with_its_txn_id_works(trident: Trident) 
     t.write("kr/a", table(k=[1, 2], v=["a", "b"]))
     txn = uuid.uuid4()
     child = _run_child(
-        t.settings, "write.before_commit=exit",
+        t.settings,
+        "write.before_commit=exit",
         f"t.write('kr/a', pa.table({{'k': [2, 3], 'v': ['B', 'c']}}), mode='upsert', keys=['k'], txn_id='{txn}')",
     )
     assert child.returncode == 137, child.stderr
@@ -125,8 +126,7 @@ def test_a_writer_whose_lock_session_dies_fails_named_and_commits_nothing(triden
     assert started.wait(20)
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         killed = conn.execute(
-            "select pg_terminate_backend(pid) from pg_locks where locktype = 'advisory' and granted "
-            "and pid <> pg_backend_pid()"
+            "select pg_terminate_backend(pid) from pg_locks where locktype = 'advisory' and granted and pid <> pg_backend_pid()"
         ).fetchall()
     assert killed, "the writer's lock session was not found"
     th.join(60)

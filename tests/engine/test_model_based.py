@@ -273,9 +273,7 @@ class TridentModel(RuleBasedStateMachine):
     def _check_rows(self, m: Model, actual: list[dict[str, Any]]) -> None:
         ids = [row["__row_id"] for row in actual]
         assert len(set(ids)) == len(ids), "__row_id must be unique"
-        got = {
-            row["__row_id"]: ({c: row.get(c) for c in m.columns}, row["__row_index"], row["__created_at"]) for row in actual
-        }
+        got = {row["__row_id"]: ({c: row.get(c) for c in m.columns}, row["__row_index"], row["__created_at"]) for row in actual}
         want = {r.row_id: (r.values, r.index, r.created_at) for r in m.rows}
         assert got == want
 
@@ -290,8 +288,12 @@ class TridentModel(RuleBasedStateMachine):
 def model_settings(request: pytest.FixtureRequest) -> settings:
     long = request.config.getoption("--long")
     return settings(
-        max_examples=150 if long else 15, stateful_step_count=25 if long else 20,
-        derandomize=not long, database=None, deadline=None, print_blob=True,
+        max_examples=150 if long else 15,
+        stateful_step_count=25 if long else 20,
+        derandomize=not long,
+        database=None,
+        deadline=None,
+        print_blob=True,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
     )
 
@@ -331,4 +333,10 @@ def test_a_replace_takes_the_input_column_order_on_both_sinks(trident: Trident, 
     t.write("order/x", pa.table({"k": [2], "v": ["q"], "y": ["b"]}))
     assert t.read("order/x").column_names[3:] == ["k", "v", "y"]
     assert t.read("order/x").to_pylist()[0] | {"__row_id": None, "__created_at": None} == {
-        "__row_index": 0, "__row_id": None, "__created_at": None, "k": 2, "v": "q", "y": "b"}
+        "__row_index": 0,
+        "__row_id": None,
+        "__created_at": None,
+        "k": 2,
+        "v": "q",
+        "y": "b",
+    }

@@ -83,9 +83,7 @@ def _unreferenced_files(t: Trident, key: str) -> list[str]:
     if table is not None:
         locations.add(table.location())
         referenced = _referenced(table)
-    found = {
-        str(p).lstrip("/") for loc in locations for p in Path(urlsplit(loc).path).rglob("*") if p.is_file()
-    }
+    found = {str(p).lstrip("/") for loc in locations for p in Path(urlsplit(loc).path).rglob("*") if p.is_file()}
     return sorted(found - referenced)
 
 

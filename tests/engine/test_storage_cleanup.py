@@ -75,9 +75,7 @@ def _wait_for(what: str, check: Callable[[], bool], timeout: float = 30) -> None
         time.sleep(0.05)
 
 
-def _write_until_s3_goes_down(
-    t: Trident, s3: Any, proxy: TcpProxy, key: str, txn: uuid.UUID, then: str
-) -> BaseException | None:
+def _write_until_s3_goes_down(t: Trident, s3: Any, proxy: TcpProxy, key: str, txn: uuid.UUID, then: str) -> BaseException | None:
     """Write ``key`` from a producer that, once some of the transaction's files are in the bucket,
     waits for the proxy to close and then either goes on (``then='more'``: the write meets the dead
     store) or raises its own error (``then='raise'``). Returns what the writer raised."""
@@ -122,7 +120,12 @@ def test_an_aborted_first_write_with_s3_down_is_cleaned_up_when_s3_returns(
 ) -> None:
     with TcpProxy(*_upstream(s3)) as proxy:
         settings = _proxied(
-            request, trident_home, pg_dsn, proxy, target_file_bytes=64 * 1024, row_group_bytes=16 * 1024,
+            request,
+            trident_home,
+            pg_dsn,
+            proxy,
+            target_file_bytes=64 * 1024,
+            row_group_bytes=16 * 1024,
             write_parallelism=1,
         )
         with Trident(settings) as t:
@@ -164,7 +167,12 @@ def test_maintain_retries_the_pending_cleanup_of_a_dataset_that_never_came_to_ex
 ) -> None:
     with TcpProxy(*_upstream(s3)) as proxy:
         settings = _proxied(
-            request, trident_home, pg_dsn, proxy, target_file_bytes=64 * 1024, row_group_bytes=16 * 1024,
+            request,
+            trident_home,
+            pg_dsn,
+            proxy,
+            target_file_bytes=64 * 1024,
+            row_group_bytes=16 * 1024,
             write_parallelism=1,
         )
         with Trident(settings) as t:
@@ -186,7 +194,12 @@ def test_a_retry_of_an_aborted_txn_id_removes_its_leftovers_first(
     otherwise sit next to the committed ones, referenced by nothing."""
     with TcpProxy(*_upstream(s3)) as proxy:
         settings = _proxied(
-            request, trident_home, pg_dsn, proxy, target_file_bytes=64 * 1024, row_group_bytes=16 * 1024,
+            request,
+            trident_home,
+            pg_dsn,
+            proxy,
+            target_file_bytes=64 * 1024,
+            row_group_bytes=16 * 1024,
             write_parallelism=1,
         )
         with Trident(settings) as t:
@@ -207,11 +220,16 @@ def _child_env(settings: TridentSettings) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRIDENT_")}
     assert settings.pg_dsn is not None
     env |= {
-        "TRIDENT_HOME": str(settings.home), "TRIDENT_PG_DSN": settings.pg_dsn.get_secret_value(),
-        "TRIDENT_WORKSPACE": settings.workspace, "PYTHONPATH": str(REPO),
-        "TRIDENT_S3_ENDPOINT": settings.s3_endpoint or "", "TRIDENT_S3_BUCKET": settings.s3_bucket or "",
-        "TRIDENT_S3_PREFIX": settings.s3_prefix, "TRIDENT_S3_REGION": settings.s3_region or "",
-        "TRIDENT_S3_ACCESS_KEY_ID": "testing", "TRIDENT_S3_SECRET_ACCESS_KEY": "testing",
+        "TRIDENT_HOME": str(settings.home),
+        "TRIDENT_PG_DSN": settings.pg_dsn.get_secret_value(),
+        "TRIDENT_WORKSPACE": settings.workspace,
+        "PYTHONPATH": str(REPO),
+        "TRIDENT_S3_ENDPOINT": settings.s3_endpoint or "",
+        "TRIDENT_S3_BUCKET": settings.s3_bucket or "",
+        "TRIDENT_S3_PREFIX": settings.s3_prefix,
+        "TRIDENT_S3_REGION": settings.s3_region or "",
+        "TRIDENT_S3_ACCESS_KEY_ID": "testing",
+        "TRIDENT_S3_SECRET_ACCESS_KEY": "testing",
         "TRIDENT_TARGET_FILE_BYTES": str(settings.target_file_bytes),
         "TRIDENT_ROW_GROUP_BYTES": str(settings.row_group_bytes),
     }

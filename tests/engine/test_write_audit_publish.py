@@ -147,7 +147,11 @@ def test_publish_records_the_provenance_and_watermarks_given_when_staging(triden
     src = t.write("wap/src", table(k=[1]))
     t.write("wap/out", table(k=[1]), provenance={"contract": "c-1"})
     r = t.write(
-        "wap/out", table(k=[2]), mode="append", stage=True, provenance={"contract": "c-2"},
+        "wap/out",
+        table(k=[2]),
+        mode="append",
+        stage=True,
+        provenance={"contract": "c-2"},
         watermarks={"wap/src": (src.committed_at, src.txn_id)},
     )
     assert t.describe("wap/out").provenance == {"contract": "c-1"} and t.watermarks("wap/out") == {}

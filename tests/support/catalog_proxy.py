@@ -92,7 +92,9 @@ class CatalogProxy:
         headers = {k: ", ".join(v) for k, v in body["headers"].items()}
         request = AWSRequest(method=body["method"], url=body["uri"], headers=headers)
         _UnsignedPayload(Credentials(SIGNER_KEY, "testing"), "s3", body["region"]).add_auth(request)
-        signed = {k: [v] for k, v in request.headers.items() if k.lower() in ("authorization", "x-amz-date", "x-amz-content-sha256")}
+        signed = {
+            k: [v] for k, v in request.headers.items() if k.lower() in ("authorization", "x-amz-date", "x-amz-content-sha256")
+        }
         return {"uri": body["uri"], "headers": signed}
 
 
@@ -124,12 +126,20 @@ def _handler(proxy: CatalogProxy) -> type[BaseHTTPRequestHandler]:
                     proxy.token_requests.append(form)
                 if form.get("client_id") == ["revoked"]:
                     return self._reply(401, b'{"error": "invalid_client", "error_description": "unknown client"}')
-                token = json.dumps({"access_token": proxy.token, "token_type": "Bearer", "expires_in": 3600,
-                                    "issued_token_type": "urn:ietf:params:oauth:token-type:access_token"})
+                token = json.dumps(
+                    {
+                        "access_token": proxy.token,
+                        "token_type": "Bearer",
+                        "expires_in": 3600,
+                        "issued_token_type": "urn:ietf:params:oauth:token-type:access_token",
+                    }
+                )
                 return self._reply(200, token.encode())
             if path == "/v1/aws/s3/sign" and self.command == "POST":
                 if proxy.mode != "sign":
-                    return self._reply(403, b'{"error": {"message": "signing disabled", "type": "ForbiddenException", "code": 403}}')
+                    return self._reply(
+                        403, b'{"error": {"message": "signing disabled", "type": "ForbiddenException", "code": 403}}'
+                    )
                 return self._reply(200, json.dumps(proxy.sign(json.loads(body))).encode())
             assert up.hostname is not None
             conn = http.client.HTTPConnection(up.hostname, up.port, timeout=60)
@@ -164,12 +174,12 @@ def _handler(proxy: CatalogProxy) -> type[BaseHTTPRequestHandler]:
 
 
 @contextmanager
-def catalog_proxy(upstream: str, gate: S3Gate, *, region: str, token: str, mode: str = "none",
-                  ttl_seconds: float = 3600.0) -> Iterator[CatalogProxy]:
+def catalog_proxy(
+    upstream: str, gate: S3Gate, *, region: str, token: str, mode: str = "none", ttl_seconds: float = 3600.0
+) -> Iterator[CatalogProxy]:
     """Run the proxy on 127.0.0.1 in front of the REST catalog at ``upstream``."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
-    proxy = CatalogProxy(f"http://127.0.0.1:{server.server_address[1]}", upstream, gate, region, mode,
-                         ttl_seconds, token)
+    proxy = CatalogProxy(f"http://127.0.0.1:{server.server_address[1]}", upstream, gate, region, mode, ttl_seconds, token)
     server.RequestHandlerClass = _handler(proxy)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, name="catalog-proxy", daemon=True)

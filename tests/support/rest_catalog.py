@@ -61,8 +61,11 @@ def _venv_is_valid(venv: Path) -> bool:
     if not marker.is_file() or marker.read_text().strip() != LAKANA_REQUIREMENT:
         return False
     check = subprocess.run(  # find_spec, not import: importing the app takes ~5 s
-        [str(venv / "bin" / "python"), "-c", "import importlib.util as u, sys; "
-         "sys.exit(u.find_spec('lakana_server.__main__') is None)"],
+        [
+            str(venv / "bin" / "python"),
+            "-c",
+            "import importlib.util as u, sys; sys.exit(u.find_spec('lakana_server.__main__') is None)",
+        ],
         env=_clean_env(),
         capture_output=True,
     )
@@ -93,8 +96,7 @@ def ensure_lakana_venv(timeout: float = 900) -> Path:
             done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
             if done.returncode != 0:
                 raise RuntimeError(
-                    f"building the lakana venv failed: {' '.join(cmd)}\n{done.stdout[-3000:]}"
-                    f"\n{done.stderr[-3000:]}"
+                    f"building the lakana venv failed: {' '.join(cmd)}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
                 )
         (venv / ".trident-ready").write_text(LAKANA_REQUIREMENT + "\n")
         return venv
@@ -227,16 +229,13 @@ def rest_catalog_server(
     log_path = workdir / "lakana-server.log"
     uri = f"http://127.0.0.1:{port}"
     with open(log_path, "ab") as log:
-        process = subprocess.Popen(
-            [server_bin], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
+        process = subprocess.Popen([server_bin], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + startup_timeout
         while True:
             if process.poll() is not None:
                 raise RuntimeError(
-                    f"lakana-server exited with {process.returncode} during start-up; "
-                    f"log {log_path}:\n{_log_tail(log_path)}"
+                    f"lakana-server exited with {process.returncode} during start-up; log {log_path}:\n{_log_tail(log_path)}"
                 )
             try:
                 _request("GET", f"{uri}/healthz")
@@ -244,8 +243,7 @@ def rest_catalog_server(
             except (OSError, RuntimeError):
                 if time.monotonic() > deadline:
                     raise RuntimeError(
-                        f"lakana-server not healthy on {uri} after {startup_timeout}s; "
-                        f"log {log_path}:\n{_log_tail(log_path)}"
+                        f"lakana-server not healthy on {uri} after {startup_timeout}s; log {log_path}:\n{_log_tail(log_path)}"
                     ) from None
                 time.sleep(0.2)
 
@@ -259,9 +257,7 @@ def rest_catalog_server(
             io_properties = {}
             storage = {"scheme": "file", "root": storage_root}
         try:
-            _request(
-                "POST", f"{uri}/api/v1/environments", token, {"name": environment, "storage": storage}
-            )
+            _request("POST", f"{uri}/api/v1/environments", token, {"name": environment, "storage": storage})
         except RuntimeError as error:
             if "-> 409" not in str(error):  # 409: already made in an earlier run on this workdir
                 raise

@@ -106,7 +106,9 @@ def _handler(gate: S3Gate) -> type[BaseHTTPRequestHandler]:
             refused = gate.refusal(headers)
             if refused is not None:
                 status, code = refused
-                payload = f"<?xml version='1.0'?><Error><Code>{code}</Code><Message>refused by the test gate</Message></Error>".encode()
+                payload = (
+                    f"<?xml version='1.0'?><Error><Code>{code}</Code><Message>refused by the test gate</Message></Error>".encode()
+                )
                 seen.status = status
                 self.send_response(status)
                 self.send_header("Content-Type", "application/xml")

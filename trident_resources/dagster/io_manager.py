@@ -115,20 +115,31 @@ class TridentIOManager(dg.ConfigurableIOManager):
             if out.merge_upstream:
                 provenance = derived_provenance(t, [asset_key_to_key(d.asset_key) for d in context.asset_spec.deps], provenance)
             result = t.write(
-                key, out.data, mode=mode, writer=out.writer or meta.get(META_WRITER) or PIPELINE_WRITER,
-                keys=list(keys) if keys else None, source_refs=out.source_refs,
+                key,
+                out.data,
+                mode=mode,
+                writer=out.writer or meta.get(META_WRITER) or PIPELINE_WRITER,
+                keys=list(keys) if keys else None,
+                source_refs=out.source_refs,
                 metadata={RUN_ID: context.run_id, **{k: _plain(v) for k, v in out.metadata.items()}},
-                provenance=provenance, watermarks=out.watermarks, partition=partition,
-                stage=out.stage_txn is not None, txn_id=out.stage_txn,
+                provenance=provenance,
+                watermarks=out.watermarks,
+                partition=partition,
+                stage=out.stage_txn is not None,
+                txn_id=out.stage_txn,
             )
         finally:
             if out.on_done is not None:
                 out.on_done()
         if result.staged:  # nothing is published yet: say what waits for its checks
-            context.add_output_metadata({
-                "trident/staged_txn": str(result.txn_id), "trident/staged_row_count": result.row_count,
-                "trident/staged_snapshot_id": str(result.snapshot_id), **out.metadata,
-            })
+            context.add_output_metadata(
+                {
+                    "trident/staged_txn": str(result.txn_id),
+                    "trident/staged_row_count": result.row_count,
+                    "trident/staged_snapshot_id": str(result.snapshot_id),
+                    **out.metadata,
+                }
+            )
             return
         context.add_output_metadata(
             {**materialization_metadata(result, t.describe(key)), **partition_metadata(result, partition), **out.metadata}
@@ -157,9 +168,7 @@ def derived_provenance(t: Trident, upstream: Sequence[str], own: Mapping[str, An
             continue
     if not sources:
         return dict(own) if own is not None else None
-    return merge_provenance(
-        {k: d.provenance for k, d in sources.items()}, own, [lineage_entry(k, d) for k, d in sources.items()]
-    )
+    return merge_provenance({k: d.provenance for k, d in sources.items()}, own, [lineage_entry(k, d) for k, d in sources.items()])
 
 
 def asset_key_to_key(asset_key: dg.AssetKey) -> str:
@@ -192,7 +201,8 @@ def column_schema(description: Description) -> dg.TableSchema:
     return dg.TableSchema(
         columns=[
             dg.TableColumn(
-                name=c["name"], type=str(c["type"]),
+                name=c["name"],
+                type=str(c["type"]),
                 constraints=dg.TableColumnConstraints(nullable=bool(c.get("nullable", True))),
             )
             for c in description.schema

@@ -44,7 +44,9 @@ def output_partition(context: dg.OutputContext) -> PartitionFilter | None:
         return None
     meta = context.definition_metadata or {}
     return partition_filter(
-        context.asset_partitions_def, meta.get(PARTITION_EXPR), list(context.asset_partition_keys),
+        context.asset_partitions_def,
+        meta.get(PARTITION_EXPR),
+        list(context.asset_partition_keys),
         asset="/".join(context.asset_key.path),
     )
 
@@ -130,7 +132,9 @@ def _multi(pdef: dg.MultiPartitionsDefinition, expr: Any, keys: Sequence[str], a
     by_dim: dict[str, list[str]] = {n: [] for n in names}
     combos = set()
     for k in keys:
-        parts = k.keys_by_dimension if isinstance(k, dg.MultiPartitionKey) else pdef.get_partition_key_from_str(k).keys_by_dimension
+        parts = (
+            k.keys_by_dimension if isinstance(k, dg.MultiPartitionKey) else pdef.get_partition_key_from_str(k).keys_by_dimension
+        )
         combos.add(tuple(parts[n] for n in names))
         for n in names:
             if parts[n] not in by_dim[n]:

@@ -64,7 +64,9 @@ def merge_provenance(
             continue
         merged, disagree = _merge([out[name], value])
         if disagree:  # scalars: the node's declaration wins, the override is recorded
-            conflicts = _union(conflicts, [{"field": name, "values": {"<sources>": out[name]}, "resolved_by": "node", "value": value}])
+            conflicts = _union(
+                conflicts, [{"field": name, "values": {"<sources>": out[name]}, "resolved_by": "node", "value": value}]
+            )
             out[name] = value
         else:
             out[name] = merged

@@ -37,20 +37,28 @@ class TridentResource(dg.ConfigurableResource):
     namespace_root: str | None = Field(default=None, description="TRIDENT_NAMESPACE_ROOT: top Iceberg namespace.")
 
     # Postgres control plane
-    pg_dsn: str | None = Field(default=None, description="TRIDENT_PG_DSN (secret): control-plane Postgres; unset starts the embedded one.")
+    pg_dsn: str | None = Field(
+        default=None, description="TRIDENT_PG_DSN (secret): control-plane Postgres; unset starts the embedded one."
+    )
     pg_pool_max: int | None = Field(default=None, description="TRIDENT_PG_POOL_MAX: control-plane connection pool size.")
 
     # Iceberg catalog
-    catalog_uri: str | None = Field(default=None, description="TRIDENT_CATALOG_URI: Iceberg REST catalog (Lakekeeper); unset = SQL catalog.")
+    catalog_uri: str | None = Field(
+        default=None, description="TRIDENT_CATALOG_URI: Iceberg REST catalog (Lakekeeper); unset = SQL catalog."
+    )
     catalog_warehouse: str | None = Field(default=None, description="TRIDENT_CATALOG_WAREHOUSE: REST catalog warehouse.")
     catalog_token: str | None = Field(default=None, description="TRIDENT_CATALOG_TOKEN (secret): REST catalog bearer token.")
-    catalog_credential: str | None = Field(default=None, description="TRIDENT_CATALOG_CREDENTIAL (secret): OAuth2 client_id:client_secret.")
+    catalog_credential: str | None = Field(
+        default=None, description="TRIDENT_CATALOG_CREDENTIAL (secret): OAuth2 client_id:client_secret."
+    )
     catalog_scope: str | None = Field(default=None, description="TRIDENT_CATALOG_SCOPE: OAuth2 scope.")
     catalog_oauth2_server_uri: str | None = Field(
         default=None, description="TRIDENT_CATALOG_OAUTH2_SERVER_URI: OAuth2 token endpoint of the identity provider."
     )
     catalog_audience: str | None = Field(default=None, description="TRIDENT_CATALOG_AUDIENCE: OAuth2 audience of the token.")
-    catalog_resource: str | None = Field(default=None, description="TRIDENT_CATALOG_RESOURCE: OAuth2 resource indicator (RFC 8707).")
+    catalog_resource: str | None = Field(
+        default=None, description="TRIDENT_CATALOG_RESOURCE: OAuth2 resource indicator (RFC 8707)."
+    )
     s3_credentials: str | None = Field(
         default=None, description="TRIDENT_S3_CREDENTIALS: static | vended | remote-signing (who signs object-storage requests)."
     )
@@ -60,8 +68,12 @@ class TridentResource(dg.ConfigurableResource):
     s3_checksum: str | None = Field(
         default=None, description="TRIDENT_S3_CHECKSUM: when_required (plain signed PUTs, safe for R2) | when_supported."
     )
-    catalog_nested_namespaces: bool | None = Field(default=None, description="TRIDENT_CATALOG_NESTED_NAMESPACES: one namespace level per key folder.")
-    catalog_properties: dict[str, str] | None = Field(default=None, description="TRIDENT_CATALOG_PROPERTIES: extra pyiceberg catalog properties.")
+    catalog_nested_namespaces: bool | None = Field(
+        default=None, description="TRIDENT_CATALOG_NESTED_NAMESPACES: one namespace level per key folder."
+    )
+    catalog_properties: dict[str, str] | None = Field(
+        default=None, description="TRIDENT_CATALOG_PROPERTIES: extra pyiceberg catalog properties."
+    )
 
     # S3-API object storage
     s3_endpoint: str | None = Field(default=None, description="TRIDENT_S3_ENDPOINT: S3 API endpoint (R2, MinIO); unset = AWS.")
@@ -73,8 +85,12 @@ class TridentResource(dg.ConfigurableResource):
     s3_path_style: bool | None = Field(default=None, description="TRIDENT_S3_PATH_STYLE: path-style addressing.")
 
     # behaviour
-    writer_wait_seconds: float | None = Field(default=None, description="TRIDENT_WRITER_WAIT_SECONDS: wait for another writer of a dataset.")
-    commit_retries: int | None = Field(default=None, description="TRIDENT_COMMIT_RETRIES: retries of a conflicting Iceberg commit.")
+    writer_wait_seconds: float | None = Field(
+        default=None, description="TRIDENT_WRITER_WAIT_SECONDS: wait for another writer of a dataset."
+    )
+    commit_retries: int | None = Field(
+        default=None, description="TRIDENT_COMMIT_RETRIES: retries of a conflicting Iceberg commit."
+    )
     staged_max_age_days: float | None = Field(
         default=None, description="TRIDENT_STAGED_MAX_AGE_DAYS: `trident maintain` discards staged versions older than this."
     )
@@ -86,17 +102,27 @@ class TridentResource(dg.ConfigurableResource):
     embedded_pg_idle_minutes: float | None = Field(
         default=None, description="TRIDENT_EMBEDDED_PG_IDLE_MINUTES: the embedded Postgres stops after this long without clients."
     )
-    target_file_bytes: int | None = Field(default=None, description="TRIDENT_TARGET_FILE_BYTES: uncompressed bytes per data file.")
+    target_file_bytes: int | None = Field(
+        default=None, description="TRIDENT_TARGET_FILE_BYTES: uncompressed bytes per data file."
+    )
     row_group_bytes: int | None = Field(default=None, description="TRIDENT_ROW_GROUP_BYTES: uncompressed bytes per row group.")
     write_parallelism: int | None = Field(default=None, description="TRIDENT_WRITE_PARALLELISM: Parquet files encoded at once.")
-    duckdb_memory_limit: str | None = Field(default=None, description="TRIDENT_DUCKDB_MEMORY_LIMIT: DuckDB memory cap (it spills past it).")
+    duckdb_memory_limit: str | None = Field(
+        default=None, description="TRIDENT_DUCKDB_MEMORY_LIMIT: DuckDB memory cap (it spills past it)."
+    )
     duckdb_threads: int | None = Field(default=None, description="TRIDENT_DUCKDB_THREADS: DuckDB threads.")
-    flag_refresh_seconds: float | None = Field(default=None, description="TRIDENT_FLAG_REFRESH_SECONDS: router flag cache lifetime.")
+    flag_refresh_seconds: float | None = Field(
+        default=None, description="TRIDENT_FLAG_REFRESH_SECONDS: router flag cache lifetime."
+    )
 
     # the Dagster layer and the example pipeline
-    join_max_rows: int | None = Field(default=None, description="TRIDENT_JOIN_MAX_ROWS: join guard bound of nodes without max_rows=.")
+    join_max_rows: int | None = Field(
+        default=None, description="TRIDENT_JOIN_MAX_ROWS: join guard bound of nodes without max_rows=."
+    )
     tpch_scale: str | None = Field(default=None, description="TRIDENT_TPCH_SCALE: TPC-H scale factor of the example pipeline.")
-    rebuild_cron: str | None = Field(default=None, description="TRIDENT_REBUILD_CRON: when the example pipeline's rebuild schedule fires.")
+    rebuild_cron: str | None = Field(
+        default=None, description="TRIDENT_REBUILD_CRON: when the example pipeline's rebuild schedule fires."
+    )
 
     _client: Trident | None = PrivateAttr(default=None)
 

@@ -86,7 +86,6 @@ class Maintenance:
     cleanup_pending: int = 0  # ... and those whose cleanup still cannot run (storage unreachable)
 
 
-
 ScanPath = Literal["native", "arrow"]
 
 
@@ -236,9 +235,7 @@ class Sink(ABC):
 
     # -- reads and upkeep ---------------------------------------------------------------------
     @abstractmethod
-    def scan(
-        self, ds: DatasetRecord, *, columns: list[str] | None, row_filter: str | None, as_of: AsOf
-    ) -> pa.RecordBatchReader:
+    def scan(self, ds: DatasetRecord, *, columns: list[str] | None, row_filter: str | None, as_of: AsOf) -> pa.RecordBatchReader:
         """Stream the dataset's rows (bounded memory)."""
 
     @abstractmethod
@@ -254,9 +251,7 @@ class Sink(ABC):
         """Which path a scan of ``ds`` takes and why, without planning it (cheap: ``describe``)."""
         return "arrow", f"sink {self.name!r} has no files DuckDB can read itself"
 
-    def read(
-        self, ds: DatasetRecord, *, columns: list[str] | None, row_filter: str | None, as_of: AsOf
-    ) -> pa.Table:
+    def read(self, ds: DatasetRecord, *, columns: list[str] | None, row_filter: str | None, as_of: AsOf) -> pa.Table:
         """The whole result in memory; a sink may read faster than draining ``scan`` (in parallel)."""
         return self.scan(ds, columns=columns, row_filter=row_filter, as_of=as_of).read_all()
 

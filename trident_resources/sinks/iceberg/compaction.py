@@ -68,9 +68,15 @@ def compact(sink: IcebergSink, ds: DatasetRecord, table: Table, *, min_input_fil
     meta = txn.table_metadata
     compaction_id = uuid.uuid4()
     writer = DataFileWriter(
-        transaction_io(txn), meta.location, compaction_id, meta.schema(), dict(meta.properties),
-        spec_id=meta.default_spec_id, target_file_bytes=sink.settings.target_file_bytes,
-        row_group_bytes=sink.settings.row_group_bytes, parallelism=sink.settings.write_parallelism,
+        transaction_io(txn),
+        meta.location,
+        compaction_id,
+        meta.schema(),
+        dict(meta.properties),
+        spec_id=meta.default_spec_id,
+        target_file_bytes=sink.settings.target_file_bytes,
+        row_group_bytes=sink.settings.row_group_bytes,
+        parallelism=sink.settings.write_parallelism,
     )
     target = writer.arrow_schema
     stored = schema_to_pyarrow(meta.schema(), include_field_ids=False)
@@ -94,8 +100,9 @@ def compact(sink: IcebergSink, ds: DatasetRecord, table: Table, *, min_input_fil
         raise
     after = table.refresh()
     snap = after.current_snapshot()
-    return Compaction(len(files), len(files) - len(small) + len(written), len(small), len(written),
-                      None if snap is None else snap.snapshot_id)
+    return Compaction(
+        len(files), len(files) - len(small) + len(written), len(small), len(written), None if snap is None else snap.snapshot_id
+    )
 
 
 def _commit(txn: object, inputs: list[DataFile], outputs: list[DataFile], parent: int, compaction_id: uuid.UUID) -> None:

@@ -124,8 +124,7 @@ class VendedFileIO(PyArrowFileIO):
                 raise
             except Exception as exc:
                 raise StorageCredentialsError(
-                    f"could not reload vended storage credentials for {self._what} from the catalog: "
-                    f"{type(exc).__name__}: {exc}"
+                    f"could not reload vended storage credentials for {self._what} from the catalog: {type(exc).__name__}: {exc}"
                 ) from exc
             require_vended(properties, self._what)
             self.properties = dict(properties)

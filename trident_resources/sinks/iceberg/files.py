@@ -50,7 +50,9 @@ class _ParquetFile:
         self._stream = self._output.create(overwrite=True)
         try:
             self._writer = pq.ParquetWriter(
-                cast(IO[Any], self._stream), schema=arrow_schema, store_decimal_as_integer=True,
+                cast(IO[Any], self._stream),
+                schema=arrow_schema,
+                store_decimal_as_integer=True,
                 use_dictionary=[n for n in arrow_schema.names if n not in _NEVER_REPEATING],
                 **parquet_writer_kwargs(properties),
             )
@@ -187,8 +189,15 @@ class DataFileWriter(_TxnFileWriter):
         parallelism: int = 2,
     ) -> None:
         super().__init__(
-            io, location, txn_id, schema, properties, spec_id=spec_id, target_file_bytes=target_file_bytes,
-            row_group_bytes=row_group_bytes, parallelism=parallelism,
+            io,
+            location,
+            txn_id,
+            schema,
+            properties,
+            spec_id=spec_id,
+            target_file_bytes=target_file_bytes,
+            row_group_bytes=row_group_bytes,
+            parallelism=parallelism,
         )
         self._buffer: list[pa.RecordBatch] = []
         self._buffered_bytes = 0
@@ -354,7 +363,8 @@ def list_txn_metadata(io: FileIO, location: str, txn_id: uuid.UUID) -> list[str]
     landed: they are garbage only when no snapshot of the table is the transaction's."""
     manifest, manifest_list = f"{txn_id}-m", f"-{txn_id}.avro"
     return _list(
-        io, f"{location.rstrip('/')}/metadata",
+        io,
+        f"{location.rstrip('/')}/metadata",
         lambda name: name.startswith(manifest) or (name.startswith("snap-") and name.endswith(manifest_list)),
     )
 
@@ -404,8 +414,15 @@ class PartitionedDataFileWriter(_TxnFileWriter):
         max_open: int = 32,
     ) -> None:
         super().__init__(
-            io, location, txn_id, schema, properties, spec_id=spec_id, target_file_bytes=target_file_bytes,
-            row_group_bytes=row_group_bytes, parallelism=parallelism,
+            io,
+            location,
+            txn_id,
+            schema,
+            properties,
+            spec_id=spec_id,
+            target_file_bytes=target_file_bytes,
+            row_group_bytes=row_group_bytes,
+            parallelism=parallelism,
         )
         self._partitioner = partitioner
         self._buffer_bytes = 4 * row_group_bytes

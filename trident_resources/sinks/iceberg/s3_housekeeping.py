@@ -73,7 +73,9 @@ def _client(properties: tuple[tuple[str, str], ...]) -> Any:
         aws_session_token=props.get("s3.session-token"),
         region_name=props.get("s3.region") or props.get("client.region") or "us-east-1",
         config=Config(
-            connect_timeout=5, read_timeout=30, retries={"max_attempts": 2, "mode": "standard"},
+            connect_timeout=5,
+            read_timeout=30,
+            retries={"max_attempts": 2, "mode": "standard"},
             s3={"addressing_style": style},
         ),
     )

@@ -173,10 +173,16 @@ class SignedS3FileSystem(AbstractFileSystem):
             return {"name": f"{bucket}/{key.rstrip('/')}", "size": 0, "type": "directory"}
         raise FileNotFoundError(2, f"no such object: s3://{bucket}/{key}")
 
-    def _open(self, path: str, mode: str = "rb", block_size: int | None = None, autocommit: bool = True,
-              cache_options: dict[str, Any] | None = None, **kwargs: Any) -> SignedS3File:
-        return SignedS3File(self, path, mode, block_size=block_size, autocommit=autocommit,
-                            cache_options=cache_options, **kwargs)
+    def _open(
+        self,
+        path: str,
+        mode: str = "rb",
+        block_size: int | None = None,
+        autocommit: bool = True,
+        cache_options: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> SignedS3File:
+        return SignedS3File(self, path, mode, block_size=block_size, autocommit=autocommit, cache_options=cache_options, **kwargs)
 
     def rm_file(self, path: str) -> None:
         bucket, key = self.split(path)

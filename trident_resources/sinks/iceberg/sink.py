@@ -103,7 +103,11 @@ def _scan(dataset: pads.Dataset, columns: list[str] | None, expr: Any) -> pa.Rec
     """A bounded-memory scan: pyarrow's default read-ahead (16 batches x 4 files) holds far more
     than a row group in flight, which is what made keyed writes grow with the data."""
     return dataset.scanner(
-        columns=columns, filter=expr, batch_size=65_536, batch_readahead=1, fragment_readahead=1,
+        columns=columns,
+        filter=expr,
+        batch_size=65_536,
+        batch_readahead=1,
+        fragment_readahead=1,
     ).to_reader()
 
 
@@ -367,7 +371,9 @@ class IcebergSink(Sink):
         self.access = StorageAccess(settings)
         self._staged_create = not self.access.refreshable_only
         self._locations: dict[uuid.UUID, str] = {}  # dataset id -> table location (scan_path)
-        self._nested = settings.catalog_nested_namespaces if settings.catalog_nested_namespaces is not None else bool(settings.catalog_uri)
+        self._nested = (
+            settings.catalog_nested_namespaces if settings.catalog_nested_namespaces is not None else bool(settings.catalog_uri)
+        )
 
     # -- tables -----------------------------------------------------------------------------
     def identifier(self, ds: DatasetRecord) -> tuple[str, ...]:
@@ -441,8 +447,11 @@ class IcebergSink(Sink):
         with table.transaction() as txn:
             txn.set_properties({OWNER_PROPERTY: str(ds.dataset_id), "trident.adopted-by-txn": str(txn_id)})
         return Outcome(
-            rows_written=0, row_count=_num(snap.summary, "total-records"), next_row_index=top + 1,
-            snapshot_id=snap.snapshot_id, schema=describe_schema(schema),
+            rows_written=0,
+            row_count=_num(snap.summary, "total-records"),
+            next_row_index=top + 1,
+            snapshot_id=snap.snapshot_id,
+            schema=describe_schema(schema),
         )
 
     def _existing_table(self, ds: DatasetRecord) -> Table:
@@ -477,9 +486,7 @@ class IcebergSink(Sink):
             current = schema_to_pyarrow(table.schema(), include_field_ids=False)
             if replace:
                 gone = [
-                    f.name for f in current
-                    if f.name not in target.names
-                    or not compatible(target.field(f.name).type, f.type)
+                    f.name for f in current if f.name not in target.names or not compatible(target.field(f.name).type, f.type)
                 ]
                 if gone:
                     with txn.update_schema(allow_incompatible_changes=True) as upd:
@@ -513,7 +520,9 @@ class IcebergSink(Sink):
             )
         with txn.update_spec() as upd:
             for column, transform in wanted:
-                upd.add_field(column, iceberg_transform(transform), f"{column}_{transform}" if transform != "identity" else column)
+                upd.add_field(
+                    column, iceberg_transform(transform), f"{column}_{transform}" if transform != "identity" else column
+                )
 
     def _create_transaction(self, ident: tuple[str, ...], target: pa.Schema, *, owner: uuid.UUID) -> Transaction:
         """Create the table in the same commit as its first data when the catalog supports staged
@@ -521,7 +530,9 @@ class IcebergSink(Sink):
         only knows committed ones, and ``discard`` drops a table that never got a snapshot)."""
         schema = to_iceberg(target)
         properties = {
-            **TABLE_PROPERTIES, "commit.retry.num-retries": str(self.settings.commit_retries), OWNER_PROPERTY: str(owner),
+            **TABLE_PROPERTIES,
+            "commit.retry.num-retries": str(self.settings.commit_retries),
+            OWNER_PROPERTY: str(owner),
         }
         if self._staged_create:
             try:
@@ -540,9 +551,15 @@ class IcebergSink(Sink):
         spec = meta.spec()
         if spec.fields:  # a partitioned table: every write splits its rows by partition
             return PartitionedDataFileWriter(
-                transaction_io(txn), meta.location, req.txn_id, meta.schema(), dict(meta.properties),
-                partitioner=Partitioner(spec, meta.schema()), spec_id=meta.default_spec_id,
-                target_file_bytes=self.settings.target_file_bytes, row_group_bytes=self.settings.row_group_bytes,
+                transaction_io(txn),
+                meta.location,
+                req.txn_id,
+                meta.schema(),
+                dict(meta.properties),
+                partitioner=Partitioner(spec, meta.schema()),
+                spec_id=meta.default_spec_id,
+                target_file_bytes=self.settings.target_file_bytes,
+                row_group_bytes=self.settings.row_group_bytes,
                 parallelism=self.settings.write_parallelism,
             )
         return DataFileWriter(
@@ -570,9 +587,7 @@ class IcebergSink(Sink):
         if table is None:
             return None
         schema = table.schema()
-        return tuple(
-            (schema.find_column_name(f.source_id) or "", _transform_name(f.transform)) for f in table.spec().fields
-        )
+        return tuple((schema.find_column_name(f.source_id) or "", _transform_name(f.transform)) for f in table.spec().fields)
 
     def partition_stats(self, ds: DatasetRecord) -> list[dict[str, Any]]:
         """Computed from the current snapshot's data files (not kept in the control plane): the
@@ -591,10 +606,17 @@ class IcebergSink(Sink):
         for r in live:
             part = r["data_file"]["partition"] or {}
             key = tuple(part.get(f.name) for f in spec.fields)
-            row = out.setdefault(key, {
-                "partition": {n: _human(f, schema, part.get(f.name)) for n, f in zip(names, spec.fields, strict=False)},
-                "row_count": 0, "files": 0, "last_snapshot_id": None, "last_txn_id": None, "_seq": -1,
-            })
+            row = out.setdefault(
+                key,
+                {
+                    "partition": {n: _human(f, schema, part.get(f.name)) for n, f in zip(names, spec.fields, strict=False)},
+                    "row_count": 0,
+                    "files": 0,
+                    "last_snapshot_id": None,
+                    "last_txn_id": None,
+                    "_seq": -1,
+                },
+            )
             row["row_count"] += r["data_file"]["record_count"]
             row["files"] += 1
             seq = r["sequence_number"] or 0
@@ -659,7 +681,9 @@ class IcebergSink(Sink):
         assert snap is not None and snap.summary is not None and snap.summary[TXN_PROPERTY] == str(req.txn_id)
         return snap
 
-    def _rebased(self, req: WriteRequest, txn: Transaction, to_delete: list[DataFile], base_snapshot_id: int | None) -> Transaction:
+    def _rebased(
+        self, req: WriteRequest, txn: Transaction, to_delete: list[DataFile], base_snapshot_id: int | None
+    ) -> Transaction:
         fresh = self.table(req.dataset)
         head = fresh.current_snapshot() if fresh is not None else None
         if fresh is None or (head.snapshot_id if head else None) == base_snapshot_id:
@@ -791,9 +815,7 @@ class IcebergSink(Sink):
         self.discard(ds, txn_id, location)
 
     # -- READ -------------------------------------------------------------------------------
-    def scan(
-        self, ds: DatasetRecord, *, columns: list[str] | None, row_filter: str | None, as_of: AsOf
-    ) -> pa.RecordBatchReader:
+    def scan(self, ds: DatasetRecord, *, columns: list[str] | None, row_filter: str | None, as_of: AsOf) -> pa.RecordBatchReader:
         """Stream rows with pyarrow's dataset scanner over the snapshot's data files.
 
         pyiceberg plans the files (pruning by column stats); pyarrow reads them with bounded
@@ -810,14 +832,14 @@ class IcebergSink(Sink):
         schema = published_schema(table)
         check_columns(columns, schema)
         expr = arrow_filter(schema, row_filter) if row_filter else None
-        files = [
-            t.file.file_path for t in table.scan(row_filter=row_filter or AlwaysTrue()).plan_files()
-        ] if current is not None else []
+        files = (
+            [t.file.file_path for t in table.scan(row_filter=row_filter or AlwaysTrue()).plan_files()]
+            if current is not None
+            else []
+        )
         return _scan(self.file_dataset(table, files, schema), columns or schema.names, expr)
 
-    def read(
-        self, ds: DatasetRecord, *, columns: list[str] | None, row_filter: str | None, as_of: AsOf
-    ) -> pa.Table:
+    def read(self, ds: DatasetRecord, *, columns: list[str] | None, row_filter: str | None, as_of: AsOf) -> pa.Table:
         """The whole result at once (the caller holds it in memory anyway), so every file is read
         in parallel with pre-buffered I/O (pyarrow's threaded ``to_table``), unlike ``scan``,
         which keeps one file and one batch in flight to stay bounded."""
@@ -828,17 +850,19 @@ class IcebergSink(Sink):
         schema = published_schema(table)
         check_columns(columns, schema)
         expr = arrow_filter(schema, row_filter) if row_filter else None
-        files = [
-            t.file.file_path for t in table.scan(row_filter=row_filter or AlwaysTrue()).plan_files()
-        ] if current is not None else []
+        files = (
+            [t.file.file_path for t in table.scan(row_filter=row_filter or AlwaysTrue()).plan_files()]
+            if current is not None
+            else []
+        )
         dataset = self.file_dataset(table, files, schema, fmt=_PARQUET_PARALLEL)
         return dataset.to_table(columns=columns or schema.names, filter=expr, use_threads=True)
 
-    def _scan_past(self, table: Table, snapshot_id: int, columns: list[str] | None, row_filter: str | None) -> pa.RecordBatchReader:
+    def _scan_past(
+        self, table: Table, snapshot_id: int, columns: list[str] | None, row_filter: str | None
+    ) -> pa.RecordBatchReader:
         if table.snapshot_by_id(snapshot_id) is None:
-            raise InvalidReadError(
-                f"the dataset has no snapshot {snapshot_id} any more (expired by `trident maintain`)"
-            )
+            raise InvalidReadError(f"the dataset has no snapshot {snapshot_id} any more (expired by `trident maintain`)")
         scan = table.scan(snapshot_id=snapshot_id)
         schema = schema_to_pyarrow(scan.projection(), include_field_ids=False)
         check_columns(columns, schema)
@@ -892,19 +916,31 @@ class IcebergSink(Sink):
         path, reason = self.scan_path(ds)
         table = self._existing_table(ds)
         snap = table.current_snapshot() if snapshot_id is None else table.snapshot_by_id(snapshot_id)
-        iceberg_schema = published_iceberg_schema(table) if snapshot_id is None else self._snapshot_iceberg_schema(table, snapshot_id)
+        iceberg_schema = (
+            published_iceberg_schema(table) if snapshot_id is None else self._snapshot_iceberg_schema(table, snapshot_id)
+        )
         schema = schema_to_pyarrow(iceberg_schema, include_field_ids=False)
         if path != "native":
-            return ScanPlan(key=ds.key, path=path, schema=schema, reason=reason,
-                            snapshot_id=None if snap is None else snap.snapshot_id)
+            return ScanPlan(
+                key=ds.key, path=path, schema=schema, reason=reason, snapshot_id=None if snap is None else snap.snapshot_id
+            )
         locations = [f.file_path for f in self.data_files(table, snapshot_id=snapshot_id)]
         if any("://" in p and not p.startswith("file://") for p in locations):  # a file written elsewhere
-            return ScanPlan(key=ds.key, path="arrow", schema=schema, snapshot_id=None if snap is None else snap.snapshot_id,
-                            reason="some data files are not on the local filesystem: pyarrow reads them")
+            return ScanPlan(
+                key=ds.key,
+                path="arrow",
+                schema=schema,
+                snapshot_id=None if snap is None else snap.snapshot_id,
+                reason="some data files are not on the local filesystem: pyarrow reads them",
+            )
         files = tuple(_local_path(p) for p in locations)
         return ScanPlan(
-            key=ds.key, path="native", schema=schema, reason=reason,
-            snapshot_id=None if snap is None else snap.snapshot_id, files=files,
+            key=ds.key,
+            path="native",
+            schema=schema,
+            reason=reason,
+            snapshot_id=None if snap is None else snap.snapshot_id,
+            files=files,
             field_ids=tuple(f.field_id for f in iceberg_schema.fields),
         )
 
@@ -915,8 +951,13 @@ class IcebergSink(Sink):
 
         done = compact(self, ds, self._existing_table(ds))
         return Maintenance(
-            key=ds.key, expired_snapshots=0, deleted_files=0, compacted_files=done.rewritten,
-            compaction_files_written=done.written, data_files_before=done.files_before, data_files_after=done.files_after,
+            key=ds.key,
+            expired_snapshots=0,
+            deleted_files=0,
+            compacted_files=done.rewritten,
+            compaction_files_written=done.written,
+            data_files_before=done.files_before,
+            data_files_after=done.files_after,
         )
 
     def maintain(
@@ -929,7 +970,7 @@ class IcebergSink(Sink):
         hold another dataset's files (see ``maintenance.py``). The caller holds the dataset's
         writer lock, so no Trident write has files in flight."""
         table = self._existing_table(ds)
-        keep = {s.snapshot_id for s in sorted(table.snapshots(), key=lambda s: s.timestamp_ms)[-max(retain_last, 1):]}
+        keep = {s.snapshot_id for s in sorted(table.snapshots(), key=lambda s: s.timestamp_ms)[-max(retain_last, 1) :]}
         cutoff = int(older_than.timestamp() * 1000)
         expire = [s.snapshot_id for s in table.snapshots() if s.snapshot_id not in keep and s.timestamp_ms < cutoff]
         current = table.current_snapshot()

@@ -154,6 +154,4 @@ class JsonCodec:
         try:
             return self.con.sql(sql).to_arrow_table()
         except duckdb.Error as exc:
-            raise SchemaMismatchError(
-                f"a stored row does not decode with the dataset's recorded schema: {exc}"
-            ) from exc
+            raise SchemaMismatchError(f"a stored row does not decode with the dataset's recorded schema: {exc}") from exc

@@ -139,14 +139,22 @@ class PgWrite(SinkWrite):
     def commit(self, counts: WriteCounts) -> Outcome:
         before = 0 if (self.replace or self.version.prior is None) else self.req.dataset.row_count
         outcome = Outcome(
-            schema=describe_schema(storage_schema(self.user_schema)), snapshot_id=self.seq,
-            row_count=before - self.removed + self.added, **asdict(counts),
+            schema=describe_schema(storage_schema(self.user_schema)),
+            snapshot_id=self.seq,
+            row_count=before - self.removed + self.added,
+            **asdict(counts),
         )
         with _translated():
             self.conn.execute(
                 q.PG_INSERT_COMMIT,
-                (self.seq, self.req.dataset.dataset_id, self.req.txn_id, self.gen, _schema_bytes(self.user_schema),
-                 json.dumps(outcome.__dict__)),
+                (
+                    self.seq,
+                    self.req.dataset.dataset_id,
+                    self.req.txn_id,
+                    self.gen,
+                    _schema_bytes(self.user_schema),
+                    json.dumps(outcome.__dict__),
+                ),
             )
             failpoint("write.before_commit")
             self.req.fence()
@@ -212,8 +220,13 @@ class PgSink(Sink):
         return PgVersion(self, ds, self.current_commit(ds))
 
     def copy_rows(
-        self, conn: psycopg.Connection[Any], batches: Iterable[pa.RecordBatch], codec: JsonCodec,
-        ds: DatasetRecord, gen: int, txn: uuid.UUID,
+        self,
+        conn: psycopg.Connection[Any],
+        batches: Iterable[pa.RecordBatch],
+        codec: JsonCodec,
+        ds: DatasetRecord,
+        gen: int,
+        txn: uuid.UUID,
     ) -> int:
         n = 0
         with conn.cursor().copy(q.PG_COPY_ROWS) as copy:
@@ -225,7 +238,9 @@ class PgSink(Sink):
                 failpoint("write.file_flushed")
         return n
 
-    def move_to_undo(self, conn: psycopg.Connection[Any], ds: DatasetRecord, gen: int, txn: uuid.UUID, ids: pa.RecordBatchReader) -> int:
+    def move_to_undo(
+        self, conn: psycopg.Connection[Any], ds: DatasetRecord, gen: int, txn: uuid.UUID, ids: pa.RecordBatchReader
+    ) -> int:
         """Move the removed row versions of the current generation to the undo log."""
         conn.execute(q.PG_CREATE_GONE)
         with conn.cursor().copy(q.PG_COPY_GONE) as copy:
