@@ -153,9 +153,11 @@ def check_specs(key: str, expectations: Sequence[Expectation]) -> list[dg.AssetC
     ]
 
 
-def check_result(t: Trident, key: str, e: Expectation) -> dg.AssetCheckResult:
+def check_result(t: Trident, key: str, e: Expectation, staged: uuid.UUID | None = None) -> dg.AssetCheckResult:
     """Evaluate one expectation against the dataset's current rows, as a result of ``key``'s check."""
-    passed, value, meta = e.evaluate(t, key)
+    passed, value, meta = e.evaluate(t, key, staged)
+    if staged is not None:
+        meta = {**meta, "trident/staged_txn": str(staged)}
     return dg.AssetCheckResult(
         asset_key=dg.AssetKey(key.split("/")),
         check_name=e.name,
