@@ -21,6 +21,8 @@ def test_staged_publish_and_discard(trident: Trident, settings: TridentSettings)
     listed = runner.invoke(cli, ["staged"], env=env)
     assert listed.exit_code == 0, listed.output
     assert str(a.txn_id) in listed.output.replace("\n", "") or str(a.txn_id)[:8] in listed.output
+    audit = runner.invoke(cli, ["sql", 'select count(*) as n from "cli/w"', "--staged", f"cli/w={a.txn_id}"], env=env)
+    assert audit.exit_code == 0 and "2" in audit.output, audit.output
     done = runner.invoke(cli, ["publish", "cli/w", str(a.txn_id)], env=env)
     assert done.exit_code == 0, done.output
     assert sorted(t.read("cli/w").column("k").to_pylist()) == [1, 2]

@@ -162,12 +162,19 @@ def history(key: str, limit: int) -> None:
 @click.command("sql")
 @click.argument("query")
 @click.option("--max-rows", type=int, default=50, show_default=True, help="Rows to print (the count is always shown).")
-def sql(query: str, max_rows: int) -> None:
+@click.option("--staged", "staged", multiple=True, metavar="KEY=TXN", help="Read KEY's staged version TXN (audit); repeatable.")
+def sql(query: str, max_rows: int, staged: tuple[str, ...]) -> None:
     """Run read-only SQL (DuckDB) over datasets named by key, e.g. 'select count(*) from "sales/orders"'.
 
     Writes, DDL, COPY, ATTACH, INSTALL/LOAD and reading files or URLs are refused."""
+    versions = {}
+    for item in staged:
+        key, sep, txn = item.partition("=")
+        if not sep or not key or not txn:
+            raise click.BadParameter(f"{item!r}: expected KEY=TXN", param_hint="--staged")
+        versions[key] = txn
     with _trident() as t:
-        print_table(t.sql(query), max_rows=max_rows)
+        print_table(t.sql(query, staged=versions), max_rows=max_rows)
 
 
 @click.command("export")
