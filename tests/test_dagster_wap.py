@@ -11,7 +11,7 @@ from trident_assets import expectations as ex
 from trident_assets.factories import transform_asset
 from trident_resources import Trident, TridentSettings
 
-from .dagster_support import materialize_nodes, step_errors
+from .dagster_support import materialize_nodes, materialized, step_errors
 from .test_transactions import _txn_files
 
 
@@ -27,6 +27,8 @@ def test_a_failing_blocking_check_never_reaches_readers(settings: TridentSetting
 
     ok = materialize_nodes(settings, [node])
     assert ok.success, step_errors(ok)
+    shown = materialized(ok)["wap/out"]  # what the UI shows: the published version's numbers
+    assert shown["dagster/row_count"] == 3 and "dagster/column_schema" in shown
     published = t.history("wap/out")[0]
     assert published.status == "committed" and _ks(t, "wap/out") == [1, 2, 3]
     assert t.describe("wap/out").snapshot_id == published.snapshot_id  # exactly the audited snapshot

@@ -43,7 +43,9 @@ import pyarrow as pa
 from ..errors import DatasetNotFoundError, InvalidDatasetKeyError, InvalidWriteError, TridentError
 from ..facade import Trident
 from ..identity import IDENTITY_COLUMNS
+from ..keys import iceberg_identifier
 from ..results import Description, WriteResult
+from ..schemas import describe_schema
 from ..sinks.base import WriteMode
 from .partitions import input_partition, output_partition, partition_metadata
 from .provenance import lineage_entry, merge_provenance
@@ -131,12 +133,12 @@ class TridentIOManager(dg.ConfigurableIOManager):
         finally:
             if out.on_done is not None:
                 out.on_done()
-        if result.staged:  # nothing is published yet: say what waits for its checks
+        if result.staged:  # what its checks audit and publish makes current: the same numbers
+            plan = t.scan_plan(key, staged=result.txn_id)
             context.add_output_metadata(
                 {
+                    **version_metadata(result, describe_schema(plan.schema), _table_name(t, key), provenance),
                     "trident/staged_txn": str(result.txn_id),
-                    "trident/staged_row_count": result.row_count,
-                    "trident/staged_snapshot_id": str(result.snapshot_id),
                     **out.metadata,
                 }
             )
@@ -197,7 +199,8 @@ def convert_input(reader: pa.RecordBatchReader, wanted: Any, key: str) -> Any:
     )
 
 
-def column_schema(description: Description) -> dg.TableSchema:
+def column_schema(description: Description | Sequence[Mapping[str, Any]]) -> dg.TableSchema:
+    columns = description.schema if isinstance(description, Description) else description
     return dg.TableSchema(
         columns=[
             dg.TableColumn(
@@ -205,7 +208,7 @@ def column_schema(description: Description) -> dg.TableSchema:
                 type=str(c["type"]),
                 constraints=dg.TableColumnConstraints(nullable=bool(c.get("nullable", True))),
             )
-            for c in description.schema
+            for c in columns
         ]
     )
 
@@ -213,10 +216,21 @@ def column_schema(description: Description) -> dg.TableSchema:
 def materialization_metadata(result: WriteResult, description: Description) -> dict[str, Any]:
     """What every Trident materialization reports in Dagster (the standard keys, then ours).
     Ids are text: the UI would round a 64-bit snapshot id shown as a number."""
+    return version_metadata(result, description.schema, description.iceberg_identifier or description.key, description.provenance)
+
+
+def _table_name(t: Trident, key: str) -> str:
+    return ".".join(iceberg_identifier(t.settings.namespace_root, t.workspace, key))
+
+
+def version_metadata(
+    result: WriteResult, schema: Sequence[Mapping[str, Any]], table_name: str, provenance: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """The metadata of one written version (published, or staged and about to be published)."""
     return {
         "dagster/row_count": dg.MetadataValue.int(result.row_count),
-        "dagster/column_schema": column_schema(description),
-        "dagster/table_name": description.iceberg_identifier or description.key,
+        "dagster/column_schema": column_schema(schema),
+        "dagster/table_name": table_name,
         "trident/txn_id": str(result.txn_id),
         "trident/snapshot_id": dg.MetadataValue.text(str(result.snapshot_id)),
         "trident/schema_version": result.schema_version,
@@ -228,7 +242,7 @@ def materialization_metadata(result: WriteResult, description: Description) -> d
         "trident/skipped": result.skipped,
         "trident/preserved": result.preserved,
         "trident/committed_at": result.committed_at.isoformat(),
-        "trident/provenance": dg.MetadataValue.json(json_safe(description.provenance)),
+        "trident/provenance": dg.MetadataValue.json(json_safe(dict(provenance or {}))),
     }
 
 
