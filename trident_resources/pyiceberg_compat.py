@@ -1,7 +1,7 @@
 """Every pyiceberg internal Trident relies on, in ONE place.
 
 pyiceberg 0.12 has no public API for these; each is used exactly as pyiceberg uses it itself.
-``tests/engine/test_pyiceberg_compat.py`` fails with a clear message if an upgrade removes one,
+``tests/trident_resources/test_architecture.py`` fails with a clear message if an upgrade removes one,
 so the fix is here and nowhere else.
 """
 

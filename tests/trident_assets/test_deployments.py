@@ -1,0 +1,99 @@
+"""The production deployments under deploy/ load: each one's Definitions (the example on that
+executor) and its Dagster instance config (storage on Postgres, its run launcher, the run queue and
+the per-dataset pools), on the real embedded Postgres. Each needs its optional extra
+(``pip install '.[k8s]'``, ``'.[celery]'``, ``'.[docker]'``); without it the test is skipped with
+that reason. Nothing here reaches a cluster, a broker or a Docker daemon: that is the deployment's.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import psycopg
+import pytest
+import yaml
+
+from trident_cli.ui import URL_VARIABLE, ensure_database
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+CASES = {  # deployment -> (library of its extra, executor name, run launcher class)
+    "k8s": ("dagster_k8s", "k8s", "K8sRunLauncher"),
+    "celery": ("dagster_celery", "celery", "DefaultRunLauncher"),
+    "docker": ("dagster_docker", "docker", "DockerRunLauncher"),
+}
+KUBECONFIG = """\
+apiVersion: v1
+kind: Config
+clusters: [{name: none, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: none, user: {token: none}}]
+contexts: [{name: none, context: {cluster: none, user: none}}]
+current-context: none
+"""
+
+
+def _extra(name: str) -> None:
+    library = CASES[name][0]
+    if importlib.util.find_spec(library) is None:
+        pytest.skip(f"the [{name}] extra is not installed ({library} missing): pip install -e '.[{name}]'")
+
+
+def _load(path: Path) -> Any:
+    spec = importlib.util.spec_from_file_location(f"deploy_{path.parent.name}_definitions", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def storage_url(tmp_path: Path, pg_dsn: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    dbname = f"dagster_deploy_{abs(hash(tmp_path)) % 10**8}"
+    url = ensure_database(pg_dsn, dbname)
+    monkeypatch.setenv(URL_VARIABLE, url)
+    yield url
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(f'drop database if exists "{dbname}" with (force)')
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_the_definitions_run_on_the_deployments_executor(name: str) -> None:
+    _extra(name)
+    defs = _load(DEPLOY / name / "definitions.py").defs
+    dg.Definitions.validate_loadable(defs)
+    job = defs.resolve_job_def("tpch_pipeline")
+    assert job.executor_def.name == CASES[name][1]
+    assert {k.to_user_string() for k in job.asset_layer.executable_asset_keys} >= {"tpch/orders", "sales/q3_revenue"}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_the_deployments_instance_config_loads(name: str, tmp_path: Path, storage_url: str) -> None:
+    _extra(name)
+    config = yaml.safe_load((DEPLOY / name / "dagster.yaml").read_text())
+    if name == "k8s":  # outside a cluster: the same launcher on a kubeconfig that points nowhere
+        (tmp_path / "kubeconfig").write_text(KUBECONFIG)
+        config["run_launcher"]["config"].update(load_incluster_config=False, kubeconfig_file=str(tmp_path / "kubeconfig"))
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text(yaml.safe_dump(config))
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        assert type(instance.run_storage).__name__ == "PostgresRunStorage"
+        assert type(instance.run_launcher).__name__ == CASES[name][2]
+        assert type(instance.run_coordinator).__name__ == "QueuedRunCoordinator"
+        concurrency = instance.get_concurrency_config()
+        assert concurrency.pool_config.default_pool_limit == 1
+        assert concurrency.run_queue_config is not None and concurrency.run_queue_config.max_concurrent_runs == 10
+
+
+def test_the_helm_values_name_the_pieces_the_docs_promise() -> None:
+    values = yaml.safe_load((DEPLOY / "k8s" / "values.yaml").read_text())
+    assert values["runLauncher"]["type"] == "K8sRunLauncher"
+    assert values["postgresql"]["enabled"] is False and values["postgresql"]["postgresqlDatabase"] == "dagster"
+    assert values["dagsterDaemon"]["runCoordinator"]["type"] == "QueuedRunCoordinator"
+    assert values["concurrency"]["pools"]["defaultLimit"] == 1
+    [deployment] = values["dagster-user-deployments"]["deployments"]
+    assert deployment["dagsterApiGrpcArgs"] == ["-f", "deploy/k8s/definitions.py"]

@@ -1,0 +1,134 @@
+"""CLI rough edges (issue 15 item 4, issue 9 item 7): errors are one line and exit 2, markup is
+rendered, keys and ids are never cut outside a terminal, and ``trident --help`` does not import Dagster.
+
+Everything runs the real CLI against the session's embedded Postgres; the width and import tests
+run it as a separate process, because what they check is what a real pipe or interpreter sees."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pytest
+from click.testing import CliRunner
+
+from tests.helpers import cli_env
+from trident_cli.main import cli
+from trident_resources import Trident, TridentError, TridentSettings
+from trident_resources.errors import SqlError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _one_error_line(output: str) -> str:
+    lines = [line for line in output.splitlines() if line.strip()]
+    assert len(lines) == 1, output
+    assert lines[0].startswith("error: "), output
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("query", "kind", "needle"),
+    [
+        ('select no_such_column from "x/y"', duckdb.BinderException, "no_such_column"),
+        ("select 'abc'::int as n", duckdb.ConversionException, "abc"),
+        ("select error('boom') as n", duckdb.InvalidInputException, "boom"),
+        ('select a from "x/y" where a = [1, 2][1.5 / 0]', duckdb.Error, "array_extract"),
+    ],
+)
+def test_every_duckdb_error_is_a_named_error_and_one_cli_line(
+    trident: Trident, settings: TridentSettings, query: str, kind: type[Exception], needle: str
+) -> None:
+    trident.write("x/y", pa.table({"a": [1, 2, 3]}))
+    with pytest.raises(SqlError) as caught:
+        trident.sql(query)
+    assert isinstance(caught.value, TridentError)
+    assert isinstance(caught.value.__cause__, kind)  # the DuckDB error is chained, not swallowed
+    assert "\n" not in str(caught.value) and needle in str(caught.value)
+
+    res = CliRunner().invoke(cli, ["sql", query], env=cli_env(settings))
+    assert res.exit_code == 2, res.output
+    line = _one_error_line(res.output)
+    assert needle in line and "Traceback" not in res.output
+
+
+def test_canary_result_is_rendered_not_printed_as_markup(trident: Trident, settings: TridentSettings) -> None:
+    trident.router.set_pin("c/m", "pg")
+    trident.write("c/m", pa.table({"a": [1, 2, 3]}))
+    trident.router.clear_pin("c/m")
+    res = CliRunner().invoke(cli, ["canary", "c/m"], env=cli_env(settings))
+    assert res.exit_code == 0, res.output
+    assert "FLIPPED" in res.output
+    assert "[green]" not in res.output and "[/" not in res.output, res.output
+
+
+def test_invalid_where_is_one_clear_line(trident: Trident, settings: TridentSettings, tmp_path: Path) -> None:
+    trident.write("w/x", pa.table({"a": [1, 2, 3]}))
+    out = tmp_path / "x.csv"
+    res = CliRunner().invoke(
+        cli, ["export", "w/x", "--format", "csv", "--out", str(out), "--where", "a >"], env=cli_env(settings)
+    )
+    assert res.exit_code == 2, res.output
+    line = _one_error_line(res.output)
+    assert "'a >'" in line and "--where" in line
+    assert len(line) < 300 and "W:(" not in line and "Group:" not in line, line  # no grammar dump
+    assert not out.exists()
+    # an unknown column is also one line, naming the column
+    res = CliRunner().invoke(
+        cli, ["export", "w/x", "--format", "csv", "--out", str(out), "--where", "b > 1"], env=cli_env(settings)
+    )
+    assert res.exit_code == 2 and "b" in _one_error_line(res.output)
+    # and a good filter still exports exactly the matching rows
+    res = CliRunner().invoke(
+        cli, ["export", "w/x", "--format", "csv", "--out", str(out), "--where", "a > 1"], env=cli_env(settings)
+    )
+    assert res.exit_code == 0, res.output
+    assert out.read_text().splitlines()[1:] and len(out.read_text().splitlines()) == 3
+
+
+def _child_env(extra: dict[str, str]) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRIDENT_") and k not in ("COLUMNS", "LINES")}
+    env["PYTHONPATH"] = str(REPO)
+    env.update(extra)
+    return env
+
+
+def test_datasets_outside_a_terminal_never_cuts_keys_or_ids(trident: Trident, settings: TridentSettings) -> None:
+    long_key = "a_rather_long_folder_name/with_a_long_dataset_name_below_it/and_one_more_level"
+    r = trident.write(long_key, pa.table({"a": [1]}))
+    trident.router.set_pin("p/legacy_rows", "pg")
+    p = trident.write("p/legacy_rows", pa.table({"a": [1]}))
+    done = subprocess.run(
+        [sys.executable, "-m", "trident_cli.main", "datasets"],
+        cwd=REPO,
+        env=_child_env(cli_env(settings)),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    for whole in (long_key, str(r.txn_id), str(p.txn_id), "iceberg_native"):
+        assert whole in out, f"{whole!r} was cut:\n{out}"
+    assert "…" not in out, out
+
+
+def test_registering_the_cli_does_not_import_dagster() -> None:
+    code = "import sys, trident_cli.main; print(len([m for m in sys.modules if m == 'dagster' or m.startswith('dagster.')]))"
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=_child_env({}), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "0", f"{done.stdout.strip()} dagster modules imported"
+    helped = subprocess.run(
+        [sys.executable, "-m", "trident_cli.main", "--help"],
+        cwd=REPO,
+        env=_child_env({}),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert helped.returncode == 0 and "check" in helped.stdout and "datasets" in helped.stdout, helped.stdout + helped.stderr

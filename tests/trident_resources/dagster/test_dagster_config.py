@@ -1,0 +1,100 @@
+"""The Dagster adapter's configuration: typed resource fields that mirror the one settings object,
+EnvVar-friendly, falling back to ``TRIDENT_*`` when unset; and the engine never imports Dagster."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import dagster as dg
+import pyarrow as pa
+import pytest
+
+from trident_resources import Trident, TridentSettings
+from trident_resources.dagster import TridentResource
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_the_resource_has_one_typed_documented_field_per_setting() -> None:
+    fields = TridentResource.model_fields
+    assert set(fields) == set(TridentSettings.model_fields)
+    for name, f in fields.items():
+        assert f.default is None, name  # unset means: TridentSettings decides (environment, then default)
+        assert f.description and f.description.startswith(f"TRIDENT_{name.upper()}"), name
+    assert "overrides" not in fields
+
+
+def test_from_settings_reproduces_the_settings_exactly(settings: TridentSettings) -> None:
+    s = settings.model_copy(update={"catalog_properties": {"prefix": "p"}, "s3_region": "auto", "join_max_rows": 7})
+    assert TridentResource.from_settings(s).settings() == s
+
+
+def test_unset_fields_come_from_the_environment_and_set_ones_win(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRIDENT_WORKSPACE", "from_env")
+    monkeypatch.setenv("TRIDENT_JOIN_MAX_ROWS", "123")
+    monkeypatch.setenv("TRIDENT_CATALOG_PROPERTIES", '{"prefix": "env"}')
+    zero = TridentResource(home=str(tmp_path)).settings()
+    assert (zero.workspace, zero.join_max_rows, zero.catalog_properties) == ("from_env", 123, {"prefix": "env"})
+    assert zero.home == tmp_path.resolve()
+    assert TridentResource(workspace="from_field", join_max_rows=5).settings().workspace == "from_field"
+    monkeypatch.delenv("TRIDENT_WORKSPACE")
+    assert TridentResource().settings().workspace == "default"
+
+
+def test_secrets_and_workspace_from_envvar_in_a_run(
+    settings: TridentSettings, trident: Trident, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert settings.pg_dsn is not None
+    monkeypatch.setenv("MY_PG_DSN", settings.pg_dsn.get_secret_value())
+    monkeypatch.setenv("MY_WORKSPACE", settings.workspace)
+    resource = TridentResource(home=str(settings.home), pg_dsn=dg.EnvVar("MY_PG_DSN"), workspace=dg.EnvVar("MY_WORKSPACE"))
+
+    @dg.asset(key=["cfg", "written"])
+    def written(trident: TridentResource) -> dg.MaterializeResult:
+        r = trident.get_client().write("cfg/written", pa.table({"id": [1, 2]}))
+        return dg.MaterializeResult(metadata={"txn": str(r.txn_id)})
+
+    result = dg.materialize([written], resources={"trident": resource})
+    assert result.success
+    assert trident.describe("cfg/written").row_count == 2
+    outside_a_run = resource.settings()  # building Definitions: the EnvVars are read then
+    assert outside_a_run.workspace == settings.workspace and outside_a_run.pg_dsn == settings.pg_dsn
+    assert settings.pg_dsn.get_secret_value() not in repr(outside_a_run)  # a SecretStr once in the settings
+
+
+def test_the_engine_never_imports_dagster() -> None:
+    """Every module of ``trident_resources`` outside its ``dagster`` adapter, imported in a fresh
+    interpreter, leaves Dagster unloaded."""
+    engine = ROOT / "trident_resources"
+    names = [
+        ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        for p in engine.rglob("*.py")
+        if "dagster" not in p.relative_to(engine).parts
+    ]
+    code = (
+        f"import importlib, sys\nfor n in {names!r}: importlib.import_module(n)\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'dagster'))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HOME": "/tmp"},
+    )
+    assert done.returncode == 0, done.stderr
+    assert len(names) > 20 and "trident_resources.facade" in names
+    assert done.stdout.strip() == "[]", done.stdout
+
+
+def test_only_the_settings_object_reads_the_environment() -> None:
+    """The Dagster layer reads configuration through TridentSettings, never os.environ."""
+    offenders = [
+        str(p.relative_to(ROOT))
+        for folder in ("trident_assets", "trident_sensors", "trident_resources/dagster")
+        for p in (ROOT / folder).rglob("*.py")
+        if "os.environ" in p.read_text() or "getenv" in p.read_text()
+    ]
+    assert offenders == []

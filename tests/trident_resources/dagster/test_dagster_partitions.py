@@ -1,0 +1,212 @@
+"""Dagster partitions through TridentIOManager and the node factories (issue 10)."""
+
+from datetime import date, timedelta
+from typing import cast
+
+import dagster as dg
+import pyarrow as pa
+
+from tests.dagster_support import materialized, resources_for, step_errors
+from trident_resources import Trident, TridentSettings
+from trident_resources.sinks.iceberg.sink import IcebergSink
+
+DAILY = dg.DailyPartitionsDefinition(start_date="2024-01-01", end_date="2024-03-01")
+
+
+def _rows(day: str, n: int, base: int = 0) -> pa.Table:
+    d = date.fromisoformat(day)
+    return pa.table({"day": [d] * n, "v": list(range(base, base + n))})
+
+
+def test_a_partitioned_asset_without_partition_expr_is_refused_and_writes_nothing(
+    settings: TridentSettings, trident: Trident
+) -> None:
+    @dg.asset(key=["dp", "undeclared"], partitions_def=DAILY)
+    def undeclared(context: dg.AssetExecutionContext) -> pa.Table:
+        return _rows(context.partition_key, 2)
+
+    result = dg.materialize([undeclared], partition_key="2024-01-01", resources=resources_for(settings), raise_on_error=False)
+    assert not result.success
+    assert any("PartitionError" in e or "partition_expr" in e for e in step_errors(result))
+    assert not trident.exists("dp/undeclared")
+
+
+def test_two_daily_partitions_are_both_kept_and_rematerializing_one_replaces_only_it(
+    settings: TridentSettings, trident: Trident
+) -> None:
+    calls: dict[str, int] = {}
+
+    @dg.asset(key=["dp", "daily"], partitions_def=DAILY, metadata={"partition_expr": "day"})
+    def daily(context: dg.AssetExecutionContext) -> pa.Table:
+        k = context.partition_key
+        calls[k] = calls.get(k, 0) + 1
+        return _rows(k, 3 if k.endswith("01") else 2, base=100 * calls[k])
+
+    for key in ("2024-01-01", "2024-01-02"):
+        result = dg.materialize([daily], partition_key=key, resources=resources_for(settings), raise_on_error=False)
+        assert result.success, step_errors(result)
+    assert trident.describe("dp/daily").row_count == 5
+    meta = materialized(result)["dp/daily"]
+    assert meta["dagster/row_count"] == 2 and meta["trident/dataset_row_count"] == 5
+    other = {r["v"]: r for r in trident.read("dp/daily").to_pylist() if r["day"] == date(2024, 1, 2)}
+    result = dg.materialize([daily], partition_key="2024-01-01", resources=resources_for(settings), raise_on_error=False)
+    assert result.success, step_errors(result)
+    rows = trident.read("dp/daily").to_pylist()
+    assert sorted(r["v"] for r in rows if r["day"] == date(2024, 1, 1)) == [200, 201, 202]
+    assert {r["v"]: r for r in rows if r["day"] == date(2024, 1, 2)} == other
+    parts = trident.describe("dp/daily").partitions
+    assert [(p["partition"]["day(day)"], p["row_count"]) for p in parts] == [("2024-01-01", 3), ("2024-01-02", 2)]
+
+
+def test_a_partition_run_straying_outside_its_window_is_refused(settings: TridentSettings, trident: Trident) -> None:
+    @dg.asset(key=["dp", "stray"], partitions_def=DAILY, metadata={"partition_expr": "day"})
+    def stray(context: dg.AssetExecutionContext) -> pa.Table:
+        return _rows("2024-01-05", 2) if context.partition_key == "2024-01-02" else _rows(context.partition_key, 1)
+
+    assert dg.materialize([stray], partition_key="2024-01-01", resources=resources_for(settings)).success
+    before = trident.describe("dp/stray")
+    result = dg.materialize([stray], partition_key="2024-01-02", resources=resources_for(settings), raise_on_error=False)
+    assert not result.success and any("outside the partition" in e for e in step_errors(result))
+    after = trident.describe("dp/stray")
+    assert (after.snapshot_id, after.row_count) == (before.snapshot_id, 1)
+
+
+def test_a_single_run_backfill_of_30_days_is_one_snapshot(settings: TridentSettings, trident: Trident) -> None:
+    @dg.asset(
+        key=["dp", "backfill"],
+        partitions_def=DAILY,
+        metadata={"partition_expr": "day"},
+        backfill_policy=dg.BackfillPolicy.single_run(),
+    )
+    def backfill(context: dg.AssetExecutionContext) -> pa.Table:
+        window = context.partition_time_window
+        n = (window.end - window.start).days
+        return pa.table(
+            {"day": [window.start.date() + timedelta(days=i) for i in range(n) for _ in range(2)], "v": list(range(2 * n))}
+        )
+
+    keys = DAILY.get_partition_keys()[:30]
+    result = dg.materialize(
+        [backfill],
+        resources=resources_for(settings),
+        raise_on_error=False,
+        tags={"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]},
+    )
+    assert result.success, step_errors(result)
+    assert trident.describe("dp/backfill").row_count == 60
+    assert len(trident.describe("dp/backfill").partitions) == 30
+    assert [e.status for e in trident.history("dp/backfill")] == ["committed"]  # ONE transaction, one snapshot
+
+
+def test_a_partitioned_downstream_reads_only_its_partitions(settings: TridentSettings, trident: Trident) -> None:
+    @dg.asset(
+        key=["dp", "up"], partitions_def=DAILY, metadata={"partition_expr": "day"}, backfill_policy=dg.BackfillPolicy.single_run()
+    )
+    def up(context: dg.AssetExecutionContext) -> pa.Table:
+        w = context.partition_time_window
+        n = (w.end - w.start).days
+        return pa.table(
+            {"day": [w.start.date() + timedelta(days=i) for i in range(n) for _ in range(3)], "v": list(range(3 * n))}
+        )
+
+    seen: dict[str, object] = {}
+
+    @dg.asset(
+        key=["dp", "down"], partitions_def=DAILY, metadata={"partition_expr": "day"}, ins={"up": dg.AssetIn(key=["dp", "up"])}
+    )
+    def down(context: dg.AssetExecutionContext, up: pa.Table) -> pa.Table:
+        seen["days"] = sorted(set(up.column("day").to_pylist()))
+        return up.select(["day", "v"])
+
+    @dg.asset(key=["dp", "all"], ins={"up": dg.AssetIn(key=["dp", "up"])})
+    def everything(up: pa.Table) -> pa.Table:
+        seen["all"] = up.num_rows
+        return up.select(["day"])
+
+    keys = DAILY.get_partition_keys()[:10]
+    res = dg.materialize(
+        [up],
+        resources=resources_for(settings),
+        raise_on_error=False,
+        tags={"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]},
+    )
+    assert res.success, step_errors(res)
+    opened: list[int] = []
+    sink = cast(IcebergSink, trident.driver.sinks["iceberg_native"])
+    original = sink.file_dataset
+
+    def counting(table, paths, schema=None):
+        opened.append(len(paths))
+        return original(table, paths, schema)
+
+    sink.file_dataset = counting  # type: ignore[method-assign, assignment]  # a test double without the fmt parameter
+    try:
+        from trident_resources.dagster import TridentIOManager, TridentResource
+
+        class Counting(TridentResource):
+            def get_client(self) -> Trident:
+                return trident
+
+        r = Counting.from_settings(settings)
+        resources = {"trident": r, "io_manager": TridentIOManager(trident=r)}
+        res = dg.materialize([up, down], selection=[down], partition_key="2024-01-04", resources=resources, raise_on_error=False)
+    finally:
+        sink.file_dataset = original  # type: ignore[method-assign]
+    assert res.success, step_errors(res)
+    assert seen["days"] == [date(2024, 1, 4)]
+    assert opened == [1]  # the one file of that partition, out of 10
+    res = dg.materialize([up, everything], selection=[everything], resources=resources_for(settings), raise_on_error=False)
+    assert res.success, step_errors(res)
+    assert seen["all"] == 30  # an unpartitioned downstream loads every partition
+
+
+def test_static_by_daily_multi_partitions(settings: TridentSettings, trident: Trident) -> None:
+    multi = dg.MultiPartitionsDefinition({"region": dg.StaticPartitionsDefinition(["eu", "us"]), "date": DAILY})
+
+    @dg.asset(key=["dp", "multi"], partitions_def=multi, metadata={"partition_expr": {"region": "region", "date": "day"}})
+    def by_region(context: dg.AssetExecutionContext) -> pa.Table:
+        k = context.partition_key.keys_by_dimension
+        return pa.table({"region": [k["region"]] * 2, "day": [date.fromisoformat(k["date"])] * 2, "v": [1, 2]})
+
+    for region in ("eu", "us"):
+        for day in ("2024-01-01", "2024-01-02"):
+            key = dg.MultiPartitionKey({"region": region, "date": day})
+            result = dg.materialize([by_region], partition_key=key, resources=resources_for(settings), raise_on_error=False)
+            assert result.success, step_errors(result)
+    d = trident.describe("dp/multi")
+    assert d.row_count == 8 and len(d.partitions) == 4
+    result = dg.materialize(
+        [by_region],
+        partition_key=dg.MultiPartitionKey({"region": "eu", "date": "2024-01-01"}),
+        resources=resources_for(settings),
+        raise_on_error=False,
+    )
+    assert result.success and trident.describe("dp/multi").row_count == 8
+
+
+def test_partitioned_factory_nodes_compute_and_replace_only_their_partition(settings: TridentSettings, trident: Trident) -> None:
+    from trident_assets import strategies as st
+    from trident_assets.factories import split_asset, transform_asset
+
+    trident.write("dp/src", pa.table({"day": [date(2024, 1, 1)] * 3 + [date(2024, 1, 2)] * 2, "v": [1, 2, 3, 4, 5]}))
+    meta = {"partition_expr": "day"}
+    node = transform_asset("dp/doubled", "dp/src", "SELECT day, v * 2 AS v2 FROM source", partitions_def=DAILY, metadata=meta)
+    split = split_asset("dp/big", "dp/small", "dp/src", "v > 2", partitions_def=DAILY, metadata=meta)
+    for key in ("2024-01-01", "2024-01-02"):
+        assets = [node.assets_def, split.assets_def]
+        result = dg.materialize(assets, partition_key=key, resources=resources_for(settings), raise_on_error=False)
+        assert result.success, step_errors(result)
+    assert sorted(r["v2"] for r in trident.read("dp/doubled").to_pylist()) == [2, 4, 6, 8, 10]
+    assert sorted(r["v"] for r in trident.read("dp/big").to_pylist()) == [3, 4, 5]
+    assert [p["row_count"] for p in trident.describe("dp/doubled").partitions] == [3, 2]
+    bad = transform_asset(
+        "dp/bad_delta", "dp/src", "SELECT * FROM source", partitions_def=DAILY, metadata=meta, strategy=st.delta()
+    )
+    result = dg.materialize([bad.assets_def], partition_key="2024-01-01", resources=resources_for(settings), raise_on_error=False)
+    assert not result.success and any("watermark" in e for e in step_errors(result))
+    try:
+        transform_asset("dp/undeclared", "dp/src", "SELECT * FROM source", partitions_def=DAILY)
+    except Exception as exc:  # refused at definition time
+        assert "partition_expr" in str(exc)
+    else:
+        raise AssertionError("a partitioned node without partition_expr must be refused")

@@ -1,0 +1,154 @@
+"""Issue 12: SQL and node compute read the current snapshot's Parquet files natively in DuckDB,
+inside a sandbox that allows exactly those files: not another dataset's, not another workspace's,
+and never a past or future version's."""
+
+from __future__ import annotations
+
+from datetime import UTC
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pytest
+
+from tests.conftest import backend_settings, make_settings
+from trident_assets.compute import open_session
+from trident_assets.strategies import replace
+from trident_resources import SqlNotAllowedError, Trident, TridentError, TridentSettings
+from trident_resources.identity import IDENTITY_COLUMNS
+
+
+def _files(t: Trident, key: str) -> list[str]:
+    plan = t.scan_plan(key)
+    assert plan.path == "native" and plan.files
+    return list(plan.files)
+
+
+def test_a_local_dataset_is_scanned_natively_and_describe_says_so(trident: Trident) -> None:
+    t = trident
+    t.write("n/a", pa.table({"k": [1, 2, 3], "v": ["x", "y", "z"]}))
+    d = t.describe("n/a")
+    assert d.scan_path == "native" and "read_parquet" in d.scan_reason
+    plan = t.scan_plan("n/a")
+    assert plan.snapshot_id == d.snapshot_id and all(f.endswith(".parquet") for f in plan.files)
+    assert plan.schema.names == [*IDENTITY_COLUMNS, "k", "v"]
+    got = t.sql('select k, v from "n/a" order by k')
+    assert got.to_pydict() == {"k": [1, 2, 3], "v": ["x", "y", "z"]}
+    # identity is visible to SQL, as it was over Arrow
+    assert t.sql('select count(distinct __row_id) as n from "n/a"').column("n").to_pylist() == [3]
+
+
+def test_a_query_cannot_read_a_data_file_of_a_dataset_it_did_not_name(trident: Trident) -> None:
+    t = trident
+    t.write("n/mine", pa.table({"a": [1]}))
+    t.write("n/secret", pa.table({"s": ["hidden"]}))
+    secret = _files(t, "n/secret")[0]
+    mine = _files(t, "n/mine")[0]
+    # its own files are allowed (they are the dataset it named) ...
+    assert t.sql(f"select count(*) as n from \"n/mine\", read_parquet('{mine}')").column("n").to_pylist() == [1]
+    # ... another dataset's file is not, even when the query names a dataset too
+    with pytest.raises(SqlNotAllowedError):
+        t.sql(f"select * from \"n/mine\", read_parquet('{secret}')")
+    with pytest.raises(SqlNotAllowedError):
+        t.sql(f"select * from read_parquet('{secret}')")
+    folder = secret.rsplit("/", 1)[0]
+    with pytest.raises(SqlNotAllowedError):
+        t.sql(f"select * from \"n/mine\", read_parquet('{folder}/*.parquet')")
+    with pytest.raises(SqlNotAllowedError):
+        t.sql(f"select * from \"n/mine\", glob('{folder}/*')")
+
+
+def test_a_query_cannot_read_another_workspaces_files(trident: Trident, settings: TridentSettings) -> None:
+    other_settings = make_settings(settings.home, settings.pg_dsn.get_secret_value())  # type: ignore[union-attr]
+    with Trident(other_settings) as other:
+        other.write("n/same", pa.table({"s": ["theirs"]}))
+        theirs = _files(other, "n/same")[0]
+    trident.write("n/same", pa.table({"s": ["ours"]}))
+    assert trident.sql('select s from "n/same"').column("s").to_pylist() == ["ours"]
+    with pytest.raises(SqlNotAllowedError):
+        trident.sql(f"select * from \"n/same\", read_parquet('{theirs}')")
+
+
+def test_an_older_version_of_the_named_dataset_is_not_readable(trident: Trident) -> None:
+    t = trident
+    t.write("n/v", pa.table({"a": [1, 2]}))
+    old = _files(t, "n/v")
+    t.write("n/v", pa.table({"a": [3]}))  # replace: the old files stay until maintenance
+    assert t.sql('select a from "n/v"').column("a").to_pylist() == [3]
+    with pytest.raises(SqlNotAllowedError):
+        t.sql(f"select * from \"n/v\", read_parquet('{old[0]}')")
+
+
+def test_schema_evolution_reads_added_columns_as_null_and_dropped_ones_gone(trident: Trident) -> None:
+    t = trident
+    t.write("n/evo", pa.table({"id": [1, 2], "a": ["p", "q"]}))
+    t.write("n/evo", pa.table({"id": [3], "a": ["r"], "b": [30.5]}), mode="append")
+    t.write("n/evo", pa.table({"id": [4], "b": [40.5]}), mode="append")
+    assert len(_files(t, "n/evo")) == 3
+    got = t.sql('select id, a, b from "n/evo" order by id').to_pydict()
+    assert got == {"id": [1, 2, 3, 4], "a": ["p", "q", "r", None], "b": [None, None, 30.5, 40.5]}
+    # a keyed rewrite keeps files written before "b" existed: still NULL there, by field id
+    t.write("n/evo", pa.table({"id": [4], "b": [41.0]}), mode="upsert", keys=["id"])
+    assert t.sql('select id, b from "n/evo" order by id').column("b").to_pylist() == [None, None, 30.5, 41.0]
+    # a replace that drops a column: the new snapshot's files lack it, and so does the view
+    t.write("n/evo", pa.table({"id": [9], "b": [1.0]}))
+    assert t.sql('select * from "n/evo"').column_names == [*IDENTITY_COLUMNS, "id", "b"]
+    with pytest.raises((duckdb.Error, TridentError)):  # translation of DuckDB errors is sql.py's own change
+        t.sql('select a from "n/evo"')
+    # a replace that re-adds the dropped name with another type: the new column, not the old bytes
+    t.write("n/evo", pa.table({"id": [10], "a": [7]}), mode="append")
+    assert t.sql('select id, a from "n/evo" order by id').to_pydict() == {"id": [9, 10], "a": [None, 7]}
+
+
+def test_an_empty_version_has_the_schema_and_no_rows(trident: Trident) -> None:
+    t = trident
+    t.write("n/empty", pa.table({"a": [1]}))
+    t.write("n/empty", pa.table({"a": pa.array([], pa.int64())}))
+    assert t.scan_plan("n/empty").files == ()
+    out = t.sql('select a from "n/empty"')
+    assert out.num_rows == 0 and out.column_names == ["a"]
+
+
+def test_node_compute_hides_identity_and_filters_the_delta_window_natively(trident: Trident) -> None:
+    t = trident
+    first = t.write("n/src", pa.table({"id": [1, 2]}))
+    t.write("n/src", pa.table({"id": [3]}), mode="append")
+    session = open_session(t, "n/out", {"source": "n/src"}, replace())
+    try:
+        cols = session.con.sql("select * from source").columns
+        assert cols == ["id"]  # identity hidden as before
+        # the node's SQL cannot widen its sandbox once the sources are registered
+        with pytest.raises(Exception, match="configuration"):
+            session.con.execute("SET enable_external_access = true")
+        since = first.committed_at
+        session.con.execute(
+            "CREATE TEMP VIEW later AS SELECT * FROM __trident_src_0 WHERE __created_at > "
+            f"'{since.astimezone(UTC).isoformat()}'::TIMESTAMPTZ"
+        )
+        assert session.con.sql("select id from later").fetchall() == [(3,)]
+    finally:
+        session.close()
+
+
+def test_on_s3_storage_the_scan_takes_the_arrow_path_and_says_why(
+    request: pytest.FixtureRequest, trident_home: Path, pg_dsn: str
+) -> None:
+    with Trident(backend_settings(request, "s3", trident_home, pg_dsn)) as t:
+        t.write("n/remote", pa.table({"a": [1, 2]}))
+        d = t.describe("n/remote")
+        assert d.scan_path == "arrow" and "httpfs" in d.scan_reason
+        plan = t.scan_plan("n/remote")
+        assert plan.path == "arrow" and plan.files == ()
+        assert t.sql('select sum(a) as s from "n/remote"').column("s").to_pylist() == [3]
+
+
+def test_read_in_parallel_gives_what_stream_gives(trident: Trident) -> None:
+    t = trident
+    t.write("n/r", pa.table({"id": [1, 2, 3], "a": ["p", "q", "r"]}))
+    t.write("n/r", pa.table({"id": [4], "b": [4.5]}), mode="append")
+    for kwargs in ({}, {"columns": ["id", "b"]}, {"row_filter": "id >= 3"}, {"columns": ["__row_id"], "row_filter": "id < 3"}):
+        got = t.read("n/r", **kwargs).sort_by("__row_id" if kwargs.get("columns") == ["__row_id"] else "id")
+        want = t.stream("n/r", **kwargs).read_all().sort_by("__row_id" if kwargs.get("columns") == ["__row_id"] else "id")
+        assert got.equals(want), kwargs
+    first = t.history("n/r")[-1].txn_id
+    assert t.read("n/r", as_of=first).column("id").to_pylist() == [1, 2, 3]

@@ -1,0 +1,160 @@
+"""Write-audit-publish in the facade (issue 11): a staged version is invisible until published,
+readable for audits, publishable in one metadata step, discardable without a trace."""
+
+from __future__ import annotations
+
+import uuid
+
+import pyarrow as pa
+import pytest
+
+from tests.helpers import table
+from tests.trident_resources.test_transactions import _run_child, _txn_files
+from trident_resources import (
+    InvalidReadError,
+    StagedVersionConflictError,
+    Trident,
+    TridentSettings,
+    UnsupportedBySinkError,
+)
+
+
+def _ks(t: Trident, key: str, **kw: object) -> list[int]:
+    return sorted(t.read(key, **kw).column("k").to_pylist())  # type: ignore[arg-type]
+
+
+def test_a_staged_version_is_invisible_until_published(trident: Trident) -> None:
+    t = trident
+    t.write("wap/a", table(k=[1, 2]))
+    before = t.describe("wap/a")
+    r = t.write("wap/a", table(k=[3]), mode="append", stage=True)
+    assert r.staged and r.snapshot_id is not None
+    # every reader still sees the published version
+    assert _ks(t, "wap/a") == [1, 2]
+    assert t.sql('select count(*) as n from "wap/a"').column("n").to_pylist() == [2]
+    assert (t.describe("wap/a").row_count, t.describe("wap/a").snapshot_id) == (2, before.snapshot_id)
+    assert t.history("wap/a")[0].status == "staged"
+    # the audit reads the staged version, through read() and SQL alike
+    assert _ks(t, "wap/a", staged=r.txn_id) == [1, 2, 3]
+    audited = t.sql('select count(*) as n from "wap/a"', staged={"wap/a": r.txn_id})
+    assert audited.column("n").to_pylist() == [3]
+    assert [k for k, _ in t.staged()] == ["wap/a"]
+    published = t.publish("wap/a", r.txn_id)
+    assert published.snapshot_id == r.snapshot_id  # exactly what was audited
+    assert _ks(t, "wap/a") == [1, 2, 3]
+    d = t.describe("wap/a")
+    assert (d.row_count, d.snapshot_id, d.last_txn_id) == (3, r.snapshot_id, r.txn_id)
+    assert t.history("wap/a")[0].status == "committed"
+    assert t.staged() == []
+    with pytest.raises(InvalidReadError):
+        t.read("wap/a", staged=r.txn_id)
+
+
+def test_a_staged_schema_change_is_invisible_until_published(trident: Trident) -> None:
+    t = trident
+    t.write("wap/s", table(k=[1]))
+    r = t.write("wap/s", pa.table({"k": [2], "extra": ["x"]}), mode="append", stage=True)
+    assert "extra" not in t.read("wap/s").column_names
+    assert "extra" in t.read("wap/s", staged=r.txn_id).column_names
+    t.publish("wap/s", r.txn_id)
+    assert t.read("wap/s").column("extra").to_pylist() in ([None, "x"], ["x", None])
+
+
+def test_discard_leaves_no_trace(trident: Trident) -> None:
+    t = trident
+    t.write("wap/d", table(k=[1]))
+    r = t.write("wap/d", table(k=[9, 9, 9]), mode="append", stage=True)
+    assert _txn_files(t, "wap/d", r.txn_id)
+    t.discard("wap/d", r.txn_id)
+    assert _txn_files(t, "wap/d", r.txn_id) == []
+    assert t.history("wap/d")[0].status == "rejected"
+    assert _ks(t, "wap/d") == [1]
+    with pytest.raises(InvalidReadError):
+        t.read("wap/d", staged=r.txn_id)
+    tbl = t.driver.sinks["iceberg_native"].table(t._record("wap/d"))  # type: ignore[attr-defined]
+    assert not [ref for ref in tbl.metadata.refs if ref != "main"]
+
+
+def test_a_staged_first_write_creates_no_dataset_until_published(trident: Trident) -> None:
+    t = trident
+    r = t.write("wap/new", table(k=[5]), stage=True)
+    assert not t.exists("wap/new")
+    assert _ks(t, "wap/new", staged=r.txn_id) == [5]
+    assert t.sql('select sum(k) as s from "wap/new"', staged={"wap/new": r.txn_id}).column("s").to_pylist() == [5]
+    t.publish("wap/new", r.txn_id)
+    assert t.exists("wap/new") and _ks(t, "wap/new") == [5]
+
+
+def test_publish_after_another_commit_is_refused(trident: Trident) -> None:
+    t = trident
+    t.write("wap/c", table(k=[1]))
+    r = t.write("wap/c", table(k=[2]), mode="append", stage=True)
+    t.write("wap/c", table(k=[3]), mode="append")  # main moves on
+    with pytest.raises(StagedVersionConflictError):
+        t.publish("wap/c", r.txn_id)
+    assert _ks(t, "wap/c") == [1, 3]  # nothing lost
+    t.discard("wap/c", r.txn_id)
+
+
+def test_staging_on_the_pg_sink_is_refused_with_the_way_out(trident: Trident) -> None:
+    t = trident
+    t.router.set_pin("wap/pg", "pg")
+    t.write("wap/pg", table(k=[1]))
+    with pytest.raises(UnsupportedBySinkError, match="trident canary wap/pg"):
+        t.write("wap/pg", table(k=[2]), mode="append", stage=True)
+    assert _ks(t, "wap/pg") == [1]
+
+
+def test_maintain_discards_old_staged_versions(trident: Trident, settings: TridentSettings) -> None:
+    t = trident
+    t.write("wap/m", table(k=[1]))
+    r = t.write("wap/m", table(k=[2]), mode="append", stage=True)
+    with Trident(settings.model_copy(update={"staged_max_age_days": 0})) as t0:
+        report = t0.maintain("wap/m")
+    assert report.discarded_staged == [r.txn_id]
+    assert t.history("wap/m")[0].status == "rejected" and _txn_files(t, "wap/m", r.txn_id) == []
+
+
+@pytest.mark.parametrize(
+    "point,expect",
+    [("write.before_commit=exit", "old"), ("commit.before_ledger=exit", "old"), ("publish.before_ledger=exit", "new")],
+)
+def test_a_kill_at_any_step_ends_old_or_new_whole(trident: Trident, settings: TridentSettings, point: str, expect: str) -> None:
+    t = trident
+    t.write("wap/k", table(k=[1, 2]))
+    txn = uuid.uuid4()
+    code = f"r = t.write('wap/k', pa.table({{'k': [3, 4]}}), mode='append', stage=True, txn_id='{txn}')\n"
+    if point.startswith("publish"):
+        code += "t.publish('wap/k', r.txn_id)\n"
+    child = _run_child(settings, point, code)
+    assert child.returncode == 137, child.stderr
+    t.reconcile()
+    assert all(e.status not in ("open",) for e in t.history("wap/k"))
+    if expect == "old":
+        assert _ks(t, "wap/k") == [1, 2]
+        assert _txn_files(t, "wap/k", txn) == []
+        assert t.history("wap/k")[0].status == "aborted"
+    else:
+        assert _ks(t, "wap/k") == [1, 2, 3, 4]
+        assert t.describe("wap/k").row_count == 4
+        assert t.history("wap/k")[0].status == "committed"
+    tbl = t.driver.sinks["iceberg_native"].table(t._record("wap/k"))  # type: ignore[attr-defined]
+    assert not [ref for ref in tbl.metadata.refs if ref != "main"]
+
+
+def test_publish_records_the_provenance_and_watermarks_given_when_staging(trident: Trident) -> None:
+    t = trident
+    src = t.write("wap/src", table(k=[1]))
+    t.write("wap/out", table(k=[1]), provenance={"contract": "c-1"})
+    r = t.write(
+        "wap/out",
+        table(k=[2]),
+        mode="append",
+        stage=True,
+        provenance={"contract": "c-2"},
+        watermarks={"wap/src": (src.committed_at, src.txn_id)},
+    )
+    assert t.describe("wap/out").provenance == {"contract": "c-1"} and t.watermarks("wap/out") == {}
+    t.publish("wap/out", r.txn_id)
+    assert t.describe("wap/out").provenance == {"contract": "c-2"}
+    assert t.watermarks("wap/out") == {"wap/src": src.committed_at}
