@@ -829,15 +829,19 @@ class IcebergSink(Sink):
         current = table.current_snapshot()
         if as_of is not None and (current is None or as_of != current.snapshot_id):
             return self._scan_past(table, int(as_of), columns, row_filter)  # type: ignore[arg-type]
+        schema, expr, files = self._plan_current(table, columns, row_filter)
+        return _scan(self.file_dataset(table, files, schema), columns or schema.names, expr)
+
+    @staticmethod
+    def _plan_current(table: Table, columns: list[str] | None, row_filter: str | None) -> tuple[pa.Schema, Any, list[str]]:
+        """The published version's schema, the filter as a pyarrow expression, and the data files
+        that may hold matching rows (pruned by partition and column statistics)."""
         schema = published_schema(table)
         check_columns(columns, schema)
         expr = arrow_filter(schema, row_filter) if row_filter else None
-        files = (
-            [t.file.file_path for t in table.scan(row_filter=row_filter or AlwaysTrue()).plan_files()]
-            if current is not None
-            else []
-        )
-        return _scan(self.file_dataset(table, files, schema), columns or schema.names, expr)
+        if table.current_snapshot() is None:
+            return schema, expr, []
+        return schema, expr, [t.file.file_path for t in table.scan(row_filter=row_filter or AlwaysTrue()).plan_files()]
 
     def read(self, ds: DatasetRecord, *, columns: list[str] | None, row_filter: str | None, as_of: AsOf) -> pa.Table:
         """The whole result at once (the caller holds it in memory anyway), so every file is read
@@ -847,14 +851,7 @@ class IcebergSink(Sink):
         current = table.current_snapshot()
         if as_of is not None and (current is None or as_of != current.snapshot_id):
             return self._scan_past(table, int(as_of), columns, row_filter).read_all()  # type: ignore[arg-type]
-        schema = published_schema(table)
-        check_columns(columns, schema)
-        expr = arrow_filter(schema, row_filter) if row_filter else None
-        files = (
-            [t.file.file_path for t in table.scan(row_filter=row_filter or AlwaysTrue()).plan_files()]
-            if current is not None
-            else []
-        )
+        schema, expr, files = self._plan_current(table, columns, row_filter)
         dataset = self.file_dataset(table, files, schema, fmt=_PARQUET_PARALLEL)
         return dataset.to_table(columns=columns or schema.names, filter=expr, use_threads=True)
 
