@@ -87,7 +87,7 @@ def demo(scale: str | None) -> None:
                     err = err.cause
                 console.print(f"[red]{event.step_key} failed:[/] " + "\n  caused by: ".join(lines))
         sys.exit(1)
-    console.print("\nserve it in the UI: dagster dev -w workspace.yaml")
+    console.print("\nserve it in the UI: trident ui (a persistent instance under TRIDENT_HOME)")
 
 
 COMMANDS = [demo]
