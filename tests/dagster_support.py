@@ -28,6 +28,12 @@ def materialize_nodes(settings: TridentSettings, nodes: Sequence[Node], *, selec
     return dg.materialize(assets, resources=resources_for(settings), selection=selection, raise_on_error=False)
 
 
+def succeeded(result: dg.ExecuteInProcessResult) -> dg.ExecuteInProcessResult:
+    """``result``, after asserting that the run succeeded (with the step errors if not)."""
+    assert result.success, step_errors(result)
+    return result
+
+
 def materialized(result: dg.ExecuteInProcessResult) -> dict[str, dict[str, Any]]:
     """asset key -> its materialization metadata (plain values)."""
     out = {}

@@ -165,10 +165,7 @@ class Trident:
                 metadata=meta,
             )
             if stage and not self._sink(route.sink).stages:
-                raise UnsupportedBySinkError(
-                    f"dataset {key!r} lives in sink {route.sink!r}, which cannot hold a staged version "
-                    f"(write-audit-publish needs iceberg_native): move it with `trident canary {key}`"
-                )
+                raise self._sink(route.sink).staging_refusal(ds)
             transaction = self.driver.open(ds, intent)
             if transaction is None:
                 return self._noop_result(key, txn, route)

@@ -6,7 +6,7 @@ import dagster as dg
 import pyarrow as pa
 import pytest
 
-from tests.dagster_support import materialize_nodes, materialized, step_errors
+from tests.dagster_support import materialize_nodes, materialized, step_errors, succeeded
 from trident_assets import (
     append_always,
     append_new,
@@ -31,24 +31,24 @@ def test_delta_reads_only_new_rows_and_rebuilds_after_a_source_replace(settings:
     trident.write("src/items", items(0, 100))
     node = transform_asset("out/doubled", "src/items", "SELECT id, price * 2 AS price2 FROM source", strategy=delta())
 
-    first = materialized(materialize_nodes(settings, [node]))["out/doubled"]
+    first = materialized(succeeded(materialize_nodes(settings, [node])))["out/doubled"]
     assert first["trident/mode"] == "replace" and first["dagster/row_count"] == 100
     src = trident.describe("src/items")
     assert trident.watermarks("out/doubled") == {"src/items": src.committed_at}
 
     appended = trident.write("src/items", items(100, 7), mode="append")
-    second = materialized(materialize_nodes(settings, [node]))["out/doubled"]
+    second = materialized(succeeded(materialize_nodes(settings, [node])))["out/doubled"]
     assert second["trident/mode"] == "append"
     assert second["trident/rows_written"] == 7 and second["dagster/row_count"] == 107
     assert trident.watermarks("out/doubled")["src/items"] == appended.committed_at
     out = trident.read("out/doubled")
     assert sorted(out["id"].to_pylist()) == list(range(107))  # nothing twice, nothing lost
 
-    quiet = materialized(materialize_nodes(settings, [node]))["out/doubled"]
+    quiet = materialized(succeeded(materialize_nodes(settings, [node])))["out/doubled"]
     assert quiet["trident/rows_written"] == 0 and quiet["dagster/row_count"] == 107
 
     trident.write("src/items", items(0, 5, price=10.0))  # replace inside the window
-    rebuilt = materialized(materialize_nodes(settings, [node]))["out/doubled"]
+    rebuilt = materialized(succeeded(materialize_nodes(settings, [node])))["out/doubled"]
     assert rebuilt["trident/mode"] == "replace" and "replace" in rebuilt["trident/plan"]
     assert trident.read("out/doubled").sort_by("id")["price2"].to_pylist() == [20.0 * i for i in range(5)]
 
@@ -56,18 +56,18 @@ def test_delta_reads_only_new_rows_and_rebuilds_after_a_source_replace(settings:
 def test_delta_after_an_upsert_of_the_source_rebuilds(settings: TridentSettings, trident: Trident) -> None:
     trident.write("src/items", items(0, 10))
     node = transform_asset("out/copy", "src/items", "SELECT * FROM source", strategy=delta())
-    materialize_nodes(settings, [node])
+    succeeded(materialize_nodes(settings, [node]))
     trident.write("src/items", items(5, 10, price=3.0), mode="upsert", keys=["id"])
-    meta = materialized(materialize_nodes(settings, [node]))["out/copy"]
+    meta = materialized(succeeded(materialize_nodes(settings, [node])))["out/copy"]
     assert meta["trident/mode"] == "replace" and meta["dagster/row_count"] == 15
 
 
 def test_delta_with_keys_upserts_each_increment(settings: TridentSettings, trident: Trident) -> None:
     trident.write("src/items", items(0, 10))
     node = transform_asset("out/keyed", "src/items", "SELECT id, price FROM source", strategy=delta(keys=["id"]))
-    materialize_nodes(settings, [node])
+    succeeded(materialize_nodes(settings, [node]))
     trident.write("src/items", items(10, 3), mode="append_new", keys=["id"])
-    meta = materialized(materialize_nodes(settings, [node]))["out/keyed"]
+    meta = materialized(succeeded(materialize_nodes(settings, [node])))["out/keyed"]
     assert meta["trident/mode"] == "upsert" and meta["dagster/row_count"] == 13
 
 
@@ -81,10 +81,10 @@ def test_keyed_strategies(settings: TridentSettings, trident: Trident) -> None:
         "out/new": transform_asset("out/new", "src/items", "SELECT * FROM source", strategy=append_new(["id"])),
         "out/up": transform_asset("out/up", "src/items", "SELECT id, price FROM source", strategy=upsert(["id"])),
     }
-    materialize_nodes(settings, list(nodes.values()))
+    succeeded(materialize_nodes(settings, list(nodes.values())))
     ids_before = {r["id"]: r["__row_id"] for r in trident.read("out/snap", columns=["id", "__row_id"]).to_pylist()}
     trident.write("src/items", items(0, 12, price=2.0))
-    meta = materialized(materialize_nodes(settings, list(nodes.values())))
+    meta = materialized(succeeded(materialize_nodes(settings, list(nodes.values()))))
     assert meta["out/snap"]["trident/preserved"] == 5
     ids_after = {r["id"]: r["__row_id"] for r in trident.read("out/snap", columns=["id", "__row_id"]).to_pylist()}
     assert ids_after == ids_before  # identity kept across the snapshot replace
@@ -101,6 +101,7 @@ def test_join_guard_refuses_a_cross_join_and_allows_a_key_join(settings: Trident
     cross = join_asset("out/cross", sources, "SELECT a.a, b.b FROM a, b", max_rows=100_000)
     keyed = join_asset("out/keyed", sources, "SELECT a.k, a.a, b.b FROM a JOIN b ON a.k = b.k", max_rows=100_000)
     result = materialize_nodes(settings, [cross, keyed])
+    assert not result.success  # the cross join's step is refused
     errors = step_errors(result)
     assert any("JoinTooLargeError" in e or "refused" in e for e in errors), errors
     assert "1,000,000" in errors[0] and "max_rows" in errors[0]
@@ -228,6 +229,7 @@ def test_model_rows_must_say_which_source_row_they_came_from(settings: TridentSe
         return pa.Table.from_batches([batch]).slice(0, batch.num_rows // 2).select(["id"])
 
     result = materialize_nodes(settings, [model_asset("out/bad", "src/items", halve)])
+    assert not result.success
     assert any("__source_row_index__" in e for e in step_errors(result))
     assert not trident.exists("out/bad")
 
@@ -237,6 +239,7 @@ def test_a_failing_blocking_check_stops_downstream(settings: TridentSettings, tr
     up = transform_asset("out/up", "src/items", "SELECT * FROM source", expectations=[row_count_between(max_rows=5)])
     down = transform_asset("out/down", "out/up", "SELECT * FROM source")
     result = materialize_nodes(settings, [up, down])
+    assert not result.success  # the blocking check fails the step (its version is not published)
     [evaluation] = result.get_asset_check_evaluations()
     assert not evaluation.passed
     assert set(materialized(result)) == {"out/up"}
@@ -250,6 +253,7 @@ def test_a_non_blocking_check_only_warns(settings: TridentSettings, trident: Tri
     )
     down = transform_asset("out/down", "out/up", "SELECT * FROM source")
     result = materialize_nodes(settings, [up, down])
+    assert result.success, step_errors(result)
     assert set(materialized(result)) == {"out/up", "out/down"}
 
 
@@ -257,5 +261,6 @@ def test_a_non_blocking_check_only_warns(settings: TridentSettings, trident: Tri
 def test_bad_sql_fails_before_anything_is_written(settings: TridentSettings, trident: Trident, sql: str) -> None:
     trident.write("src/items", items(0, 3))
     result = materialize_nodes(settings, [transform_asset("out/x", "src/items", sql)])
+    assert not result.success
     assert any("the node's SQL failed" in e for e in step_errors(result))
     assert not trident.exists("out/x")

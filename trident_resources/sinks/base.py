@@ -20,6 +20,7 @@ from typing import Any, ClassVar, Literal, Protocol, get_args
 import pyarrow as pa
 
 from ..control_plane import DatasetRecord, Outcome
+from ..errors import UnsupportedBySinkError
 from ..partitions import PartitionFilter
 
 WriteMode = Literal["replace", "append", "upsert", "append_new", "delete"]
@@ -226,12 +227,20 @@ class Sink(ABC):
 
     # -- write-audit-publish (sinks with ``stages``) -----------------------------------------
     def publish(self, ds: DatasetRecord, txn_id: uuid.UUID, base_snapshot_id: int | None) -> Outcome:
-        """Make a staged version the published one, metadata only."""
-        raise NotImplementedError(self.name)
+        """Make a staged version the published one, metadata only. A sink that cannot stage
+        never holds a staged version (``Trident.write(stage=True)`` refuses first), so reaching
+        this is a named refusal, not a crash."""
+        raise self.staging_refusal(ds)
 
     def discard_staged(self, ds: DatasetRecord, txn_id: uuid.UUID, location: str | None = None) -> None:
-        """Drop a staged version and the storage only it used."""
-        raise NotImplementedError(self.name)
+        """Drop a staged version and the storage only it used (see ``publish``)."""
+        raise self.staging_refusal(ds)
+
+    def staging_refusal(self, ds: DatasetRecord) -> UnsupportedBySinkError:
+        return UnsupportedBySinkError(
+            f"dataset {ds.key!r} lives in sink {self.name!r}, which cannot hold a staged version "
+            f"(write-audit-publish needs iceberg_native): move it with `trident canary {ds.key}`"
+        )
 
     # -- reads and upkeep ---------------------------------------------------------------------
     @abstractmethod

@@ -10,7 +10,7 @@ import pandas as pd
 import polars as pl
 import pyarrow as pa
 
-from tests.dagster_support import materialize_nodes, materialized, resources_for, step_errors
+from tests.dagster_support import materialize_nodes, materialized, resources_for, step_errors, succeeded
 from trident_assets import merge_provenance, transform_asset
 from trident_resources import Trident, TridentSettings
 from trident_resources.dagster.io_manager import json_safe
@@ -93,6 +93,7 @@ def test_write_options_come_from_output_metadata(settings: TridentSettings, trid
         return pa.table({"id": [2, 3], "name": ["B", "c"]})
 
     result = dg.materialize([people], resources=resources_for(settings))
+    assert result.success, step_errors(result)
     meta = materialized(result)["io/people"]
     assert meta["trident/mode"] == "upsert" and meta["trident/preserved"] == 1 and meta["dagster/row_count"] == 3
     after = {r["id"]: r["__row_id"] for r in trident.read("io/people").to_pylist()}
@@ -106,6 +107,7 @@ def test_returning_identity_columns_is_a_clear_error(settings: TridentSettings, 
         return pa.table({"__row_id": ["x"], "v": [1]})
 
     result = dg.materialize([bad], resources=resources_for(settings), raise_on_error=False)
+    assert not result.success
     assert any("__row_id" in e for e in step_errors(result))
     assert not trident.exists("io/bad")
 
@@ -145,7 +147,7 @@ def test_every_id_in_json_metadata_is_a_string(settings: TridentSettings, triden
     """Issue 9.4: the UI parses JSON numbers as doubles, so a 64-bit snapshot id would show rounded."""
     trident.write("src/items", pa.table({"id": [1, 2, 3]}), provenance={"contract": "k-1"})
     node = transform_asset("out/copy", "src/items", "SELECT * FROM source")
-    meta = materialized(materialize_nodes(settings, [node]))["out/copy"]
+    meta = materialized(succeeded(materialize_nodes(settings, [node])))["out/copy"]
     prov = meta["trident/provenance"]
     [lineage] = prov["lineage"]
     assert lineage["snapshot_id"] == str(trident.describe("src/items").snapshot_id)

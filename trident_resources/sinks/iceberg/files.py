@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
+from abc import ABC, abstractmethod
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -91,7 +92,7 @@ class _Lane:
             pending.result()
 
 
-class _TxnFileWriter:
+class _TxnFileWriter(ABC):
     """What both data-file writers share: a transaction's files under ``<location>/data``, named
     ``<txn_id>-NNNNN.parquet`` (so a crashed writer's files can be found by txn id), written with
     pyiceberg's settings on a small thread pool, each closed into a ``DataFile`` record for ONE
@@ -125,8 +126,9 @@ class _TxnFileWriter:
         self.data_files: list[DataFile] = []
         self.rows = 0
 
+    @abstractmethod
     def write(self, batch: pa.RecordBatch) -> None:
-        raise NotImplementedError
+        """Buffer ``batch`` (already in ``arrow_schema``) into this transaction's files."""
 
     def write_all(self, batches: Iterable[pa.RecordBatch]) -> None:
         for batch in batches:
