@@ -162,7 +162,7 @@ class ControlPlane:
             )
             self.pool.wait(timeout=30)
         except Exception as exc:  # psycopg_pool.PoolTimeout, OperationalError
-            raise StorageUnavailableError(f"cannot reach the control-plane Postgres: {type(exc).__name__}") from None
+            raise StorageUnavailableError(f"cannot reach the control-plane Postgres: {type(exc).__name__}") from exc
         self.migrate()
 
     def close(self) -> None:

@@ -181,7 +181,7 @@ def _human(field: Any, schema: Any, value: Any) -> Any:
         return value
     try:
         return field.transform.to_human_string(schema.find_field(field.source_id).field_type, value)
-    except Exception:
+    except (ValueError, TypeError, OverflowError):  # a value the transform cannot render: show it raw
         return value
 
 
