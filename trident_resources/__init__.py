@@ -17,6 +17,7 @@ from .errors import (
     NullKeyError,
     PartitionError,
     ReservedColumnError,
+    ResourceLimitError,
     SchemaMismatchError,
     SinkMismatchError,
     SqlError,
@@ -31,6 +32,7 @@ from .errors import (
     TransactionConflictError,
     TridentError,
     UnsupportedBySinkError,
+    WriteFailedError,
     WriterLockLostError,
 )
 from .facade import Trident
@@ -59,6 +61,7 @@ __all__ = [
     "PartitionFilter",
     "ReconcileReport",
     "ReservedColumnError",
+    "ResourceLimitError",
     "SchemaMismatchError",
     "SinkMismatchError",
     "SqlError",
@@ -75,6 +78,7 @@ __all__ = [
     "TridentError",
     "TridentSettings",
     "UnsupportedBySinkError",
+    "WriteFailedError",
     "WriteResult",
     "WriterLockLostError",
 ]

@@ -73,6 +73,16 @@ class StorageUnavailableError(TridentError):
     """Object storage, the catalog or Postgres could not be reached; nothing was changed."""
 
 
+class ResourceLimitError(TridentError):
+    """The write's merge ran out of its DuckDB memory limit (``TRIDENT_DUCKDB_MEMORY_LIMIT``), and
+    spilling could not make room; nothing was committed. The DuckDB error is the cause."""
+
+
+class WriteFailedError(TridentError):
+    """DuckDB or Arrow refused something inside the write that no earlier check caught; nothing was
+    committed, and the engine's error is the cause (its class and first line are in the message)."""
+
+
 class WriterLockLostError(ConcurrentWriteError):
     """The session holding this writer's dataset lock died, so another writer may own the dataset
     now: the write stops before its commit instead of racing it."""
