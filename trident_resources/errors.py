@@ -73,6 +73,11 @@ class StorageUnavailableError(TridentError):
     """Object storage, the catalog or Postgres could not be reached; nothing was changed."""
 
 
+class UnreadableDataError(TridentError):
+    """A data file of the version being read is missing, truncated or corrupt; the ledger and the
+    other versions are intact. The engine's error is the cause."""
+
+
 class ResourceLimitError(TridentError):
     """The write's merge ran out of its DuckDB memory limit (``TRIDENT_DUCKDB_MEMORY_LIMIT``), and
     spilling could not make room; nothing was committed. The DuckDB error is the cause."""

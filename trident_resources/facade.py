@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, cast
 import pyarrow as pa
 
 from . import queries as q
-from . import validate
+from . import reading, validate
 from .control_plane import ControlPlane, DatasetRecord, LedgerEntry, Outcome
 from .embedded_pg import ensure_embedded_postgres
 from .errors import DatasetNotFoundError, InvalidReadError, InvalidWriteError, SinkMismatchError, UnsupportedBySinkError
@@ -271,12 +271,13 @@ class Trident:
             ds, entry = self._staged_entry(key, staged)
             sink = self._sink(ds.sink)
             row_filter = self._with_partition(sink, ds, row_filter, partition)
-            return sink.scan(ds, columns=columns, row_filter=row_filter, as_of=entry.snapshot_id)
+            snapshot = entry.snapshot_id
+            return reading.guarded(key, lambda: sink.scan(ds, columns=columns, row_filter=row_filter, as_of=snapshot))
         ds = self._record(key)
         sink = self._sink(ds.sink)
         row_filter = self._with_partition(sink, ds, row_filter, partition)
         version = self._version_at(ds, as_of) if sink.time_travel else as_of
-        return sink.scan(ds, columns=columns, row_filter=row_filter, as_of=version)
+        return reading.guarded(key, lambda: sink.scan(ds, columns=columns, row_filter=row_filter, as_of=version))
 
     def _version_at(self, ds: DatasetRecord, as_of: AsOf) -> int | None:
         """The snapshot id of the version ``as_of`` names, decided by the ledger: a transaction id,
@@ -331,7 +332,7 @@ class Trident:
         sink = self._sink(ds.sink)
         row_filter = self._with_partition(sink, ds, row_filter, partition)
         version = self._version_at(ds, as_of) if sink.time_travel else as_of
-        return sink.read(ds, columns=columns, row_filter=row_filter, as_of=version)
+        return reading.read_all(key, lambda: sink.read(ds, columns=columns, row_filter=row_filter, as_of=version))
 
     # -- write-audit-publish --------------------------------------------------------------------
     def _staged_entry(self, key: str, txn_id: uuid.UUID | str) -> tuple[DatasetRecord, LedgerEntry]:
