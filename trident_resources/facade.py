@@ -530,7 +530,13 @@ class Trident:
                         ds, entry, f"discarded by maintenance: staged over {self.settings.staged_max_age_days} days ago"
                     )
                 sink = self._sink(ds.sink)
-                compacted = sink.compact(ds)
+                try:
+                    compacted = sink.compact(ds)
+                except Exception as exc:  # compaction reads every small file: a damaged one is named
+                    err = reading.named(exc, key)
+                    if err is exc:
+                        raise
+                    raise err from exc
                 log.info("trident maintain %s: %s", key, compacted)
                 done = sink.maintain(
                     ds, older_than=now - older_than, retain_last=retain_last, uploads_before=now - uploads_older_than

@@ -48,3 +48,20 @@ def test_a_damaged_data_file_is_named_on_every_read_path(trident: Trident, how: 
     assert isinstance(werr.value, TridentError) and t.history("dmg/a")[0].status == "aborted"
     # the version before the damage did not use those files: still whole
     assert sorted(t.read("dmg/a", as_of=first.txn_id).column("k").to_pylist()) == [1, 2]
+
+
+def test_compacting_a_damaged_small_file_is_named_and_changes_nothing(trident: Trident) -> None:
+    t = trident
+    for i in range(8):  # eight one-row appends: small files that maintain compacts
+        t.write("dmg/small", table(k=[i], v=[str(i)]), mode="append")
+    before = t.describe("dmg/small").snapshot_id
+    _damage_one(t, "dmg/small")
+    with pytest.raises(UnreadableDataError, match="dmg/small") as err:
+        t.maintain("dmg/small")
+    assert err.value.__cause__ is not None
+    assert t.describe("dmg/small").snapshot_id == before
+
+
+def _damage_one(t: Trident, key: str) -> None:
+    f = Path(t.scan_plan(key).files[0].removeprefix("file://"))
+    f.write_bytes(f.read_bytes()[:20])
