@@ -24,6 +24,10 @@ class InvalidReadError(TridentError, ValueError):
     """A read that names a version the dataset does not have (``as_of``)."""
 
 
+class InvalidArgumentError(TridentError, ValueError):
+    """An argument of an operation that is neither a read nor a write (maintenance) is out of range."""
+
+
 class InvalidFilterError(TridentError, ValueError):
     """A row_filter that does not parse or names unknown columns (pyiceberg filter syntax)."""
 

@@ -510,6 +510,7 @@ class Trident:
 
         Runs under the dataset's writer lock: a write of the dataset that is open makes this wait
         (``TRIDENT_WRITER_WAIT_SECONDS``) and then fail with ConcurrentWriteError, changing nothing."""
+        validate.maintenance_window(older_than, retain_last, uploads_older_than)
         ds = self.control.dataset(self.workspace, validate_key(key))
         if ds is None:
             raise DatasetNotFoundError(key, self.workspace)
