@@ -747,7 +747,9 @@ def s3_main(args: argparse.Namespace) -> None:
     print("\n" + text, flush=True)
 
 
-def s3_report(path: Path, results: dict[str, dict[str, Any]], raw: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -> str:
+def s3_report(
+    path: Path, results: dict[str, dict[str, Any]], raw: dict[str, list[dict[str, Any]]], args: argparse.Namespace
+) -> str:
     n = next(iter(results.values()))["rows"]
     lines = [
         f"S3 + REST (lakana on loopback moto): lineitem {n:,} rows ({path.relative_to(REPO)}); {args.runs} runs each; "
