@@ -35,6 +35,7 @@ from .router import RouteDecision, Router
 from .settings import TridentSettings
 from .sinks import open_sinks
 from .sinks.base import WRITE_MODES, AsOf, Maintenance, ScanPlan, Sink, WriteMode
+from .sql import SandboxCache
 from .transaction import PARTITION_META, Intent, TransactionDriver, Watermarks
 
 if TYPE_CHECKING:  # returned by ingest_stream / migrate
@@ -57,6 +58,7 @@ class Trident:
             else ensure_embedded_postgres(s.home / "pg", idle_minutes=s.embedded_pg_idle_minutes)
         )
         self.control = ControlPlane(dsn, pool_max=s.pg_pool_max)
+        self.sql_sandboxes = SandboxCache()  # locked DuckDB sandboxes kept for repeated queries (sql.py)
         self.router = Router(self.control, s.workspace, s.flag_refresh_seconds)
         try:
             self.driver = TransactionDriver(self.control, open_sinks(s, self.control, dsn), s)
@@ -69,6 +71,7 @@ class Trident:
         return cls(TridentSettings())
 
     def close(self) -> None:
+        self.sql_sandboxes.close()
         self.control.close()
 
     def __enter__(self) -> Trident:
