@@ -35,7 +35,7 @@ import psycopg
 import pyarrow as pa
 import pyarrow.compute as pc
 from psycopg import sql
-from psycopg_pool import ConnectionPool, PoolTimeout
+from psycopg_pool import ConnectionPool
 
 from ... import queries as q
 from ...errors import StorageUnavailableError
@@ -178,7 +178,9 @@ class _Ranges:
         self.stop = False
 
     def claim(self) -> int | None:
-        self.room.acquire()
+        while not self.room.acquire(timeout=0.5):  # a fetcher never blocks for good once the read halted
+            if self.stop:
+                return None
         with self.cond:
             if self.stop or self.next >= len(self.spans):
                 self.room.release()
@@ -223,7 +225,7 @@ def read_ranges(
             assert plan_row is not None
             plan = ScanPlan(*(plan_row.values() if isinstance(plan_row, dict) else plan_row))
             spans = plan.ranges(with_data=with_data)
-            helpers = min(connections, len(spans)) - 1
+            helpers = min(connections - 1, len(spans) - 1, _spare_connections(pool))
             if helpers <= 0:
                 for span in spans:
                     if (chunk := _fetch(lead, dataset_id, gen, span, with_data)) is not None:
@@ -233,8 +235,15 @@ def read_ranges(
             assert snapshot is not None
             name = snapshot["s"] if isinstance(snapshot, dict) else snapshot[0]
             yield from _parallel(pool, lead, name, dataset_id, gen, spans, helpers, with_data)
-    except psycopg.OperationalError as exc:
-        raise StorageUnavailableError(f"the pg sink lost Postgres while reading: {exc}") from exc
+    except psycopg.Error as exc:
+        raise StorageUnavailableError(f"the pg sink could not read the dataset's rows from Postgres: {exc}") from exc
+
+
+def _spare_connections(pool: ConnectionPool[Any]) -> int:
+    """Connections the pool can hand out now without waiting (idle ones plus room to grow), so a
+    read never queues behind the rest of the process for a helper it can do without."""
+    stats = pool.get_stats()
+    return max(0, stats.get("pool_available", 0) + pool.max_size - stats.get("pool_size", 0))
 
 
 def _parallel(
@@ -261,13 +270,14 @@ def _parallel(
                 ranges.halt()
                 return
 
-    def helper() -> None:
+    def helper(working: threading.Event) -> None:
         with contextlib.ExitStack() as stack:
             try:
                 conn = pool.getconn(timeout=HELPER_WAIT_S)
-            except PoolTimeout:
-                return  # the pool is busy: the other fetchers take this one's share
+            except Exception:  # PoolTimeout (busy), PoolClosed: the other fetchers take this one's share
+                return
             stack.callback(pool.putconn, conn)
+            working.set()
             try:
                 with conn.transaction():
                     _begin_snapshot(conn, snapshot)
@@ -275,8 +285,14 @@ def _parallel(
             except psycopg.Error:  # could not join the snapshot (or the range failed): the others carry on
                 return
 
+    lead_done = threading.Event()
+    lead_done.set()  # the lead fetcher always works (and is always joined)
+    working = [lead_done] + [threading.Event() for _ in range(helpers)]
     threads = [threading.Thread(target=work, args=(lead,), name="trident-pg-read-0", daemon=True)]
-    threads += [threading.Thread(target=helper, name=f"trident-pg-read-{k + 1}", daemon=True) for k in range(helpers)]
+    threads += [
+        threading.Thread(target=helper, args=(working[k + 1],), name=f"trident-pg-read-{k + 1}", daemon=True)
+        for k in range(helpers)
+    ]
     for th in threads:
         th.start()
     try:
@@ -290,5 +306,6 @@ def _parallel(
         ranges.halt()
         for _ in threads:
             ranges.room.release()  # wake fetchers blocked on room so they see the halt
-        for th in threads:
-            th.join()
+        for th, busy in zip(threads, working, strict=True):
+            if busy.is_set():  # one still waiting for a pooled connection finds the read halted (or the
+                th.join()  # snapshot gone) and leaves on its own: the read does not wait for it
