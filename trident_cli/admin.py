@@ -391,6 +391,10 @@ def maintain(keys: tuple[str, ...], older_than_days: float, retain_last: int) ->
             task = bar.add_task("maintain", total=len(targets))
             for key in targets:
                 r = t.maintain(key, older_than=timedelta(days=older_than_days), retain_last=retain_last)
+                if r.skipped:
+                    rows.append((key, f"skipped: {r.skipped}"))
+                    bar.advance(task)
+                    continue
                 rows.append(
                     (
                         key,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Iterable, Mapping
+from contextlib import ExitStack
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
@@ -17,12 +18,14 @@ from . import reading, validate
 from .control_plane import ControlPlane, DatasetRecord, LedgerEntry, Outcome
 from .embedded_pg import ensure_embedded_postgres
 from .errors import (
+    ConcurrentWriteError,
     DatasetNotFoundError,
     InvalidReadError,
     InvalidWriteError,
     SinkMismatchError,
     TableOwnershipError,
     UnsupportedBySinkError,
+    WriterLockLostError,
 )
 from .identity import refuse_reserved
 from .inputs import to_reader
@@ -33,6 +36,7 @@ from .router import RouteDecision, Router
 from .settings import TridentSettings
 from .sinks import open_sinks
 from .sinks.base import WRITE_MODES, AsOf, Maintenance, ScanPlan, Sink, WriteMode
+from .sql import SandboxCache
 from .transaction import PARTITION_META, Intent, TransactionDriver, Watermarks
 
 if TYPE_CHECKING:  # returned by ingest_stream / migrate
@@ -55,6 +59,7 @@ class Trident:
             else ensure_embedded_postgres(s.home / "pg", idle_minutes=s.embedded_pg_idle_minutes)
         )
         self.control = ControlPlane(dsn, pool_max=s.pg_pool_max)
+        self.sql_sandboxes = SandboxCache()  # locked DuckDB sandboxes kept for repeated queries (sql.py)
         self.router = Router(self.control, s.workspace, s.flag_refresh_seconds)
         try:
             self.driver = TransactionDriver(self.control, open_sinks(s, self.control, dsn), s)
@@ -67,6 +72,7 @@ class Trident:
         return cls(TridentSettings())
 
     def close(self) -> None:
+        self.sql_sandboxes.close()
         self.control.close()
 
     def __enter__(self) -> Trident:
@@ -553,13 +559,24 @@ class Trident:
         exist. Time travel to expired versions ends here; to the version before compaction it
         does not.
 
-        Runs under the dataset's writer lock: a write of the dataset that is open makes this wait
-        (``TRIDENT_WRITER_WAIT_SECONDS``) and then fail with ConcurrentWriteError, changing nothing."""
+        Runs under the dataset's writer lock, taken without waiting: while a write of the dataset
+        is open (or another maintenance holds the lock) nothing is done and the report's
+        ``skipped`` says why, so a nightly run over every dataset succeeds and the next run
+        compacts it. Waiting instead would fail the whole run with ConcurrentWriteError, or hold
+        maintenance hostage to a long stream ingest."""
         validate.maintenance_window(older_than, retain_last, uploads_older_than)
         ds = self.control.dataset(self.workspace, validate_key(key))
         if ds is None:
             raise DatasetNotFoundError(key, self.workspace)
-        with self.driver.locked(ds) as ds:
+        with ExitStack() as stack:
+            try:
+                ds = stack.enter_context(self.driver.locked(ds, wait_s=0))
+            except WriterLockLostError:
+                raise
+            except ConcurrentWriteError:
+                reason = self._busy_reason(ds)
+                log.info("trident maintain %s: skipped, %s", key, reason)
+                return Maintenance(key=ds.key, expired_snapshots=0, deleted_files=0, skipped=reason)
             cleanups = self.driver.retry_cleanups(self.workspace, ds)
             if not ds.exists:
                 if not (cleanups.cleaned or cleanups.pending):
@@ -602,6 +619,17 @@ class Trident:
                 cleaned_txns=len(cleanups.cleaned),
                 cleanup_pending=len(cleanups.pending),
             )
+
+    def _busy_reason(self, ds: DatasetRecord) -> str:
+        """Why ``maintain`` could not take the writer lock, naming the open write when there is one."""
+        open_now = self.control.open_entries(ds.dataset_id)
+        if not open_now:
+            return "its writer lock is held (another maintenance or reconcile of it is running)"
+        e = open_now[0]
+        return (
+            f"a write of it is open (transaction {e.txn_id}, writer {e.writer}, pid {e.pid} on {e.host}, "
+            f"since {e.started_at:%Y-%m-%d %H:%M:%S%z}); the next maintenance does it"
+        )
 
     def pending_cleanup_keys(self) -> list[str]:
         """Datasets with aborted transactions whose storage cleanup could not run yet (including

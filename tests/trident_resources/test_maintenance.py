@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pyarrow as pa
 import pytest
 
 from tests.helpers import cli_env, table, user_rows
@@ -64,6 +65,37 @@ def test_dagster_maintenance_and_canary_jobs(trident: Trident) -> None:
     assert result.success
     assert t.describe("j/legacy").sink == "iceberg_native"
     assert user_rows(t, "j/legacy", "k") == [{"k": 1}, {"k": 2}, {"k": 3}]
+
+
+def test_dagster_maintenance_skips_a_dataset_with_an_open_write(trident: Trident) -> None:
+    """The nightly job succeeds while a write of one dataset is open: that dataset is reported as
+    skipped (with the open transaction), the others are maintained, and the next run compacts it."""
+    from tests.dagster_support import resources_for, succeeded
+    from tests.trident_resources.test_compaction import _open_write
+    from trident_sensors.maintenance import table_maintenance_job
+
+    t = trident
+    for key in ("j/busy", "j/idle"):
+        for i in range(6):
+            t.write(key, pa.table({"id": [i]}), mode="append" if i else "replace")
+    resources = {"trident": resources_for(t.settings)["trident"]}
+    stream = _open_write(t, "j/busy")
+    try:
+        result = table_maintenance_job.execute_in_process(resources=resources)
+        succeeded(result)
+        assert result.output_for_node("maintain_tables") == 1
+        output = next(e for e in result.all_node_events if e.is_successful_output)
+        skipped = output.step_output_data.metadata
+        assert skipped["skipped"].value == 1
+        reasons = skipped["skipped_datasets"].value
+        assert isinstance(reasons, dict) and list(reasons) == ["j/busy"] and "write of it is open" in reasons["j/busy"]
+        assert skipped["compacted_files"].value == 6  # j/idle
+    finally:
+        stream.__exit__(None, None, None)
+    result = table_maintenance_job.execute_in_process(resources=resources)
+    succeeded(result)
+    assert result.output_for_node("maintain_tables") == 2
+    assert len(t.scan_plan("j/busy").files) == 1
 
 
 def test_cli_maintain(trident: Trident) -> None:

@@ -50,8 +50,8 @@ def abort_incomplete_uploads(
     if txn_id is not None:
         prefix += f"{txn_id}-"
     client = (
-        make_signed_client(properties)
-        if remote_signing(properties)
+        make_signed_client(dict(properties))
+        if remote_signing(dict(properties))
         else _client(tuple(sorted((k, v) for k, v in properties.items() if k.startswith("s3.") or k == "client.region")))
     )
     aborted = 0

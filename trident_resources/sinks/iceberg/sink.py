@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import threading
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
@@ -73,6 +74,8 @@ from .credentials import StorageAccess
 from .files import DataFileWriter, PartitionedDataFileWriter, delete_paths, filesystem_for, list_txn_files, list_txn_metadata
 from .maintenance import data_files_of, existing_under, once_referenced
 from .s3_housekeeping import abort_incomplete_uploads
+
+SNAPSHOT_FILES_CACHED = 256  # snapshots whose data file lists scan_plan remembers (immutable, so never stale)
 
 TXN_PROPERTY = "trident.txn-id"
 OWNER_PROPERTY = "trident.dataset-id"
@@ -383,6 +386,8 @@ class IcebergSink(Sink):
         self.access = StorageAccess(settings)
         self._staged_create = not self.access.refreshable_only
         self._locations: dict[uuid.UUID, str] = {}  # dataset id -> table location (scan_path)
+        self._files_by_snapshot: dict[tuple[str, int], tuple[str, ...]] = {}  # (table uuid, snapshot) -> data files
+        self._files_lock = threading.Lock()
         self._nested = (
             settings.catalog_nested_namespaces if settings.catalog_nested_namespaces is not None else bool(settings.catalog_uri)
         )
@@ -964,7 +969,7 @@ class IcebergSink(Sink):
             return ScanPlan(
                 key=ds.key, path=path, schema=schema, reason=reason, snapshot_id=None if snap is None else snap.snapshot_id
             )
-        locations = [f.file_path for f in self.data_files(table, snapshot_id=snapshot_id)]
+        locations = self._snapshot_files(table, snap.snapshot_id if snap is not None else None)
         if any("://" in p and not p.startswith("file://") for p in locations):  # a file written elsewhere
             return ScanPlan(
                 key=ds.key,
@@ -983,6 +988,24 @@ class IcebergSink(Sink):
             files=files,
             field_ids=tuple(f.field_id for f in iceberg_schema.fields),
         )
+
+    def _snapshot_files(self, table: Table, snapshot_id: int | None) -> list[str]:
+        """The data file paths of one snapshot, remembered: a snapshot never changes, and reading
+        its manifests was a third of a small SQL query's fixed cost (issue 12). Keyed by the
+        table's uuid too, so a dropped and recreated table never reuses another's entry."""
+        if snapshot_id is None:
+            return []
+        key = (str(table.metadata.table_uuid), snapshot_id)
+        with self._files_lock:
+            hit = self._files_by_snapshot.get(key)
+        if hit is not None:
+            return list(hit)
+        files = tuple(f.file_path for f in self.data_files(table, snapshot_id=snapshot_id))
+        with self._files_lock:
+            self._files_by_snapshot[key] = files
+            while len(self._files_by_snapshot) > SNAPSHOT_FILES_CACHED:
+                self._files_by_snapshot.pop(next(iter(self._files_by_snapshot)))
+        return list(files)
 
     def compact(self, ds: DatasetRecord) -> Maintenance:
         """Small data files rewritten into target-size ones, ONE snapshot, identity unchanged
