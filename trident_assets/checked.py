@@ -6,8 +6,13 @@ assets, so most of a UI run was process start-ups. Here the checks are ``check_s
 asset: the step writes the output (the IO manager runs when the ``Output`` is yielded, before this
 generator resumes), then evaluates each selected check against what was just written, in the same
 process. A failing blocking check fails the step after its result is recorded, so downstream
-assets do not run, as before. Write-audit-publish evaluates the same specs against the staged
-version before publishing.
+assets do not run, as before.
+
+Write-audit-publish: with a selected blocking check, the step writes the output as a staged
+version itself (``write_output``, what the IO manager would do), evaluates the checks against it,
+and only then yields the ``Output``: published when every blocking check passed, so Dagster's
+materialization is the version readers see; when one failed, no materialization at all (nothing
+new is current), the check results, an observation naming the staged txn, and ChecksFailedError.
 
 The asset is a subsettable one-output ``multi_asset``, because Dagster cannot run the checks of a
 plain ``@asset`` without materializing it: ``trident check`` (and "Execute checks" in the UI)
@@ -23,8 +28,9 @@ from typing import Any
 
 import dagster as dg
 
-from trident_resources import ChecksFailedError
 from trident_resources.dagster import TridentOutput, TridentResource, dataset_pool
+from trident_resources.dagster.gate import GATE_META, checks_failed, gate_checks, supersede
+from trident_resources.dagster.io_manager import AuditedVersion, asset_key_to_key, write_output
 from trident_resources.keys import validate_key
 
 from .expectations import Expectation, check_key, check_result, check_specs
@@ -60,28 +66,68 @@ def _gates(context: dg.AssetExecutionContext, trident: TridentResource, key: str
     return trident.get_client().resolve_sink(key) == "iceberg_native"
 
 
+def _staged_write(
+    context: dg.AssetExecutionContext, trident: TridentResource, akey: dg.AssetKey, out: Any
+) -> tuple[uuid.UUID, AuditedVersion]:
+    """Write ``out`` as a staged version, as the IO manager would have written it, recording the
+    blocking checks of *other* steps that must pass too before anything publishes it (gate.py)."""
+    t = trident.get_client()
+    spec = context.assets_def.specs_by_key[akey]
+    gate = gate_checks(context.get_step_execution_context(), akey)
+    if gate:
+        supersede(t, asset_key_to_key(akey), context.run.run_id)
+    staged = uuid.uuid4()
+    out = replace(out, stage_txn=staged) if isinstance(out, TridentOutput) else TridentOutput(out, stage_txn=staged)
+    result, provenance = write_output(
+        t,
+        asset_key_to_key(akey),
+        out,
+        run_id=context.run.run_id,
+        definition_metadata=spec.metadata or {},
+        upstream=[asset_key_to_key(d.asset_key) for d in spec.deps],
+        gate=gate,
+    )
+    return staged, AuditedVersion(result, provenance, out.metadata)
+
+
 def _publish_or_refuse(
     context: dg.AssetExecutionContext,
     trident: TridentResource,
     key: str,
     expectations: Sequence[Expectation],
     results: Sequence[dg.AssetCheckResult],
-    staged: uuid.UUID,
-) -> None:
-    """Publish the audited version only if every blocking check passed; otherwise the previous
-    version stays current and the step fails naming the checks and the staged txn."""
+    audited: AuditedVersion,
+    name: str,
+) -> Iterator[Any]:
+    """The audited version's fate: published (and materialized in Dagster) only if every
+    blocking check passed, unless blocking checks of other steps still gate it (then it is
+    reported staged and gate.py publishes it); otherwise no materialization, an observation
+    naming the staged txn, and the step fails naming the checks and the txn."""
+    staged = audited.result.txn_id
     blocking = {e.name for e in expectations if e.blocking}
     failed = [r.check_name for r in results if not r.passed and r.check_name in blocking]
     warned = [r.check_name for r in results if not r.passed and r.check_name not in blocking]
     if failed:
-        raise ChecksFailedError(
-            f"{key}: blocking check(s) {failed} failed on staged transaction {staged}; it was not published "
-            f"(readers still see the previous version). Inspect it with `trident sql --staged` or "
-            f"Trident.read({key!r}, staged=...), then `trident publish {key} {staged}` or `trident discard {key} {staged}`"
+        yield from results
+        yield dg.AssetObservation(
+            asset_key=dg.AssetKey(key.split("/")),
+            description=f"staged transaction {staged} was not published",
+            metadata={
+                "trident/status": "rejected: still staged, not published",
+                "trident/staged_txn": str(staged),
+                "trident/failed_checks": failed,
+                "trident/staged_row_count": audited.result.row_count,
+            },
         )
+        raise checks_failed(key, staged, failed)
     if warned:
         context.log.warning(f"{key}: non-blocking check(s) {warned} failed; publishing {staged} anyway")
-    trident.get_client().publish(key, staged)
+    t = trident.get_client()
+    entry = next((e for _, e in t.staged(key) if e.txn_id == staged), None)
+    if entry is not None and not (entry.metadata or {}).get(GATE_META):
+        audited = replace(audited, result=t.publish(key, staged))  # the exact audited snapshot
+    yield dg.Output(audited, output_name=name)
+    yield from results
 
 
 def checked_asset(
@@ -125,19 +171,15 @@ def checked_asset(
             pool=dataset_pool(key, partitions_def),
         )
         def _asset(context: dg.AssetExecutionContext, trident: TridentResource) -> Iterator[Any]:
-            staged: uuid.UUID | None = None
             if akey in context.selected_asset_keys:
                 out = fn(context, trident)
                 if _gates(context, trident, key, expectations):  # write-audit-publish: stage, check, publish
-                    staged = uuid.uuid4()
-                    out = (
-                        replace(out, stage_txn=staged) if isinstance(out, TridentOutput) else TridentOutput(out, stage_txn=staged)
-                    )
+                    staged, audited = _staged_write(context, trident, akey, out)
+                    results = list(checked_results(context, trident, key, expectations, staged=staged))
+                    yield from _publish_or_refuse(context, trident, key, expectations, results, audited, name)
+                    return
                 yield dg.Output(out, output_name=name)  # written by the IO manager here
-            results = list(checked_results(context, trident, key, expectations, staged=staged))
-            yield from results
-            if staged is not None:
-                _publish_or_refuse(context, trident, key, expectations, results, staged)
+            yield from checked_results(context, trident, key, expectations)
 
         return _asset
 
