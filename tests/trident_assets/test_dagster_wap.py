@@ -20,7 +20,7 @@ from pydantic import SecretStr
 from tests.dagster_support import materialize_nodes, materialized, resources_for, step_errors, succeeded
 from tests.trident_resources.test_transactions import _txn_files
 from trident_assets import expectations as ex
-from trident_assets.factories import transform_asset
+from trident_assets.factories import split_asset, transform_asset
 from trident_resources import Trident, TridentSettings
 from trident_resources.dagster import TridentResource
 from trident_resources.dagster.gate import GATE_META
@@ -284,3 +284,51 @@ def test_the_gate_under_the_multiprocess_executor(
         assert _ks(t, "gated_out", staged=staged.txn_id) == [5, 5]
         [rejected] = _observations(instance, run_id, "gated_out")
         assert rejected["trident/staged_txn"] == str(staged.txn_id) and rejected["trident/failed_checks"] == ["unique_k"]
+
+
+def test_a_split_is_gated_and_its_halves_go_live_together(settings: TridentSettings, trident: Trident) -> None:
+    """One staged txn per output; a blocking failure on one half publishes neither."""
+    t = trident
+    t.write("wsp/src", pa.table({"k": [1, 2, 3, 4]}))
+    node = split_asset("wsp/high", "wsp/low", "wsp/src", "k >= 3", expectations={"wsp/high": [ex.unique("k")]})
+    ok = materialize_nodes(settings, [node])
+    assert ok.success, step_errors(ok)
+    assert _ks(t, "wsp/high") == [3, 4] and _ks(t, "wsp/low") == [1, 2] and t.staged() == []
+    for key in ("wsp/high", "wsp/low"):  # each published exactly its audited, staged snapshot
+        [entry] = t.history(key)
+        assert entry.staged_at is not None and t.describe(key).snapshot_id == entry.snapshot_id
+        assert materialized(ok)[key]["trident/txn_id"] == str(entry.txn_id)
+
+    t.write("wsp/src", pa.table({"k": [0, 3]}), mode="append")  # a duplicate in the high half
+    bad = materialize_nodes(settings, [node])
+    assert not bad.success
+    assert _ks(t, "wsp/high") == [3, 4] and _ks(t, "wsp/low") == [1, 2]  # neither half went live
+    staged = dict(t.staged())
+    assert set(staged) == {"wsp/high", "wsp/low"}
+    assert _ks(t, "wsp/high", staged=staged["wsp/high"].txn_id) == [3, 3, 4]
+    assert _ks(t, "wsp/low", staged=staged["wsp/low"].txn_id) == [0, 1, 2]
+    errors = "\n".join(step_errors(bad))
+    assert "ChecksFailedError" in errors and "unique_k" in errors
+    assert all(str(e.txn_id) in errors for e in staged.values())
+    assert materialized(bad) == {}
+
+
+def test_a_blocking_check_that_raises_rejects_like_a_failing_one(settings: TridentSettings, trident: Trident) -> None:
+    t = trident
+    t.write("crashy", pa.table({"k": [7]}))
+    instance = dg.DagsterInstance.ephemeral()
+
+    @dg.asset(key="crashy")
+    def crashy() -> pa.Table:
+        return pa.table({"k": [1, 2]})
+
+    @dg.asset_check(asset=crashy, blocking=True)
+    def explodes(crashy: pa.Table) -> dg.AssetCheckResult:
+        raise RuntimeError("the check itself broke")
+
+    bad = _run(settings, [crashy, explodes], instance)
+    assert not bad.success
+    assert _ks(t, "crashy") == [7]
+    [(_, staged)] = t.staged("crashy")
+    [rejected] = _observations(instance, bad.run_id, "crashy")
+    assert rejected["trident/staged_txn"] == str(staged.txn_id) and rejected["trident/failed_checks"] == ["explodes"]

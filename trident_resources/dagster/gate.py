@@ -37,6 +37,7 @@ from ..facade import Trident
 
 RUN_ID = "dagster_run_id"  # ledger metadata key: the commit came from this Dagster run
 GATE_META = "trident.gate"  # ledger metadata of a gated staged write: the blocking checks that must pass
+GATE_STEPS_META = "trident.gate_steps"  # ... and the step running each (a step that fails without a result rejects)
 
 log = logging.getLogger(__name__)
 
@@ -53,11 +54,12 @@ def step_of(context: dg.OutputContext | dg.InputContext) -> Any | None:
         return None
 
 
-def gate_checks(step_context: Any, asset_key: dg.AssetKey) -> list[str]:
-    """Names of the blocking checks of ``asset_key`` that this run executes in *other* steps than
-    the one writing it (checks of the asset's own step are audited there, see checked_asset)."""
+def gate_checks(step_context: Any, asset_key: dg.AssetKey) -> dict[str, str]:
+    """The blocking checks of ``asset_key`` that this run executes in *other* steps than the one
+    writing it (checks of the asset's own step are audited there, see checked_asset): check name
+    -> the step that runs it."""
     if step_context is None:
-        return []
+        return {}
     layer = step_context.job_def.asset_layer
     own = layer.get_assets_def_for_node(step_context.node_handle)
     own_checks = set(own.check_keys) if own is not None else set()
@@ -65,13 +67,14 @@ def gate_checks(step_context: Any, asset_key: dg.AssetKey) -> list[str]:
     # plans only itself); None: every step of the (already subset) job
     run_steps = step_context.dagster_run.step_keys_to_execute
     to_run = set(run_steps) if run_steps is not None else None
-    names = []
+    gate = {}
     for ck in layer.asset_graph.asset_check_keys:
         if ck.asset_key != asset_key or ck in own_checks or not layer.asset_graph.get(ck).blocking:
             continue
-        if to_run is None or str(layer.get_op_output_handle(ck).node_handle) in to_run:
-            names.append(ck.name)
-    return sorted(names)
+        step = str(layer.get_op_output_handle(ck).node_handle)
+        if to_run is None or step in to_run:
+            gate[ck.name] = step
+    return dict(sorted(gate.items()))
 
 
 def audits(step_context: Any, asset_key: dg.AssetKey) -> bool:
@@ -122,7 +125,10 @@ def settle(t: Trident, instance: dg.DagsterInstance, run_id: str) -> list[Decisi
         with _pending_lock:
             _pending_runs.discard(run_id)
         return []
-    records = instance.all_logs(run_id, of_type={DagsterEventType.ASSET_CHECK_EVALUATION, DagsterEventType.ASSET_OBSERVATION})
+    records = instance.all_logs(
+        run_id,
+        of_type={DagsterEventType.ASSET_CHECK_EVALUATION, DagsterEventType.ASSET_OBSERVATION, DagsterEventType.STEP_FAILURE},
+    )
     decisions = []
     for key, entry in pending:
         decisions.append(_settle_one(t, instance, run_id, key, entry, records))
@@ -136,13 +142,17 @@ def _settle_one(t: Trident, instance: dg.DagsterInstance, run_id: str, key: str,
     asset_key = dg.AssetKey(key.split("/"))
     gate = list(entry.metadata[GATE_META])
     since = (entry.staged_at or entry.started_at).timestamp()
+    steps = dict(entry.metadata.get(GATE_STEPS_META) or {})
     latest: dict[str, Any] = {}
+    crashed: set[str] = set()  # steps that failed: a check among them without a result never passes
     reported = False
     for rec in records:  # in event order: the last evaluation of a check wins
         ev = rec.dagster_event
         if ev is None or rec.timestamp < since:
             continue
-        if ev.event_type == DagsterEventType.ASSET_CHECK_EVALUATION:
+        if ev.event_type == DagsterEventType.STEP_FAILURE:
+            crashed.add(str(ev.step_key))
+        elif ev.event_type == DagsterEventType.ASSET_CHECK_EVALUATION:
             evaluation = ev.event_specific_data
             if evaluation.asset_key == asset_key:
                 latest[evaluation.check_name] = evaluation
@@ -150,7 +160,12 @@ def _settle_one(t: Trident, instance: dg.DagsterInstance, run_id: str, key: str,
             obs = ev.event_specific_data.asset_observation
             decided = "trident/gate" in obs.metadata  # the gate's own report (not a check's input load)
             reported = reported or (decided and _meta_text(obs.metadata.get("trident/staged_txn")) == str(entry.txn_id))
-    failed = tuple(n for n in gate if n in latest and not latest[n].passed and latest[n].severity == dg.AssetCheckSeverity.ERROR)
+    failed = tuple(
+        n
+        for n in gate
+        if (n in latest and not latest[n].passed and latest[n].severity == dg.AssetCheckSeverity.ERROR)
+        or (n not in latest and steps.get(n) in crashed)
+    )
     if failed:
         if not reported:
             meta = {"trident/status": "rejected: still staged, not published", "trident/failed_checks": list(failed)}
@@ -203,8 +218,18 @@ def rejection_message(key: str, txn_id: uuid.UUID, failed: Sequence[str]) -> str
     )
 
 
-def checks_failed(key: str, txn_id: uuid.UUID, failed: Sequence[str]) -> ChecksFailedError:
-    return ChecksFailedError(rejection_message(key, txn_id, failed))
+def checks_failed(staged: Mapping[str, tuple[uuid.UUID, Sequence[str]]]) -> ChecksFailedError:
+    """The step error of rejected staged versions: key -> (staged txn, its failed blocking checks)."""
+    return ChecksFailedError("; ".join(_step_rejection(k, txn, failed) for k, (txn, failed) in staged.items()))
+
+
+def _step_rejection(key: str, txn_id: uuid.UUID, failed: Sequence[str]) -> str:
+    if failed:
+        return rejection_message(key, txn_id, failed)
+    return (  # another output of the same step failed: the outputs of one step go live together or not at all
+        f"{key}: staged transaction {txn_id} was not published either (the step's other output failed); "
+        f"`trident publish {key} {txn_id}` or `trident discard {key} {txn_id}`"
+    )
 
 
 def _meta_text(value: Any) -> str | None:

@@ -47,7 +47,7 @@ from ..keys import iceberg_identifier
 from ..results import Description, WriteResult
 from ..schemas import describe_schema
 from ..sinks.base import WriteMode
-from .gate import GATE_META, RUN_ID, audits, gate_checks, note_pending, staged_in_run, step_of, supersede
+from .gate import GATE_META, GATE_STEPS_META, RUN_ID, audits, gate_checks, note_pending, staged_in_run, step_of, supersede
 from .partitions import input_partition, output_partition, partition_metadata
 from .provenance import lineage_entry, merge_provenance
 from .resource import TridentResource
@@ -128,9 +128,9 @@ class TridentIOManager(dg.ConfigurableIOManager):
             return
         out = obj if isinstance(obj, TridentOutput) else TridentOutput(data=obj)
         partition = output_partition(context)  # partitions hook: PartitionError unless declared (partitions.py)
-        gate = gate_checks(step_of(context), context.asset_key) if out.stage_txn is None else []
-        if gate and not self._gateable(context, t, key, partition, gate):
-            gate = []
+        gate = gate_checks(step_of(context), context.asset_key) if out.stage_txn is None else {}
+        if gate and not self._gateable(context, t, key, partition, list(gate)):
+            gate = {}
         if gate:
             supersede(t, key, context.run_id)
         result, provenance = write_output(
@@ -213,18 +213,19 @@ def write_output(
     definition_metadata: Mapping[str, Any],
     upstream: Sequence[str],
     partition: Any = None,
-    gate: Sequence[str] = (),
+    gate: Mapping[str, str] | None = None,
 ) -> tuple[WriteResult, Mapping[str, Any] | None]:
     """Write one asset output through the facade (what ``handle_output`` does, shared with
     checked assets that write and audit in their own step): a staged version when
-    ``out.stage_txn`` is set or ``gate`` names blocking checks of other steps (recorded in the
+    ``out.stage_txn`` is set or ``gate`` names blocking checks of other steps (check -> step, recorded in the
     ledger, with the run, for gate.py to settle)."""
     meta = definition_metadata
     mode: WriteMode = out.mode or meta.get(META_MODE) or "replace"
     keys = out.keys if out.keys is not None else meta.get(META_KEYS)
     ledger_meta: dict[str, Any] = {RUN_ID: run_id, **{k: _plain(v) for k, v in out.metadata.items()}}
     if gate:
-        ledger_meta[GATE_META] = list(gate)
+        ledger_meta[GATE_META] = sorted(gate)
+        ledger_meta[GATE_STEPS_META] = dict(gate)
     try:
         provenance = out.provenance if out.provenance is not None else meta.get(META_PROVENANCE)
         if out.merge_upstream:
