@@ -24,6 +24,7 @@ from trident_assets.factories import split_asset, transform_asset
 from trident_resources import Trident, TridentSettings
 from trident_resources.dagster import TridentResource
 from trident_resources.dagster.gate import GATE_META
+from trident_sensors.commits import trident_commits
 
 
 def _observed(result: dg.ExecuteInProcessResult) -> list[Any]:
@@ -332,3 +333,28 @@ def test_a_blocking_check_that_raises_rejects_like_a_failing_one(settings: Tride
     [(_, staged)] = t.staged("crashy")
     [rejected] = _observations(instance, bad.run_id, "crashy")
     assert rejected["trident/staged_txn"] == str(staged.txn_id) and rejected["trident/failed_checks"] == ["explodes"]
+
+
+def test_an_operator_publish_of_a_rejected_version_is_reported_by_the_ledger_sensor(
+    settings: TridentSettings, trident: Trident
+) -> None:
+    """The rejected run recorded no materialization; the version becomes current when an operator
+    publishes it, and the ledger sensor reports that commit (a passing gated run's is not)."""
+    t = trident
+    t.write("wap5/src", pa.table({"k": [1]}))
+    node = transform_asset("wap5/out", "wap5/src", "SELECT k FROM source", expectations=[ex.unique("k")])
+    defs = dg.Definitions(assets=[node.assets_def], sensors=[trident_commits], resources=resources_for(settings))
+    with dg.instance_for_test() as instance:
+        job = defs.resolve_implicit_global_asset_job_def()
+        assert job.execute_in_process(instance=instance).success
+        t.write("wap5/src", pa.table({"k": [1]}), mode="append")
+        assert not job.execute_in_process(instance=instance, raise_on_error=False).success
+        [(_, staged)] = t.staged("wap5/out")
+        t.publish("wap5/out", staged.txn_id)
+        with dg.build_sensor_context(
+            instance=instance, definitions=defs, resources={"trident": TridentResource.from_settings(settings)}
+        ) as context:
+            result = trident_commits(context)
+        assert isinstance(result, dg.SensorResult)
+        reported = [e for e in result.asset_events or [] if e.asset_key == dg.AssetKey(["wap5", "out"])]
+        assert [e.metadata["trident/txn_id"].value for e in reported] == [str(staged.txn_id)]
