@@ -141,14 +141,16 @@ def settle(t: Trident, instance: dg.DagsterInstance, run_id: str) -> list[Decisi
 def _settle_one(t: Trident, instance: dg.DagsterInstance, run_id: str, key: str, entry: Any, records: Sequence[Any]) -> Decision:
     asset_key = dg.AssetKey(key.split("/"))
     gate = list(entry.metadata[GATE_META])
-    since = (entry.staged_at or entry.started_at).timestamp()
     steps = dict(entry.metadata.get(GATE_STEPS_META) or {})
     latest: dict[str, Any] = {}
     crashed: set[str] = set()  # steps that failed: a check among them without a result never passes
     reported = False
+    # Every event of the run counts, with no clock comparison (Postgres's and the workers' clocks
+    # may differ): the checks of an asset run after its step succeeded, which happens once per run,
+    # and a version staged by an earlier attempt of that step was superseded (discarded).
     for rec in records:  # in event order: the last evaluation of a check wins
         ev = rec.dagster_event
-        if ev is None or rec.timestamp < since:
+        if ev is None:
             continue
         if ev.event_type == DagsterEventType.STEP_FAILURE:
             crashed.add(str(ev.step_key))
