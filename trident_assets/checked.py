@@ -6,8 +6,13 @@ assets, so most of a UI run was process start-ups. Here the checks are ``check_s
 asset: the step writes the output (the IO manager runs when the ``Output`` is yielded, before this
 generator resumes), then evaluates each selected check against what was just written, in the same
 process. A failing blocking check fails the step after its result is recorded, so downstream
-assets do not run, as before. Write-audit-publish evaluates the same specs against the staged
-version before publishing.
+assets do not run, as before.
+
+Write-audit-publish: with a selected blocking check, the step writes the output as a staged
+version itself (``write_output``, what the IO manager would do), evaluates the checks against it,
+and only then yields the ``Output``: published when every blocking check passed, so Dagster's
+materialization is the version readers see; when one failed, no materialization at all (nothing
+new is current), the check results, an observation naming the staged txn, and ChecksFailedError.
 
 The asset is a subsettable one-output ``multi_asset``, because Dagster cannot run the checks of a
 plain ``@asset`` without materializing it: ``trident check`` (and "Execute checks" in the UI)
@@ -17,14 +22,15 @@ Each asset also names its dataset's concurrency pool (``trident_resources.dagste
 """
 
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 import dagster as dg
 
-from trident_resources import ChecksFailedError
 from trident_resources.dagster import TridentOutput, TridentResource, dataset_pool
+from trident_resources.dagster.gate import GATE_META, checks_failed, gate_checks, supersede
+from trident_resources.dagster.io_manager import AuditedVersion, asset_key_to_key, write_output
 from trident_resources.keys import validate_key
 
 from .expectations import Expectation, check_key, check_result, check_specs
@@ -50,38 +56,104 @@ def checked_results(
             yield check_result(t, key, e, staged=staged)
 
 
-def _gates(context: dg.AssetExecutionContext, trident: TridentResource, key: str, expectations: Sequence[Expectation]) -> bool:
-    """Write-audit-publish applies: a selected blocking check, a sink that can hold a staged
-    version, and no partition run (writers of other partitions move the published version, and
-    a staged version is only published onto the version it was staged on)."""
-    blocking = any(e.blocking and check_key(key, e) in context.selected_asset_check_keys for e in expectations)
-    if not blocking or context.has_partition_key or context.has_partition_key_range:
+def gates(context: dg.AssetExecutionContext, trident: TridentResource, expectations: Mapping[str, Sequence[Expectation]]) -> bool:
+    """Write-audit-publish applies to this step's outputs: a selected blocking check on one of
+    them, sinks that can hold a staged version, and no partition run (writers of other partitions
+    move the published version, and a staged version is only published onto the version it was
+    staged on; partition runs write directly, README "Write-audit-publish")."""
+    selected = context.selected_asset_check_keys
+    blocking = any(e.blocking and check_key(k, e) in selected for k, exps in expectations.items() for e in exps)
+    if not blocking:
         return False
-    return trident.get_client().resolve_sink(key) == "iceberg_native"
+    why = None
+    if context.has_partition_key or context.has_partition_key_range:
+        why = "a partition run"
+    else:
+        t = trident.get_client()
+        sinks = {k: t.resolve_sink(k) for k in expectations}
+        if any(s != "iceberg_native" for s in sinks.values()):
+            why = f"sinks {sinks}: only the trident (iceberg_native) holds staged versions"
+    if why is not None:
+        context.log.warning(f"{list(expectations)}: blocking checks do not gate this write ({why}); it is published directly")
+        return False
+    return True
 
 
-def _publish_or_refuse(
+def staged_write(context: dg.AssetExecutionContext, trident: TridentResource, key: str, out: Any) -> AuditedVersion:
+    """Write ``out`` as a staged version of ``key``, as the IO manager would have written it,
+    recording the blocking checks of *other* steps that must pass too before anything publishes
+    it (gate.py)."""
+    t = trident.get_client()
+    akey = dg.AssetKey(key.split("/"))
+    spec = context.assets_def.specs_by_key[akey]
+    gate = gate_checks(context.get_step_execution_context(), akey)
+    if gate:
+        supersede(t, key, context.run.run_id)
+    out = replace(out, stage_txn=uuid.uuid4()) if isinstance(out, TridentOutput) else TridentOutput(out, stage_txn=uuid.uuid4())
+    result, provenance = write_output(
+        t,
+        key,
+        out,
+        run_id=context.run.run_id,
+        definition_metadata=spec.metadata or {},
+        upstream=[asset_key_to_key(d.asset_key) for d in spec.deps],
+        gate=gate,
+    )
+    return AuditedVersion(result, provenance, out.metadata)
+
+
+def audit_and_publish(
     context: dg.AssetExecutionContext,
     trident: TridentResource,
-    key: str,
-    expectations: Sequence[Expectation],
-    results: Sequence[dg.AssetCheckResult],
-    staged: uuid.UUID,
-) -> None:
-    """Publish the audited version only if every blocking check passed; otherwise the previous
-    version stays current and the step fails naming the checks and the staged txn."""
-    blocking = {e.name for e in expectations if e.blocking}
-    failed = [r.check_name for r in results if not r.passed and r.check_name in blocking]
-    warned = [r.check_name for r in results if not r.passed and r.check_name not in blocking]
+    staged: Mapping[str, tuple[str, AuditedVersion]],
+    expectations: Mapping[str, Sequence[Expectation]],
+) -> Iterator[Any]:
+    """Evaluate the selected checks against the staged versions (``staged``: key -> (output name,
+    version), one staged txn per output), then decide for all of them together: published and
+    yielded as outputs (the exact audited snapshots) only when every blocking check of every
+    output passed, so the outputs of one step (a split's halves) never go live apart; otherwise
+    no materialization, an observation per output naming its staged txn, the check results, and
+    ChecksFailedError naming the failed checks and the staged txns. A version that blocking
+    checks of other steps still gate is reported staged and published by gate.py."""
+    results: list[dg.AssetCheckResult] = []
+    for k, exps in expectations.items():
+        txn = staged[k][1].result.txn_id if k in staged else None
+        results.extend(checked_results(context, trident, k, exps, staged=txn))
+    blocking = {check_key(k, e) for k, exps in expectations.items() for e in exps if e.blocking}
+    failed = [r for r in results if not r.passed and _result_key(r) in blocking]
+    warned = [r for r in results if not r.passed and _result_key(r) not in blocking]
     if failed:
-        raise ChecksFailedError(
-            f"{key}: blocking check(s) {failed} failed on staged transaction {staged}; it was not published "
-            f"(readers still see the previous version). Inspect it with `trident sql --staged` or "
-            f"Trident.read({key!r}, staged=...), then `trident publish {key} {staged}` or `trident discard {key} {staged}`"
-        )
+        yield from results
+        failed_by_key = {
+            k: [_result_key(r).name for r in failed if asset_key_to_key(_result_key(r).asset_key) == k] for k in staged
+        }
+        for k, (_, audited) in staged.items():
+            yield dg.AssetObservation(
+                asset_key=dg.AssetKey(k.split("/")),
+                description=f"staged transaction {audited.result.txn_id} was not published",
+                metadata={
+                    "trident/status": "rejected: still staged, not published",
+                    "trident/staged_txn": str(audited.result.txn_id),
+                    "trident/failed_checks": [_result_key(r).to_user_string() for r in failed],
+                    "trident/staged_row_count": audited.result.row_count,
+                },
+            )
+        raise checks_failed({k: (audited.result.txn_id, failed_by_key[k]) for k, (_, audited) in staged.items()})
     if warned:
-        context.log.warning(f"{key}: non-blocking check(s) {warned} failed; publishing {staged} anyway")
-    trident.get_client().publish(key, staged)
+        context.log.warning(
+            f"non-blocking check(s) {[_result_key(r).to_user_string() for r in warned]} failed; publishing anyway"
+        )
+    t = trident.get_client()
+    for k, (name, audited) in staged.items():
+        entry = next((e for _, e in t.staged(k) if e.txn_id == audited.result.txn_id), None)
+        if entry is not None and not (entry.metadata or {}).get(GATE_META):
+            audited = replace(audited, result=t.publish(k, audited.result.txn_id))  # the exact audited snapshot
+        yield dg.Output(audited, output_name=name)
+    yield from results
+
+
+def _result_key(r: dg.AssetCheckResult) -> dg.AssetCheckKey:
+    return dg.AssetCheckKey(r.asset_key or dg.AssetKey([]), r.check_name or "")
 
 
 def checked_asset(
@@ -125,19 +197,14 @@ def checked_asset(
             pool=dataset_pool(key, partitions_def),
         )
         def _asset(context: dg.AssetExecutionContext, trident: TridentResource) -> Iterator[Any]:
-            staged: uuid.UUID | None = None
             if akey in context.selected_asset_keys:
                 out = fn(context, trident)
-                if _gates(context, trident, key, expectations):  # write-audit-publish: stage, check, publish
-                    staged = uuid.uuid4()
-                    out = (
-                        replace(out, stage_txn=staged) if isinstance(out, TridentOutput) else TridentOutput(out, stage_txn=staged)
-                    )
+                if gates(context, trident, {key: expectations}):  # write-audit-publish: stage, check, publish
+                    audited = staged_write(context, trident, key, out)
+                    yield from audit_and_publish(context, trident, {key: (name, audited)}, {key: expectations})
+                    return
                 yield dg.Output(out, output_name=name)  # written by the IO manager here
-            results = list(checked_results(context, trident, key, expectations, staged=staged))
-            yield from results
-            if staged is not None:
-                _publish_or_refuse(context, trident, key, expectations, results, staged)
+            yield from checked_results(context, trident, key, expectations)
 
         return _asset
 

@@ -16,6 +16,7 @@ import duckdb
 
 from trident_resources import Trident, TridentError
 from trident_resources.dagster import TridentResource
+from trident_resources.dagster.gate import staged_in_run
 
 
 @dataclass(frozen=True)
@@ -123,7 +124,9 @@ def _check(key: str, e: Expectation) -> dg.AssetChecksDefinition:
         metadata={"trident/sql": e.sql.format(dataset=f'"{key}"')},
     )
     def _run(context: dg.AssetCheckExecutionContext, trident: TridentResource) -> dg.AssetCheckResult:
-        return check_result(trident.get_client(), key, e)
+        t = trident.get_client()
+        # write-audit-publish (gate.py): the version this run staged, if the asset was gated
+        return check_result(t, key, e, staged=staged_in_run(t, key, context.run.run_id))
 
     return _run
 

@@ -25,10 +25,11 @@ import pyarrow as pa
 
 from trident_resources import Trident, TridentError
 from trident_resources.dagster import TridentOutput, TridentResource, dataset_pool
+from trident_resources.dagster.io_manager import AuditedVersion
 from trident_resources.dagster.partitions import declared, run_partition
 from trident_resources.keys import validate_key
 
-from .checked import checked_asset, checked_results  # issue 13: expectations run in the asset's own step
+from .checked import audit_and_publish, checked_asset, checked_results, gates, staged_write  # issue 13: in-step checks
 from .compute import DEFAULT_BATCH_ROWS, SOURCE_ROW_INDEX, Session, open_session
 from .expectations import Expectation, check_specs
 from .join_guard import SourceStats, check_join, max_join_rows
@@ -283,9 +284,7 @@ def split_asset(
         check_specs=[s for k, exps in (expectations or {}).items() for s in check_specs(k, exps)],
         pool=dataset_pool(matched, partitions_def),
     )
-    def _split(
-        context: dg.AssetExecutionContext, trident: TridentResource
-    ) -> Iterator[dg.Output[TridentOutput] | dg.AssetCheckResult]:
+    def _split(context: dg.AssetExecutionContext, trident: TridentResource) -> Iterator[Any]:
         t = trident.get_client()
         sinks = {k: t.resolve_sink(k) for k in outs.values()}
         if len(set(sinks.values())) > 1:
@@ -294,6 +293,8 @@ def split_asset(
                 "a split writes both halves to one sink (pin both datasets to the same sink)"
             )
         selected = {"/".join(k.path) for k in context.selected_asset_keys}
+        gated = gates(context, trident, {k: (expectations or {}).get(k, []) for k in outs.values() if k in selected})
+        staged: dict[str, tuple[str, AuditedVersion]] = {}
         for o, k in outs.items():
             if k not in selected:
                 continue
@@ -303,7 +304,13 @@ def split_asset(
                 return session.stream(f"SELECT {columns} FROM source WHERE {wheres[o]}", batch_rows), {"trident/split": o}
 
             out = _node_output(t, k, {"source": source}, strategy, provenance, build, partition=run_partition(context, k))
-            yield dg.Output(out, output_name=_akey(k).to_python_identifier())
+            if gated:  # write-audit-publish: both halves staged (one txn each), published together
+                staged[k] = (_akey(k).to_python_identifier(), staged_write(context, trident, k, out))
+            else:
+                yield dg.Output(out, output_name=_akey(k).to_python_identifier())
+        if gated:
+            yield from audit_and_publish(context, trident, staged, dict(expectations or {}))
+            return
         for k, exps in (expectations or {}).items():  # issue 13: after both halves are written
             yield from checked_results(context, trident, k, exps)
 

@@ -4,7 +4,9 @@ as a runless materialization of that dataset's asset, so the asset's history sho
 and automation conditions (``dg.AutomationCondition.eager()`` on a delta node) react to it.
 
 A commit made by a Dagster run carries the run's id in its ledger metadata (the IO manager puts it
-there, whatever the writer) and is skipped: Dagster recorded that materialization already.
+there, whatever the writer) and is skipped: Dagster recorded that materialization already. The
+exception is a version a run staged and its blocking checks rejected, published later by an
+operator: that run failed and recorded no current version, so the publish is reported.
 
 The cursor is the ledger's commit sequence (``Trident.commits_since``). Two writers committing at
 the same moment can make a sequence number visible a moment after a larger one, so the cursor only
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -55,17 +58,33 @@ class LedgerCursor:
         return json.dumps({"after": self.after, "seen": sorted(self.seen)})
 
 
-def from_dagster(entry: LedgerEntry) -> bool:
-    """The commit was made by a Dagster run (which recorded its own materialization)."""
-    return bool((entry.metadata or {}).get(RUN_ID))
+def from_dagster(entry: LedgerEntry, failed_runs: AbstractSet[str] = frozenset()) -> bool:
+    """The commit was made by a Dagster run (which recorded its own materialization). Not so a
+    version a run staged and its blocking checks rejected (the run failed) that an operator
+    published later (`trident publish`): the run recorded no current version of it."""
+    run = (entry.metadata or {}).get(RUN_ID)
+    return bool(run) and not (entry.staged_at is not None and run in failed_runs)
+
+
+def staged_runs(commits: Sequence[Commit]) -> set[str]:
+    """The runs whose staged versions are among ``commits`` (whose fate the sensor looks up)."""
+    return {str(e.metadata[RUN_ID]) for _, _, e in commits if e.staged_at is not None and (e.metadata or {}).get(RUN_ID)}
 
 
 def commit_events(
-    commits: Sequence[Commit], cursor: LedgerCursor, now: datetime, settle: timedelta = timedelta(seconds=SETTLE_SECONDS)
+    commits: Sequence[Commit],
+    cursor: LedgerCursor,
+    now: datetime,
+    settle: timedelta = timedelta(seconds=SETTLE_SECONDS),
+    failed_runs: AbstractSet[str] = frozenset(),
 ) -> tuple[list[dg.AssetMaterialization], LedgerCursor]:
     """The materializations to report for ``commits`` (ascending sequence, all after
-    ``cursor.after``) and the next cursor."""
-    events = [materialization(key, entry) for seq, key, entry in commits if seq not in cursor.seen and not from_dagster(entry)]
+    ``cursor.after``) and the next cursor; ``failed_runs``: runs that failed (see from_dagster)."""
+    events = [
+        materialization(key, entry)
+        for seq, key, entry in commits
+        if seq not in cursor.seen and not from_dagster(entry, failed_runs)
+    ]
     after = cursor.after
     for seq, _, entry in commits:  # move only over a prefix of commits old enough to be settled
         if entry.ended_at is None or entry.ended_at > now - settle:
@@ -109,7 +128,12 @@ def trident_commits(context: dg.SensorEvaluationContext, trident: TridentResourc
     cursor = LedgerCursor.parse(context.cursor)
     with Trident(trident.settings()) as t:
         commits = t.commits_since(cursor.after, COMMITS_PER_TICK)
-    events, nxt = commit_events(commits, cursor, datetime.now(UTC))
+    failed = {
+        r
+        for r in staged_runs(commits)
+        if (run := context.instance.get_run_by_id(r)) is not None and run.status == dg.DagsterRunStatus.FAILURE
+    }
+    events, nxt = commit_events(commits, cursor, datetime.now(UTC), failed_runs=failed)
     if events:
         context.log.info(
             f"{len(events)} commit(s) made outside Dagster: "

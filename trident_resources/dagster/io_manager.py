@@ -47,13 +47,13 @@ from ..keys import iceberg_identifier
 from ..results import Description, WriteResult
 from ..schemas import describe_schema
 from ..sinks.base import WriteMode
+from .gate import GATE_META, GATE_STEPS_META, RUN_ID, audits, gate_checks, note_pending, staged_in_run, step_of, supersede
 from .partitions import input_partition, output_partition, partition_metadata
 from .provenance import lineage_entry, merge_provenance
 from .resource import TridentResource
 
 JS_SAFE_INTEGER = 2**53 - 1
 PIPELINE_WRITER = "pipeline.output"
-RUN_ID = "dagster_run_id"  # ledger metadata key: the commit came from this Dagster run
 META_MODE = "trident/mode"
 META_KEYS = "trident/keys"
 META_WRITER = "trident/writer"
@@ -97,8 +97,24 @@ class TridentOutput:
     stage_txn: uuid.UUID | None = None
 
 
+@dataclass(frozen=True)
+class AuditedVersion:
+    """An output its own step already wrote and audited (``trident_assets.checked``): the IO
+    manager only reports it. ``result`` is the published version, or the staged one when
+    blocking checks in other steps still gate it."""
+
+    result: WriteResult
+    provenance: Mapping[str, Any] | None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+
 class TridentIOManager(dg.ConfigurableIOManager):
-    """Writes asset outputs through ``Trident.write`` and loads inputs through its read methods."""
+    """Writes asset outputs through ``Trident.write`` and loads inputs through its read methods.
+
+    Write-audit-publish (gate.py): an output whose asset has blocking checks running in other
+    steps of this run is written as a staged version; those checks load the staged version;
+    it is published once they all pass and stays staged (readers keep the previous version)
+    when one fails."""
 
     trident: TridentResource
 
@@ -106,57 +122,132 @@ class TridentIOManager(dg.ConfigurableIOManager):
         key = asset_key_to_key(context.asset_key)
         if obj is None:
             raise AssetReturnedNoneError(key)
-        out = obj if isinstance(obj, TridentOutput) else TridentOutput(data=obj)
-        meta = context.definition_metadata or {}
-        mode: WriteMode = out.mode or meta.get(META_MODE) or "replace"
-        keys = out.keys if out.keys is not None else meta.get(META_KEYS)
         t = self.trident.get_client()
+        if isinstance(obj, AuditedVersion):
+            self._report(context, t, key, obj.result, obj.provenance, obj.metadata, partition=None)
+            return
+        out = obj if isinstance(obj, TridentOutput) else TridentOutput(data=obj)
         partition = output_partition(context)  # partitions hook: PartitionError unless declared (partitions.py)
-        try:
-            provenance = out.provenance if out.provenance is not None else meta.get(META_PROVENANCE)
-            if out.merge_upstream:
-                provenance = derived_provenance(t, [asset_key_to_key(d.asset_key) for d in context.asset_spec.deps], provenance)
-            result = t.write(
-                key,
-                out.data,
-                mode=mode,
-                writer=out.writer or meta.get(META_WRITER) or PIPELINE_WRITER,
-                keys=list(keys) if keys else None,
-                source_refs=out.source_refs,
-                metadata={RUN_ID: context.run_id, **{k: _plain(v) for k, v in out.metadata.items()}},
-                provenance=provenance,
-                watermarks=out.watermarks,
-                partition=partition,
-                stage=out.stage_txn is not None,
-                txn_id=out.stage_txn,
-            )
-        finally:
-            if out.on_done is not None:
-                out.on_done()
+        gate = gate_checks(step_of(context), context.asset_key) if out.stage_txn is None else {}
+        if gate and not self._gateable(context, t, key, partition, list(gate)):
+            gate = {}
+        if gate:
+            supersede(t, key, context.run_id)
+        result, provenance = write_output(
+            t,
+            key,
+            out,
+            run_id=context.run_id,
+            definition_metadata=context.definition_metadata or {},
+            upstream=[asset_key_to_key(d.asset_key) for d in context.asset_spec.deps],
+            partition=partition,
+            gate=gate,
+        )
+        self._report(context, t, key, result, provenance, out.metadata, partition=partition)
+
+    @staticmethod
+    def _gateable(context: dg.OutputContext, t: Trident, key: str, partition: Any, gate: Sequence[str]) -> bool:
+        """Staging needs a sink that holds staged versions and a whole-dataset write (writers of
+        other partitions move the published version, and a staged version is only published onto
+        the version it was staged on); otherwise the output is written directly, said loudly."""
+        if partition is None and t.resolve_sink(key) == "iceberg_native":
+            return True
+        why = "a partition run" if partition is not None else f"the {t.resolve_sink(key)!r} sink cannot stage"
+        context.log.warning(f"{key}: blocking check(s) {list(gate)} do not gate this write ({why}); it is published directly")
+        return False
+
+    def _report(
+        self,
+        context: dg.OutputContext,
+        t: Trident,
+        key: str,
+        result: WriteResult,
+        provenance: Mapping[str, Any] | None,
+        extra: Mapping[str, Any],
+        *,
+        partition: Any,
+    ) -> None:
         if result.staged:  # what its checks audit and publish makes current: the same numbers
             plan = t.scan_plan(key, staged=result.txn_id)
+            note_pending(context.run_id)
             context.add_output_metadata(
                 {
                     **version_metadata(result, describe_schema(plan.schema), _table_name(t, key), provenance),
+                    "trident/status": "staged: published only when its blocking checks pass",
                     "trident/staged_txn": str(result.txn_id),
-                    **out.metadata,
+                    **extra,
                 }
             )
             return
         context.add_output_metadata(
-            {**materialization_metadata(result, t.describe(key)), **partition_metadata(result, partition), **out.metadata}
+            {**materialization_metadata(result, t.describe(key)), **partition_metadata(result, partition), **extra}
         )
 
     def load_input(self, context: dg.InputContext) -> Any:
         key = asset_key_to_key(context.asset_key)
         meta = context.definition_metadata or {}
-        t = self.trident.get_client()
+        t = self.trident.get_client()  # settles this run's gates first (a downstream reads what was published)
+        staged = None
+        step = step_of(context)
+        if step is not None and context.has_asset_key and audits(step, context.asset_key):
+            staged = staged_in_run(t, key, step.run_id)  # a check of this asset audits its staged version
         columns = meta.get("columns")
         if columns is None and not meta.get("identity"):
-            columns = [n for n in t.schema(key).names if n not in IDENTITY_COLUMNS]
+            schema = pa.schema(t.scan_plan(key, staged=staged).schema) if staged is not None else t.schema(key)
+            columns = [n for n in schema.names if n not in IDENTITY_COLUMNS]
+        if staged is not None:
+            context.add_input_metadata({"trident/staged_txn": str(staged), "trident/status": "audit of the staged version"})
+            reader = t.stream(key, columns=list(columns) if columns else None, row_filter=meta.get("row_filter"), staged=staged)
+            return convert_input(reader, context.dagster_type.typing_type, key)
         partition = input_partition(context)  # partitions hook: only the mapped upstream partitions
         reader = t.stream(key, columns=list(columns) if columns else None, row_filter=meta.get("row_filter"), partition=partition)
         return convert_input(reader, context.dagster_type.typing_type, key)
+
+
+def write_output(
+    t: Trident,
+    key: str,
+    out: TridentOutput,
+    *,
+    run_id: str,
+    definition_metadata: Mapping[str, Any],
+    upstream: Sequence[str],
+    partition: Any = None,
+    gate: Mapping[str, str] | None = None,
+) -> tuple[WriteResult, Mapping[str, Any] | None]:
+    """Write one asset output through the facade (what ``handle_output`` does, shared with
+    checked assets that write and audit in their own step): a staged version when
+    ``out.stage_txn`` is set or ``gate`` names blocking checks of other steps (check -> step, recorded in the
+    ledger, with the run, for gate.py to settle)."""
+    meta = definition_metadata
+    mode: WriteMode = out.mode or meta.get(META_MODE) or "replace"
+    keys = out.keys if out.keys is not None else meta.get(META_KEYS)
+    ledger_meta: dict[str, Any] = {RUN_ID: run_id, **{k: _plain(v) for k, v in out.metadata.items()}}
+    if gate:
+        ledger_meta[GATE_META] = sorted(gate)
+        ledger_meta[GATE_STEPS_META] = dict(gate)
+    try:
+        provenance = out.provenance if out.provenance is not None else meta.get(META_PROVENANCE)
+        if out.merge_upstream:
+            provenance = derived_provenance(t, upstream, provenance)
+        result = t.write(
+            key,
+            out.data,
+            mode=mode,
+            writer=out.writer or meta.get(META_WRITER) or PIPELINE_WRITER,
+            keys=list(keys) if keys else None,
+            source_refs=out.source_refs,
+            metadata=ledger_meta,
+            provenance=provenance,
+            watermarks=out.watermarks,
+            partition=partition,
+            stage=out.stage_txn is not None or bool(gate),
+            txn_id=out.stage_txn,
+        )
+    finally:
+        if out.on_done is not None:
+            out.on_done()
+    return result, provenance
 
 
 def derived_provenance(t: Trident, upstream: Sequence[str], own: Mapping[str, Any] | None) -> dict[str, Any] | None:

@@ -26,6 +26,7 @@ from pydantic import Field, PrivateAttr, SecretStr
 
 from ..facade import Trident
 from ..settings import TridentSettings
+from .gate import is_pending, settle
 
 
 class TridentResource(dg.ConfigurableResource):
@@ -125,6 +126,8 @@ class TridentResource(dg.ConfigurableResource):
     )
 
     _client: Trident | None = PrivateAttr(default=None)
+    _run_id: str | None = PrivateAttr(default=None)
+    _instance: dg.DagsterInstance | None = PrivateAttr(default=None)
 
     @classmethod
     def from_settings(cls, settings: TridentSettings) -> TridentResource:
@@ -155,15 +158,31 @@ class TridentResource(dg.ConfigurableResource):
         return TridentSettings(**values)
 
     def get_client(self) -> Trident:
-        """The run's ``Trident`` (opened on first use: a nested resource may skip setup)."""
+        """The run's ``Trident`` (opened on first use: a nested resource may skip setup).
+
+        In a run that staged a gated version in this process (write-audit-publish of a plain
+        asset, gate.py), its gate is settled first, so that a step running after the asset's
+        blocking checks reads the published version."""
         if self._client is None:
             self._client = Trident(self.settings())
+        if self._run_id is not None and is_pending(self._run_id):
+            self._settle()
         return self._client
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        self._run_id, self._instance = (context.run.run_id if context.run else None), context.instance
         self.get_client()
+        self._settle()  # a step of its own process (multiprocess executor): what earlier steps decided
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         if self._client is not None:
-            self._client.close()
-            self._client = None
+            try:
+                self._settle()  # the last check step of a gated asset publishes it here
+            finally:
+                self._client.close()
+                self._client = None
+        self._run_id = self._instance = None
+
+    def _settle(self) -> None:
+        if self._client is not None and self._run_id is not None and self._instance is not None:
+            settle(self._client, self._instance, self._run_id)
