@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, cast
 import pyarrow as pa
 
 from . import queries as q
-from . import validate
+from . import reading, validate
 from .control_plane import ControlPlane, DatasetRecord, LedgerEntry, Outcome
 from .embedded_pg import ensure_embedded_postgres
 from .errors import (
@@ -23,6 +23,7 @@ from .errors import (
     InvalidReadError,
     InvalidWriteError,
     SinkMismatchError,
+    TableOwnershipError,
     UnsupportedBySinkError,
     WriterLockLostError,
 )
@@ -227,20 +228,32 @@ class Trident:
         not create (a rebuilt control plane, a table written by another tool with Trident's identity
         columns). The table is stamped with the dataset's id and recorded as one ledger
         transaction; ``__row_index`` continues from the table's max + 1. Refused (TableOwnershipError)
-        when the table belongs to another dataset or lacks the identity columns; see README."""
+        when the table belongs to another dataset or lacks the identity columns; see README.
+
+        The upgrade path: a table that a Trident older than the ``trident.dataset-id`` property
+        created belongs to an existing dataset of the same key but carries no owner, so every write
+        to it is refused. ``adopt`` stamps it when the ledger agrees with the table: its current
+        snapshot was made by a transaction this dataset's ledger recorded as committed, and it is
+        the snapshot the control plane last recorded. Anything else (a table some other tool wrote
+        to since) is refused with TableOwnershipError, naming what disagrees."""
         from .router import RouteDecision
         from .sinks.iceberg.sink import IcebergSink
 
         validate_key(key)
-        existing = self.control.dataset(self.workspace, key)
-        if existing is not None and existing.exists:
-            raise InvalidWriteError(f"{key!r} is already a dataset of this control plane; there is nothing to adopt")
         sink = self._sink("iceberg_native")
         assert isinstance(sink, IcebergSink)
+        existing = self.control.dataset(self.workspace, key)
+        upgrade = existing is not None and existing.exists
+        if upgrade and existing is not None and existing.sink != sink.name:
+            raise InvalidWriteError(
+                f"{key!r} is already a dataset of this control plane (in {existing.sink}); there is nothing to adopt"
+            )
         ident = ".".join(iceberg_identifier(self.settings.namespace_root, self.workspace, key))
         ds = existing or self.control.ensure_dataset(self.workspace, key, sink.name, ident)
         with self.driver.locked(ds) as ds:
-            if ds.sink != sink.name:
+            if upgrade:
+                self._ledger_agrees(ds, sink)
+            elif ds.sink != sink.name:
                 self.control.set_dataset_sink(ds.dataset_id, sink.name, ident)
                 ds = self.control.dataset_by_id(ds.dataset_id) or ds
             sink.adoptable(ds)  # refuse before any ledger row exists
@@ -250,12 +263,38 @@ class Trident:
             assert transaction is not None
             try:
                 outcome = sink.adopt(ds, transaction.txn_id)
+                if upgrade:  # indexes once given out (rows deleted since) are never handed out again
+                    outcome = replace(outcome, next_row_index=max(outcome.next_row_index, ds.next_row_index))
             except BaseException as exc:
                 transaction.fail(exc)
                 raise
             transaction.commit(outcome)
-        log.info("trident adopted the Iceberg table %s as %s", ident, key)
+        log.info("trident %s the Iceberg table %s as %s", "stamped" if upgrade else "adopted", ident, key)
         return self.describe(key)
+
+    def _ledger_agrees(self, ds: DatasetRecord, sink: IcebergSink) -> None:
+        """For ``adopt`` of an existing dataset's unowned table: refuse unless the table's current
+        snapshot is the one this dataset's ledger last committed (see ``adopt``)."""
+        state = sink.ownership(ds)
+        if state.owner == str(ds.dataset_id):
+            raise InvalidWriteError(f"{ds.key!r} is already a dataset of this control plane; there is nothing to adopt")
+        if state.owner:
+            return  # another dataset's table: adoptable() refuses it with the reason
+        entry = self.control.ledger_entry(state.txn_id) if state.txn_id is not None else None
+        ours = entry is not None and entry.dataset_id == ds.dataset_id and entry.status == "committed"
+        if not ours or state.snapshot_id != ds.snapshot_id:
+            if state.txn_id is None:
+                made_by = "no Trident transaction"
+            elif entry is None or entry.dataset_id != ds.dataset_id:
+                made_by = f"transaction {state.txn_id}, which this dataset's ledger never recorded"
+            else:
+                made_by = f"transaction {state.txn_id}, {entry.status} in the ledger"
+            raise TableOwnershipError(
+                f"the Iceberg table {state.identifier} carries no owner, and its current snapshot "
+                f"{state.snapshot_id} (made by {made_by}) is not the version {ds.snapshot_id} the ledger of "
+                f"{ds.key!r} last committed: something other than this control plane wrote to it, so Trident "
+                "will not stamp it as this dataset's. Inspect it; to start over, drop the dataset and copy the rows in"
+            )
 
     def reconcile(self) -> ReconcileReport:
         """Repair transactions left open by crashed processes; live writers are left alone."""
@@ -283,12 +322,13 @@ class Trident:
             ds, entry = self._staged_entry(key, staged)
             sink = self._sink(ds.sink)
             row_filter = self._with_partition(sink, ds, row_filter, partition)
-            return sink.scan(ds, columns=columns, row_filter=row_filter, as_of=entry.snapshot_id)
+            snapshot = entry.snapshot_id
+            return reading.guarded(key, lambda: sink.scan(ds, columns=columns, row_filter=row_filter, as_of=snapshot))
         ds = self._record(key)
         sink = self._sink(ds.sink)
         row_filter = self._with_partition(sink, ds, row_filter, partition)
         version = self._version_at(ds, as_of) if sink.time_travel else as_of
-        return sink.scan(ds, columns=columns, row_filter=row_filter, as_of=version)
+        return reading.guarded(key, lambda: sink.scan(ds, columns=columns, row_filter=row_filter, as_of=version))
 
     def _version_at(self, ds: DatasetRecord, as_of: AsOf) -> int | None:
         """The snapshot id of the version ``as_of`` names, decided by the ledger: a transaction id,
@@ -343,7 +383,7 @@ class Trident:
         sink = self._sink(ds.sink)
         row_filter = self._with_partition(sink, ds, row_filter, partition)
         version = self._version_at(ds, as_of) if sink.time_travel else as_of
-        return sink.read(ds, columns=columns, row_filter=row_filter, as_of=version)
+        return reading.read_all(key, lambda: sink.read(ds, columns=columns, row_filter=row_filter, as_of=version))
 
     # -- write-audit-publish --------------------------------------------------------------------
     def _staged_entry(self, key: str, txn_id: uuid.UUID | str) -> tuple[DatasetRecord, LedgerEntry]:
@@ -524,6 +564,7 @@ class Trident:
         ``skipped`` says why, so a nightly run over every dataset succeeds and the next run
         compacts it. Waiting instead would fail the whole run with ConcurrentWriteError, or hold
         maintenance hostage to a long stream ingest."""
+        validate.maintenance_window(older_than, retain_last, uploads_older_than)
         ds = self.control.dataset(self.workspace, validate_key(key))
         if ds is None:
             raise DatasetNotFoundError(key, self.workspace)
@@ -552,7 +593,13 @@ class Trident:
                         ds, entry, f"discarded by maintenance: staged over {self.settings.staged_max_age_days} days ago"
                     )
                 sink = self._sink(ds.sink)
-                compacted = sink.compact(ds)
+                try:
+                    compacted = sink.compact(ds)
+                except Exception as exc:  # compaction reads every small file: a damaged one is named
+                    err = reading.named(exc, key)
+                    if err is exc:
+                        raise
+                    raise err from exc
                 log.info("trident maintain %s: %s", key, compacted)
                 done = sink.maintain(
                     ds, older_than=now - older_than, retain_last=retain_last, uploads_before=now - uploads_older_than

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 import pyarrow as pa
 
+from . import reading
 from .errors import SqlError, SqlNotAllowedError, SqlResultTooLargeError, SqlTimeoutError
 from .sinks.base import ScanPlan
 
@@ -100,7 +101,10 @@ def register_dataset(con: duckdb.DuckDBPyConnection, name: str, plan: ScanPlan, 
     reader pushes projections and filters into the Parquet files. Arrow: ``arrow_source()`` (the
     sink's re-scannable pyarrow source) is registered instead."""
     if plan.path == "native" and plan.files:
-        con.execute(f"CREATE VIEW {_ident(name)} AS SELECT * FROM {_read_parquet_sql(con, plan)}")
+        try:
+            con.execute(f"CREATE VIEW {_ident(name)} AS SELECT * FROM {_read_parquet_sql(con, plan)}")
+        except duckdb.Error as exc:  # DuckDB opens the files here: one missing or corrupt fails the view
+            raise reading.named(exc, plan.key) from exc
     elif plan.path == "native":  # a version with no rows has no files: an empty relation of the right shape
         con.register(name, pa.Table.from_batches([], schema=plan.schema))
     else:

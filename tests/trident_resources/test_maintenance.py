@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 from tests.helpers import cli_env, table, user_rows
-from trident_resources import InvalidReadError, Trident
+from trident_resources import InvalidArgumentError, InvalidReadError, Trident
 from trident_resources.sinks.iceberg.files import filesystem_for
 
 
@@ -109,3 +109,29 @@ def test_cli_maintain(trident: Trident) -> None:
     assert res.exit_code == 0, res.output
     assert "1 snapshots expired, 1 files deleted" in res.output
     assert user_rows(trident, "c/m", "k") == [{"k": 2}]
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"retain_last": 0}, {"retain_last": -1}, {"older_than": timedelta(days=-1)}, {"uploads_older_than": timedelta(hours=-1)}],
+)
+def test_maintenance_knobs_that_would_delete_more_than_asked_are_refused(trident: Trident, kwargs: dict[str, object]) -> None:
+    """A negative age put the cut-off in the future and ``retain_last`` below 1 kept nothing: both
+    were accepted silently, so one typo could expire every version but the current one."""
+    trident.write("c/knobs", table(k=[1]))
+    trident.write("c/knobs", table(k=[2]))
+    with pytest.raises(InvalidArgumentError):
+        trident.maintain("c/knobs", **kwargs)  # type: ignore[arg-type]
+    assert len([e for e in trident.history("c/knobs") if e.status == "committed"]) == 2
+    assert trident.read("c/knobs", as_of=trident.history("c/knobs")[-1].txn_id).column("k").to_pylist() == [1]
+
+
+@pytest.mark.parametrize("args", [["--retain-last", "0"], ["--older-than-days", "-1"]])
+def test_cli_maintain_refuses_out_of_range_knobs(trident: Trident, args: list[str]) -> None:
+    from click.testing import CliRunner
+
+    from trident_cli.main import cli
+
+    trident.write("c/knobs", table(k=[1]))
+    res = CliRunner().invoke(cli, ["maintain", *args], env=cli_env(trident.settings))
+    assert res.exit_code == 2 and "Invalid value" in res.output, res.output

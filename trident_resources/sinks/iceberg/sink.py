@@ -8,7 +8,7 @@ import itertools
 import threading
 import uuid
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -80,6 +80,18 @@ SNAPSHOT_FILES_CACHED = 256  # snapshots whose data file lists scan_plan remembe
 TXN_PROPERTY = "trident.txn-id"
 OWNER_PROPERTY = "trident.dataset-id"
 """Table property naming the control-plane dataset that created (or adopted) the table."""
+
+
+@dataclass(frozen=True)
+class TableOwnership:
+    """What a table says about its owner and its current snapshot's transaction (see ``ownership``)."""
+
+    identifier: str
+    owner: str | None
+    snapshot_id: int | None
+    txn_id: uuid.UUID | None
+
+
 TABLE_PROPERTIES = {"format-version": "2", "write.parquet.compression-codec": "zstd"}
 
 
@@ -438,6 +450,28 @@ class IcebergSink(Sink):
             raise TableOwnershipError(f"the Iceberg table {'.'.join(ident)} has no snapshot: nothing to adopt")
         return self.access.bind(table, reload=lambda: self.catalog.load_table(ident))
 
+    def ownership(self, ds: DatasetRecord) -> TableOwnership:
+        """Who the table at ``ds``'s identifier says it belongs to, and which transaction made its
+        current snapshot (the snapshot summary's ``trident.txn-id``), read without the ownership
+        check: what ``Trident.adopt`` compares with the ledger before it stamps a table that a
+        Trident older than the ownership property created."""
+        ident = self.identifier(ds)
+        try:
+            table = self.catalog.load_table(ident)
+        except NoSuchTableError:
+            raise TableOwnershipError(f"there is no Iceberg table {'.'.join(ident)} to adopt as {ds.key!r}") from None
+        snap = table.current_snapshot()
+        carried = snap.summary.get(TXN_PROPERTY) if snap is not None and snap.summary is not None else None
+        txn: uuid.UUID | None = None
+        with contextlib.suppress(ValueError, TypeError):
+            txn = uuid.UUID(carried) if carried else None
+        return TableOwnership(
+            identifier=".".join(ident),
+            owner=table.properties.get(OWNER_PROPERTY),
+            snapshot_id=snap.snapshot_id if snap is not None else None,
+            txn_id=txn,
+        )
+
     def adopt(self, ds: DatasetRecord, txn_id: uuid.UUID) -> Outcome:
         """Stamp the table as ``ds``'s and report it as a commit: ``__row_index`` continues from the
         table's max + 1, so later appends never reuse an index the adopted rows carry."""
@@ -734,8 +768,17 @@ class IcebergSink(Sink):
         assert table is not None
         return _summary_outcome(snap, schema_to_pyarrow(table.schema(), include_field_ids=False))
 
+    def _table_if_ours(self, ds: DatasetRecord) -> Table | None:
+        """The dataset's table for a failure path (undo, discard): a table this control plane does
+        not own counts as none, so a write refused with TableOwnershipError is still aborted (its
+        ledger row must not stay open) and the refused table is left exactly as it was."""
+        try:
+            return self.table(ds)
+        except TableOwnershipError:
+            return None
+
     def undo(self, ds: DatasetRecord, txn_id: uuid.UUID) -> None:
-        table = self.table(ds)
+        table = self._table_if_ours(ds)
         if table is None:
             return
         snap = table.current_snapshot()
@@ -752,7 +795,7 @@ class IcebergSink(Sink):
         landed, and abort its incomplete multipart uploads (a writer killed or cut off mid-file
         leaves one per open file). Without a table (an aborted
         first write) the ledger's ``location`` says where, and its FileIO comes from the catalog."""
-        table = self.table(ds)
+        table = self._table_if_ours(ds)
         if table is not None and self._txn_snapshot(table, txn_id) is not None:
             return Discarded()  # committed: its files are the dataset
         where = location or (table.location() if table is not None else None)
