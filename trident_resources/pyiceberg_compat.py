@@ -14,7 +14,9 @@ from typing import Any, cast
 
 import pyarrow as pa
 from fsspec import AbstractFileSystem
+from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.rest import RestCatalog
+from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
 from pyiceberg.io import FileIO
 from pyiceberg.io.fsspec import FsspecFileIO
 from pyiceberg.io.pyarrow import PyArrowFileIO, _ConvertToIcebergWithoutIDs, _get_parquet_writer_kwargs, visit_pyarrow
@@ -22,6 +24,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table, Transaction
 from pyiceberg.typedef import Properties
 from requests import Session
+from sqlalchemy import select
 
 __all__ = [
     "ACCESS_DELEGATION_HEADER",
@@ -50,6 +53,24 @@ def parquet_writer_kwargs(table_properties: dict[str, str]) -> dict[str, Any]:
     """pyarrow ``ParquetWriter`` options (compression, page sizes...) from the table's
     ``write.parquet.*`` properties, exactly as pyiceberg's own writer derives them."""
     return _get_parquet_writer_kwargs(table_properties)
+
+
+def sql_catalog_metadata_location(catalog: Any, identifier: tuple[str, ...]) -> str | None:
+    """The metadata file a pyiceberg SQL catalog names for ``identifier`` now (``None``: no such
+    table, or not a SQL catalog), read with one small query on the catalog's own engine, without
+    parsing the metadata file as ``load_table`` does. Every commit writes a new metadata file, so
+    an unchanged location means an unchanged table."""
+    if not isinstance(catalog, SqlCatalog):
+        return None
+    namespace = Catalog.namespace_to_string(Catalog.namespace_from(identifier))
+    name = Catalog.table_name_from(identifier)
+    stmt = select(IcebergTables.metadata_location).where(
+        IcebergTables.catalog_name == catalog.name,
+        IcebergTables.table_namespace == namespace,
+        IcebergTables.table_name == name,
+    )
+    with catalog.engine.connect() as conn:
+        return conn.execute(stmt).scalar()
 
 
 def transaction_table(txn: Transaction) -> Table:

@@ -53,7 +53,7 @@ from ...partitions import (
     iceberg_transform,
     matches_spec,
 )
-from ...pyiceberg_compat import name_commit_files, transaction_io, transaction_table
+from ...pyiceberg_compat import name_commit_files, sql_catalog_metadata_location, transaction_io, transaction_table
 from ...schemas import compatible, conform, describe_schema, to_iceberg, with_identity
 from ...settings import TridentSettings
 from ..base import (
@@ -388,6 +388,7 @@ class IcebergSink(Sink):
         self._locations: dict[uuid.UUID, str] = {}  # dataset id -> table location (scan_path)
         self._files_by_snapshot: dict[tuple[str, int], tuple[str, ...]] = {}  # (table uuid, snapshot) -> data files
         self._files_lock = threading.Lock()
+        self._read_tables: dict[uuid.UUID, tuple[str, Table]] = {}  # dataset id -> (metadata file, table) for scan_plan
         self._nested = (
             settings.catalog_nested_namespaces if settings.catalog_nested_namespaces is not None else bool(settings.catalog_uri)
         )
@@ -959,7 +960,7 @@ class IcebergSink(Sink):
         The trident never writes delete files, so these files ARE the dataset; DuckDB matches
         columns by field id (as Iceberg does), so a column added later reads NULL in older files."""
         path, reason = self.scan_path(ds)
-        table = self._existing_table(ds)
+        table = self._table_to_read(ds)
         snap = table.current_snapshot() if snapshot_id is None else table.snapshot_by_id(snapshot_id)
         iceberg_schema = (
             published_iceberg_schema(table) if snapshot_id is None else self._snapshot_iceberg_schema(table, snapshot_id)
@@ -988,6 +989,23 @@ class IcebergSink(Sink):
             files=files,
             field_ids=tuple(f.field_id for f in iceberg_schema.fields),
         )
+
+    def _table_to_read(self, ds: DatasetRecord) -> Table:
+        """The table for ``scan_plan`` (read only, never committed through): on the SQL catalog
+        the parsed metadata is reused while the catalog still names the same metadata file
+        (one small query instead of ``load_table``'s query and parse: issue 12's per-query cost)."""
+        location = sql_catalog_metadata_location(self.catalog, self.identifier(ds))
+        with self._files_lock:
+            hit = self._read_tables.get(ds.dataset_id)
+        if location is not None and hit is not None and hit[0] == location:
+            return hit[1]
+        table = self._existing_table(ds)
+        if location is not None and table.metadata_location == location:
+            with self._files_lock:
+                self._read_tables[ds.dataset_id] = (location, table)
+                while len(self._read_tables) > SNAPSHOT_FILES_CACHED:
+                    self._read_tables.pop(next(iter(self._read_tables)))
+        return table
 
     def _snapshot_files(self, table: Table, snapshot_id: int | None) -> list[str]:
         """The data file paths of one snapshot, remembered: a snapshot never changes, and reading
