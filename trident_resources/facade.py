@@ -132,7 +132,10 @@ class Trident:
         reader = None if data is None else to_reader(data)
         if reader is not None:
             refuse_reserved(reader.schema)
-        units = partition.bind(reader.schema).units() if partition is not None and reader is not None else None
+        bound = partition.bind(reader.schema) if partition is not None and reader is not None else None
+        units = bound.units() if bound is not None else None
+        # delta per partition: a partition write's watermarks are recorded per output partition
+        marked = bound.watermark_keys() if bound is not None and watermarks else [""]
         txn = validate.txn_id(txn_id) or uuid.uuid4()
         existing = self.control.dataset(self.workspace, key)
         if mode == "delete" and (existing is None or not existing.exists):
@@ -154,7 +157,7 @@ class Trident:
             if partition is not None:
                 meta[PARTITION_META] = partition.as_metadata()
             if stage:  # recorded by publish, with the version (a staged version changes nothing yet)
-                meta[STAGED_META] = _staged_meta(provenance, watermarks)
+                meta[STAGED_META] = _staged_meta(provenance, watermarks, marked)
             intent = Intent(
                 txn_id=txn,
                 mode=mode,
@@ -172,7 +175,7 @@ class Trident:
             outcome = transaction.write(reader, keys=key_cols, row_filter=row_filter, stage=stage, partition=partition)
             if stage:
                 return _result(ds.key, transaction.stage(outcome), outcome, route, staged=True)
-            done = transaction.commit(outcome, provenance=provenance, watermarks=self._watermark_rows(watermarks))
+            done = transaction.commit(outcome, provenance=provenance, watermarks=self._watermark_rows(watermarks, marked))
             return _result(ds.key, done, outcome, route)
 
     def _partitionable(self, key: str, sink: str) -> None:
@@ -193,8 +196,15 @@ class Trident:
                 return self.driver.partition_locked(ds, units)
         return self.driver.locked(ds)
 
-    def _watermark_rows(self, watermarks: Mapping[str, tuple[datetime, uuid.UUID | None]] | None) -> Watermarks:
-        return [(self._record(key).dataset_id, mark, source_txn) for key, (mark, source_txn) in (watermarks or {}).items()]
+    def _watermark_rows(
+        self, watermarks: Mapping[str, tuple[datetime, uuid.UUID | None]] | None, partition_keys: list[str]
+    ) -> Watermarks:
+        """One row per source and output partition (``[""]``: the whole output)."""
+        return [
+            (self._record(key).dataset_id, part, mark, source_txn)
+            for key, (mark, source_txn) in (watermarks or {}).items()
+            for part in partition_keys
+        ]
 
     def _noop_result(self, key: str, txn: uuid.UUID, route: RouteDecision) -> WriteResult:
         prior = self.control.ledger_entry(txn)
@@ -380,7 +390,10 @@ class Trident:
                     k: (datetime.fromisoformat(mark), uuid.UUID(src) if src else None)
                     for k, (mark, src) in (pending.get("watermarks") or {}).items()
                 }
-            done, outcome = self.driver.publish(ds, entry, provenance=provenance, watermarks=self._watermark_rows(watermarks))
+            marked = list(pending.get("watermark_partitions") or [""])
+            done, outcome = self.driver.publish(
+                ds, entry, provenance=provenance, watermarks=self._watermark_rows(watermarks, marked)
+            )
         route = RouteDecision(
             sink=entry.sink,
             requested=entry.requested_sink or entry.sink,
@@ -470,16 +483,25 @@ class Trident:
     def set_provenance(self, key: str, provenance: Mapping[str, Any]) -> None:
         self.control.set_provenance(self._record(key).dataset_id, dict(provenance))
 
-    def watermarks(self, key: str) -> dict[str, datetime]:
-        """Per source key, how far the output ``key`` has consumed it (delta strategies)."""
+    def watermarks(self, key: str, partition: PartitionFilter | None = None) -> dict[str, datetime]:
+        """Per source key, how far the output ``key`` has consumed it (delta strategies).
+
+        With ``partition``, how far that partition (or range) of the output has: a source is
+        listed only when every partition in the slice has a watermark for it and they all agree
+        (a range whose days were consumed to different points has no single mark, so a delta run
+        of it rebuilds it instead of reading some rows twice)."""
         ds = self.control.dataset(self.workspace, validate_key(key))
-        if ds is None:
+        if ds is None or (partition is not None and not ds.exists):
             return {}
+        parts = [""] if partition is None else partition.bind(self._sink(ds.sink).schema(ds)).watermark_keys()
+        found: dict[uuid.UUID, dict[str, datetime]] = {}
+        for (source_id, part), mark in self.control.watermarks(ds.dataset_id, parts).items():
+            found.setdefault(source_id, {})[part] = mark
         out = {}
-        for source_id, mark in self.control.watermarks(ds.dataset_id).items():
+        for source_id, marks in found.items():
             src = self.control.dataset_by_id(source_id)
-            if src is not None:
-                out[src.key] = mark
+            if src is not None and len(marks) == len(parts) and len(set(marks.values())) == 1:
+                out[src.key] = next(iter(marks.values()))
         return out
 
     def sql(self, query: str, *, staged: Mapping[str, uuid.UUID | str] | None = None) -> pa.Table:
@@ -716,11 +738,14 @@ STAGED_META = "trident.staged"  # ledger metadata of a staged write: what publis
 
 
 def _staged_meta(
-    provenance: Mapping[str, Any] | None, watermarks: Mapping[str, tuple[datetime, uuid.UUID | None]] | None
+    provenance: Mapping[str, Any] | None,
+    watermarks: Mapping[str, tuple[datetime, uuid.UUID | None]] | None,
+    partition_keys: list[str],
 ) -> dict[str, Any]:
     return {
         "provenance": dict(provenance) if provenance is not None else None,
         "watermarks": {k: [mark.isoformat(), str(src) if src else None] for k, (mark, src) in (watermarks or {}).items()},
+        "watermark_partitions": partition_keys,
     }
 
 

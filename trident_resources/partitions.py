@@ -201,14 +201,15 @@ class _BoundDim:
             return any(_same(value, v) for v in self.values)
         return _order(self.start) <= _order(value) < _order(self.end)
 
-    def units(self) -> list[str] | None:
-        """Lockable names of every partition the slice touches (None: not enumerable)."""
+    def units(self, limit: int | None = MAX_LOCKED_UNITS) -> list[str] | None:
+        """Lockable names of every partition the slice touches (None: not enumerable, or more
+        than ``limit``)."""
         if self.values is not None:
             return [f"{self.column}={_plain(v)}" for v in self.values]
         if self.transform == "identity":
             return None
         lo, hi = self.touched_units()  # type: ignore[misc]
-        if hi - lo > MAX_LOCKED_UNITS:
+        if limit is not None and hi - lo > limit:
             return None
         return [f"{self.transform}({self.column})={u}" for u in range(lo, hi)]
 
@@ -274,6 +275,19 @@ class BoundPartition:
             combos *= len(u)  # type: ignore[arg-type]
         if combos > MAX_LOCKED_UNITS:
             return None
+        return ["/".join(c) for c in itertools.product(*per_dim)]  # type: ignore[arg-type]
+
+    def watermark_keys(self) -> list[str]:
+        """The name of every partition the slice covers, uncapped (dimensions in column order):
+        a delta node keeps one watermark per output partition under these names, so a run of a
+        range records each day's mark and a later run of one day finds its own."""
+        per_dim = [d.units(limit=None) for d in sorted(self.dims, key=lambda d: d.column)]
+        if any(u is None for u in per_dim):
+            raise PartitionError(
+                f"a delta write of {self.filter.describe()} needs partitions it can name one by one (identity "
+                "values or a time transform), since its watermark is kept per partition; write identity "
+                "partitions by value"
+            )
         return ["/".join(c) for c in itertools.product(*per_dim)]  # type: ignore[arg-type]
 
     def fanout(self) -> int | None:

@@ -33,7 +33,7 @@ import psycopg
 import pyarrow as pa
 import sqlalchemy.exc
 
-from .control_plane import ControlPlane, DatasetRecord, LedgerEntry, Outcome
+from .control_plane import ControlPlane, DatasetRecord, LedgerEntry, Outcome, WatermarkRow
 from .errors import (
     ConcurrentWriteError,
     ControlPlaneUnavailableError,
@@ -53,7 +53,7 @@ log = logging.getLogger("trident")
 
 CANARY_WRITER = "canary"
 PARTITION_META = "partition"  # ledger metadata of a partition write (what it replaced)
-Watermarks = list[tuple[uuid.UUID, datetime, uuid.UUID | None]]  # (source dataset, mark, source txn)
+Watermarks = list[WatermarkRow]  # (source dataset, output partition key, mark, source txn)
 
 
 @dataclass(frozen=True)
