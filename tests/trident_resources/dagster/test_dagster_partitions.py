@@ -1,6 +1,10 @@
 """Dagster partitions through TridentIOManager and the node factories (issue 10)."""
 
+import os
+import subprocess
+import sys
 from datetime import date, timedelta
+from pathlib import Path
 from typing import cast
 
 import dagster as dg
@@ -10,6 +14,7 @@ from tests.dagster_support import materialized, resources_for, step_errors
 from trident_resources import PartitionFilter, Trident, TridentSettings
 from trident_resources.sinks.iceberg.sink import IcebergSink
 
+REPO = Path(__file__).resolve().parents[3]
 DAILY = dg.DailyPartitionsDefinition(start_date="2024-01-01", end_date="2024-03-01")
 
 
@@ -250,3 +255,78 @@ def test_a_partitioned_delta_node_keeps_one_watermark_per_partition(settings: Tr
 
 def _day_filter(day: date) -> PartitionFilter:
     return PartitionFilter.time_window("day", day, day + timedelta(days=1), "day")
+
+
+CONCURRENT_DEFS = """
+import time
+from datetime import date
+from pathlib import Path
+
+import dagster as dg
+import pyarrow as pa
+
+from trident_resources.dagster import TridentIOManager, TridentResource
+
+BARRIER = Path({barrier!r})
+
+
+@dg.asset(key=["dpc", "daily"], partitions_def=dg.DailyPartitionsDefinition(start_date="2024-01-01", end_date="2024-03-01"),
+          metadata={{"partition_expr": "day"}})
+def daily(context: dg.AssetExecutionContext) -> pa.Table:
+    day = context.partition_key
+    (BARRIER / day).touch()
+    deadline = time.monotonic() + 300  # a bound, not an assertion: all four runs write at once
+    while len(list(BARRIER.iterdir())) < 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    i = int(day[-2:])
+    return pa.table({{"day": [date.fromisoformat(day)] * 1000, "v": list(range(1000 * i, 1000 * i + 1000))}})
+
+
+trident = TridentResource()
+defs = dg.Definitions(assets=[daily], resources={{"trident": trident, "io_manager": TridentIOManager(trident=trident)}})
+"""
+
+
+def test_four_separate_dagster_runs_writing_four_partitions_all_land(
+    settings: TridentSettings, trident: Trident, tmp_path: Path
+) -> None:
+    """Issue 10: four runs in four OS processes (``dagster asset materialize --partition``, each its
+    own Trident, pool and writer lock) write four days of one dataset at the same time. All land
+    at the default writer wait, no row is lost and no ``__row_index`` is stamped twice."""
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    (tmp_path / "defs.py").write_text(CONCURRENT_DEFS.format(barrier=str(barrier)))
+    trident.write("dpc/daily", _rows("2024-01-31", 5), partition=_day_filter(date(2024, 1, 31)))  # partitioned already
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRIDENT_", "DAGSTER_"))}
+    env |= {  # no TRIDENT_WRITER_WAIT_SECONDS: the default wait
+        "TRIDENT_HOME": str(settings.home),
+        "TRIDENT_PG_DSN": settings.pg_dsn.get_secret_value() if settings.pg_dsn else "",
+        "TRIDENT_WORKSPACE": settings.workspace,
+        "PYTHONPATH": str(REPO),
+    }
+    dagster = str(Path(sys.executable).with_name("dagster"))
+    days = ["2024-01-01", "2024-01-02", "2024-01-03", "2024-01-04"]
+    procs = [
+        subprocess.Popen(
+            [dagster, "asset", "materialize", "-f", str(tmp_path / "defs.py"), "--select", "dpc/daily", "--partition", day],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for day in days
+    ]
+    outputs = [p.communicate(timeout=600)[0] for p in procs]
+    for day, p, out in zip(days, procs, outputs, strict=True):
+        assert p.returncode == 0, f"run of {day} failed:\n{out[-4000:]}"
+        assert "RUN_SUCCESS" in out, out[-4000:]
+    rows = trident.read("dpc/daily").to_pylist()
+    assert len(rows) == 4005 and trident.describe("dpc/daily").row_count == 4005
+    assert len({r["__row_index"] for r in rows}) == 4005  # no index stamped twice
+    for i, day in enumerate(days, start=1):
+        assert sorted(r["v"] for r in rows if r["day"] == date.fromisoformat(day)) == list(range(1000 * i, 1000 * i + 1000))
+    assert [p["row_count"] for p in trident.describe("dpc/daily").partitions] == [1000] * 4 + [5]
+    history = trident.history("dpc/daily")
+    assert [e.status for e in history] == ["committed"] * 5
+    assert len({e.metadata.get("dagster_run_id") for e in history[:4]}) == 4  # four separate Dagster runs
