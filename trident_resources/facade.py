@@ -26,7 +26,7 @@ from .router import RouteDecision, Router
 from .settings import TridentSettings
 from .sinks import open_sinks
 from .sinks.base import WRITE_MODES, AsOf, Maintenance, ScanPlan, Sink, WriteMode
-from .transaction import PARTITION_META, Intent, TransactionDriver, Watermarks
+from .transaction import PARTITION_META, WATERMARK_META, Intent, TransactionDriver, Watermarks, watermark_meta
 
 if TYPE_CHECKING:  # returned by ingest_stream / migrate
     from .canary import MigrationReport
@@ -156,6 +156,9 @@ class Trident:
             meta = dict(metadata or {})
             if partition is not None:
                 meta[PARTITION_META] = partition.as_metadata()
+            marks = self._watermark_rows(watermarks, marked)
+            if marks and not stage:  # a roll-forward by the reconciler records them too
+                meta[WATERMARK_META] = watermark_meta(marks)
             if stage:  # recorded by publish, with the version (a staged version changes nothing yet)
                 meta[STAGED_META] = _staged_meta(provenance, watermarks, marked)
             intent = Intent(
@@ -175,7 +178,7 @@ class Trident:
             outcome = transaction.write(reader, keys=key_cols, row_filter=row_filter, stage=stage, partition=partition)
             if stage:
                 return _result(ds.key, transaction.stage(outcome), outcome, route, staged=True)
-            done = transaction.commit(outcome, provenance=provenance, watermarks=self._watermark_rows(watermarks, marked))
+            done = transaction.commit(outcome, provenance=provenance, watermarks=marks)
             return _result(ds.key, done, outcome, route)
 
     def _partitionable(self, key: str, sink: str) -> None:

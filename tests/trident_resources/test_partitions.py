@@ -202,3 +202,33 @@ def test_watermarks_of_a_partitioned_output_are_kept_per_partition(trident: Trid
     assert trident.watermarks("wm/out", window(d1)) == {}  # partition marks dropped: they describe old rows
     trident.write("wm/out", days(d1, 1, 1), partition=window(d1), watermarks={"wm/src": (later.committed_at, None)})
     assert trident.watermarks("wm/out") == {}  # and the other way round
+
+
+def test_a_delta_write_rolled_forward_by_reconcile_records_its_watermarks(settings: TridentSettings, trident: Trident) -> None:
+    """A writer killed after its snapshot landed but before COMMIT is rolled forward by
+    ``reconcile``; its watermarks (whole output or per partition) must land with it, or the next
+    delta run would read the same source rows again and append them twice."""
+    src = trident.write("wmr/src", days(D0, 1, 3))
+    code = f"""
+    from datetime import date, datetime
+    import uuid
+    from trident_resources import PartitionFilter
+    mark = (datetime.fromisoformat({src.committed_at.isoformat()!r}), uuid.UUID({str(src.txn_id)!r}))
+    day = PartitionFilter.time_window("d", date(2024, 1, 1), date(2024, 1, 2), "day")
+    data = pa.table({{"d": [date(2024, 1, 1)] * 3, "v": [0, 1, 2]}})
+    t.write("wmr/out", data, partition=day, watermarks={{"wmr/src": mark}})
+    """
+    trident.write("wmr/out", days(D0 + timedelta(days=1), 1, 1), partition=window(D0 + timedelta(days=1)))
+    child = _run_child(settings, "commit.before_ledger=exit", code)
+    assert child.returncode == 137, child.stderr[-2000:]
+    assert trident.watermarks("wmr/out", window(D0)) == {}
+    report = trident.reconcile()
+    assert len(report.rolled_forward) == 1
+    assert trident.describe("wmr/out").row_count == 4
+    assert trident.watermarks("wmr/out", window(D0)) == {"wmr/src": src.committed_at}
+
+    whole = code.replace(", partition=day", "").replace('"wmr/out"', '"wmr/whole"')
+    child = _run_child(settings, "commit.before_ledger=exit", whole)
+    assert child.returncode == 137, child.stderr[-2000:]
+    assert len(trident.reconcile().rolled_forward) == 1
+    assert trident.watermarks("wmr/whole") == {"wmr/src": src.committed_at}
