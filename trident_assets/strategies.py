@@ -35,8 +35,10 @@ from datetime import datetime
 from typing import Literal
 
 from trident_resources import PartitionFilter, Trident, TridentError
+from trident_resources.control_plane import LedgerEntry
 from trident_resources.dagster import WriteMode
 from trident_resources.results import Description
+from trident_resources.transaction import PARTITION_META
 
 StrategyKind = Literal["replace", "append_always", "append_new", "upsert", "snapshot_replace", "delta"]
 APPEND_ONLY_MODES: tuple[WriteMode, ...] = ("append", "append_new")
@@ -147,6 +149,8 @@ def plan_output(
             where = f" in {partition.describe()}" if partition is not None else ""
             return _why(rebuild, f"full rebuild: no watermark{where} for {s}")
         later = [e for e in t.history(s) if e.status == "committed" and e.committed_at is not None and e.committed_at > mark]
+        if partition is not None:  # a source's write of other partitions changed no row this run reads
+            later = [e for e in later if not _elsewhere(t, s, e, partition)]
         if s != driver and later:
             return _why(
                 rebuild, f"full rebuild: {s} (not the delta driver) committed {len(later)} change(s) since {mark.isoformat()}"
@@ -161,6 +165,20 @@ def plan_output(
     if partition is not None:
         reason += f" (watermark of {partition.describe()})"
     return Plan(delta_mode, strategy.keys, since, marks, True, reason, described)
+
+
+def _elsewhere(t: Trident, source: str, entry: LedgerEntry, partition: PartitionFilter) -> bool:
+    """Did ``entry`` (a commit of ``source``) write only partitions outside ``partition``? Such a
+    commit cannot change the source rows a run of ``partition`` reads (it reads the source within
+    ``partition`` when the source has its columns), so it forces no rebuild of this partition."""
+    written = entry.metadata.get(PARTITION_META)
+    schema = t.schema(source)
+    if not written or not all(c in schema.names for c in partition.columns):
+        return False
+    try:
+        return partition.bind(schema).disjoint(PartitionFilter.from_metadata(written).bind(schema))
+    except (TridentError, KeyError, TypeError, ValueError):  # an older or foreign record: cannot tell
+        return False
 
 
 def _why(plan: Plan, reason: str) -> Plan:

@@ -137,6 +137,18 @@ class PartitionFilter:
         """Check the filter against the rows' Arrow schema and type its values like the columns."""
         return BoundPartition(self, tuple(_bind_dim(d, schema) for d in self.dims))
 
+    @classmethod
+    def from_metadata(cls, meta: dict[str, Any]) -> PartitionFilter:
+        """The filter ``as_metadata`` recorded in a ledger row (values as text: ``bind`` types them)."""
+        return cls(
+            tuple(
+                PartitionDim(d["column"], d["transform"], values=tuple(d["values"]))
+                if "values" in d
+                else PartitionDim(d["column"], d["transform"], start=d["start"], end=d["end"])
+                for d in meta["dims"]
+            )
+        )
+
 
 @dataclass(frozen=True)
 class _BoundDim:
@@ -289,6 +301,16 @@ class BoundPartition:
                 "partitions by value"
             )
         return ["/".join(c) for c in itertools.product(*per_dim)]  # type: ignore[arg-type]
+
+    def disjoint(self, other: BoundPartition) -> bool:
+        """Do the two slices share no row? True when, on some column both name, their values or
+        ranges do not meet (both bound to the same schema); False when that cannot be told."""
+        theirs = {d.column: d for d in other.dims}
+        for d in self.dims:
+            o = theirs.get(d.column)
+            if o is not None and _dims_disjoint(d, o):
+                return True
+        return False
 
     def fanout(self) -> int | None:
         """How many partitions the write may produce (None: unknown), to decide whether the
@@ -499,6 +521,18 @@ def _order(v: Any) -> Any:
 
 def _same(a: Any, b: Any) -> bool:
     return _order(a) == _order(b) if isinstance(b, (date, datetime)) else a == b
+
+
+def _dims_disjoint(a: _BoundDim, b: _BoundDim) -> bool:
+    try:
+        if a.values is not None and b.values is not None:
+            return not any(_same(x, y) for x in a.values for y in b.values)
+        if a.values is None and b.values is None:
+            return bool(a.end <= b.start or b.end <= a.start)
+        values, ranged = (a, b) if a.values is not None else (b, a)
+        return not any(ranged.start <= v < ranged.end for v in values.values or () if v is not None)
+    except TypeError:  # values that do not compare (mixed types): cannot tell
+        return False
 
 
 def _plain(v: Any) -> Any:

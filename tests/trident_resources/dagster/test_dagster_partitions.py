@@ -330,3 +330,39 @@ def test_four_separate_dagster_runs_writing_four_partitions_all_land(
     history = trident.history("dpc/daily")
     assert [e.status for e in history] == ["committed"] * 5
     assert len({e.metadata.get("dagster_run_id") for e in history[:4]}) == 4  # four separate Dagster runs
+
+
+def test_a_source_rewrite_of_another_partition_does_not_force_a_delta_rebuild(
+    settings: TridentSettings, trident: Trident
+) -> None:
+    """A partitioned source re-loaded for 2024-01-02 changed no row of 2024-01-01: the next delta
+    run of 2024-01-01 still reads only its new rows instead of rebuilding the day."""
+    from trident_assets import strategies as st
+    from trident_assets.factories import transform_asset
+
+    d1, d2 = date(2024, 1, 1), date(2024, 1, 2)
+    trident.write("dps/src", _rows("2024-01-01", 3), partition=_day_filter(d1))
+    trident.write("dps/src", _rows("2024-01-02", 2, base=10), partition=_day_filter(d2))
+    node = transform_asset(
+        "dps/out",
+        "dps/src",
+        "SELECT * FROM source",
+        strategy=st.delta(),
+        partitions_def=DAILY,
+        metadata={"partition_expr": "day"},
+    )
+
+    def run(day: str) -> dict:
+        result = dg.materialize([node.assets_def], partition_key=day, resources=resources_for(settings), raise_on_error=False)
+        assert result.success, step_errors(result)
+        return materialized(result)["dps/out"]
+
+    assert run("2024-01-01")["trident/mode"] == "replace"
+    trident.write("dps/src", _rows("2024-01-02", 4, base=20), partition=_day_filter(d2))  # another day re-loaded
+    trident.write("dps/src", _rows("2024-01-01", 1, base=100), mode="append", partition=_day_filter(d1))
+    meta = run("2024-01-01")
+    assert meta["trident/mode"] == "append" and meta["trident/rows_written"] == 1, meta["trident/plan"]
+    trident.write("dps/src", _rows("2024-01-01", 2, base=200), partition=_day_filter(d1))  # its own day replaced
+    rebuilt = run("2024-01-01")
+    assert rebuilt["trident/mode"] == "replace" and rebuilt["dagster/row_count"] == 2
+    assert sorted(r["v"] for r in trident.read("dps/out").to_pylist()) == [200, 201]
