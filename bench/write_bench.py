@@ -102,7 +102,124 @@ def _settings(args: argparse.Namespace, workspace: str) -> Any:
     for item in args.setting or []:
         name, _, value = item.partition("=")
         knobs[name] = value
+    remote = _remote()
+    if remote is not None:
+        knobs = {
+            "s3_endpoint": remote["endpoint"],
+            "s3_bucket": remote["bucket"],
+            "s3_access_key_id": remote["access_key_id"],
+            "s3_secret_access_key": remote["secret_access_key"],
+            "s3_region": remote["region"],
+            "s3_prefix": f"wh-{workspace}",
+            "catalog_uri": remote["uri"],
+            "catalog_warehouse": remote["warehouse"],
+            "catalog_token": remote["token"],
+            "catalog_properties": {"prefix": remote["warehouse"]},
+            "namespace_root": REST_ROOT,
+        } | knobs
     return TridentSettings(home=Path(args.home), workspace=workspace, **knobs)
+
+
+# ---------------------------------------------------------------------------------------------
+# the S3 + REST variant (issue 14 item 7): (s) Trident.write vs (r) raw pyiceberg append of the
+# same columns, both through the REST catalog the tests run (lakana) on the loopback moto S3 server
+# ---------------------------------------------------------------------------------------------
+REMOTE_ENV = "TRIDENT_BENCH_REMOTE"
+REST_ROOT = "bronze"  # lakana accepts tables only under bronze/silver/gold
+
+
+def _remote() -> dict[str, Any] | None:
+    """Where the parent's S3 and REST catalog servers are (children inherit it in the environment)."""
+    raw = os.environ.get(REMOTE_ENV)
+    return json.loads(raw) if raw else None
+
+
+def _rest_catalog() -> Any:
+    from pyiceberg.catalog import load_catalog
+
+    remote = _remote()
+    assert remote is not None
+    return load_catalog("bench_rest", **remote["properties"])
+
+
+def _data_file_stats(table: Any) -> dict[str, Any]:
+    """Bytes stored, files and row groups of the table's current data files (not timed)."""
+    import pyarrow.parquet as pq
+
+    files = list(table.scan().plan_files())
+    row_groups = 0
+    for task in files:
+        with table.io.new_input(task.file.file_path).open() as f:
+            row_groups += pq.ParquetFile(f).metadata.num_row_groups
+    return {
+        "stored_bytes": sum(task.file.file_size_in_bytes for task in files),
+        "data_files": len(files),
+        "row_groups": row_groups,
+    }
+
+
+def _prepare_s(args: argparse.Namespace) -> Any:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from trident_resources import Trident
+    from trident_resources.keys import iceberg_identifier
+
+    t = Trident(_settings(args, args.workspace))
+
+    def op() -> tuple[int, dict[str, Any]]:
+        pf = pq.ParquetFile(args.file, pre_buffer=args.pre_buffer)
+        reader = pa.RecordBatchReader.from_batches(pf.schema_arrow, pf.iter_batches(batch_size=args.batch_rows))
+        r = t.write(KEY, reader, mode="replace", writer="ingest.api")
+        return r.rows_written, {"snapshot_id": r.snapshot_id, "row_count": r.row_count}
+
+    def measure() -> dict[str, Any]:
+        return _data_file_stats(_rest_catalog().load_table(iceberg_identifier(REST_ROOT, args.workspace, KEY)))
+
+    op.measure = measure  # type: ignore[attr-defined]
+    return op
+
+
+def _prepare_r(args: argparse.Namespace) -> Any:
+    import uuid as uuid_mod
+    from datetime import UTC, datetime
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from trident_resources.identity import IDENTITY_FIELDS, stamp
+    from trident_resources.sinks.iceberg.credentials import apply_checksum_policy
+
+    # The same wire protocol as Trident's (plain signed PUTs), so only the writers differ.
+    apply_checksum_policy(_settings(args, args.workspace))
+    catalog = _rest_catalog()
+    namespace = (REST_ROOT, "rawbench")
+    for depth in range(1, len(namespace) + 1):
+        catalog.create_namespace_if_not_exists(namespace[:depth])
+    ident = (*namespace, args.workspace)
+
+    def op() -> tuple[int, dict[str, Any]]:
+        # The same Arrow table Trident stores: the input plus __row_index, __row_id, __created_at
+        # stamped by the engine's own (vectorised) stamp; reading and stamping are timed, as
+        # Trident's are.
+        data = pq.read_table(args.file)
+        schema = pa.schema([*IDENTITY_FIELDS, *data.schema])
+        txn, now, seq = uuid_mod.uuid4(), datetime.now(UTC), 0
+        batches = []
+        for batch in data.to_batches(max_chunksize=args.batch_rows):
+            batches.append(stamp(batch, txn, seq, seq, now))
+            seq += batch.num_rows
+        del data
+        table_data = pa.Table.from_batches(batches, schema=schema)
+        table = catalog.create_table(ident, schema=table_data.schema)
+        table.append(table_data)
+        return table_data.num_rows, {"identifier": ".".join(ident)}
+
+    def measure() -> dict[str, Any]:
+        return _data_file_stats(catalog.load_table(ident))
+
+    op.measure = measure  # type: ignore[attr-defined]
+    return op
 
 
 def _prepare_a(args: argparse.Namespace) -> Any:
@@ -229,7 +346,7 @@ def child_main(args: argparse.Namespace) -> None:
     import psutil
     import pyarrow as pa
 
-    op = {"a": _prepare_a, "b": _prepare_b, "c": _prepare_c}[args.child](args)
+    op = {"a": _prepare_a, "b": _prepare_b, "c": _prepare_c, "s": _prepare_s, "r": _prepare_r}[args.child](args)
     proc = psutil.Process()
     baseline = proc.memory_info().rss
     # A sampler to see *when* memory peaks: RSS and Arrow's pool, every 50 ms.
@@ -258,6 +375,9 @@ def child_main(args: argparse.Namespace) -> None:
         profiler.dump_stats(args.profile_out)
     stop.set()
     sampler.join()
+    measure = getattr(op, "measure", None)
+    if measure is not None:  # what the write stored (S3 variant), after the clock stopped
+        extra |= measure()
     peak_at = max(samples, key=lambda s: s[1]) if samples else (0.0, 0, 0)
     result = {
         "mode": args.child,
@@ -533,6 +653,133 @@ def parent_main(args: argparse.Namespace) -> None:
         print("\n==== summary ====\n" + "\n\n".join(reports))
 
 
+S3_LABELS = {
+    "s": "(s) Trident.write replace, S3+REST",
+    "r": "(r) pyiceberg append, same columns",
+}
+TARGET_SR = 1.3  # issue 14: wall within 1.3x raw pyiceberg with the same columns
+TARGET_SIZE = 1.1  # and bytes stored within 1.1x
+
+
+def first_rows(sf: float, rows: int) -> Path:
+    """``bench/data/sf<N>_<rows>/lineitem.parquet``: the first ``rows`` rows of SF<N>, cached."""
+    import pyarrow.parquet as pq
+
+    out = DATA / f"{_sf_name(sf)}_{rows}" / "lineitem.parquet"
+    if out.exists():
+        return out
+    src = pq.ParquetFile(generate(sf), pre_buffer=False)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    left = rows
+    with pq.ParquetWriter(tmp, src.schema_arrow) as w:
+        for batch in src.iter_batches(batch_size=min(left, 131_072)):
+            w.write_batch(batch.slice(0, left))
+            left -= min(left, batch.num_rows)
+            if left == 0:
+                break
+    os.replace(tmp, out)
+    return out
+
+
+def _s3_cleanup(remote: dict[str, Any]) -> None:
+    """Delete every object the run stored (moto keeps them in the parent's memory)."""
+    import boto3
+
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=remote["endpoint"],
+        aws_access_key_id=remote["access_key_id"],
+        aws_secret_access_key=remote["secret_access_key"],
+        region_name=remote["region"],
+    )
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=remote["bucket"]):
+        keys = [{"Key": o["Key"]} for o in page.get("Contents", []) if "/data/" in o["Key"]]
+        if keys:
+            s3.delete_objects(Bucket=remote["bucket"], Delete={"Objects": keys})
+
+
+def s3_main(args: argparse.Namespace) -> None:
+    """Issue 14 item 7: the same write to object storage through a REST catalog, Trident vs raw
+    pyiceberg with the same columns; wall, bytes stored, files/row groups, peak RSS."""
+    import tempfile
+
+    from tests.support.rest_catalog import rest_catalog_server
+    from tests.support.s3_server import s3_server
+
+    DATA.mkdir(parents=True, exist_ok=True)
+    path = first_rows(float(str(args.sf).split(",")[0]), args.rows)
+    prepare_postgres(args)
+    modes = [m for m in "sr" if m in args.only] or ["s", "r"]
+    with s3_server() as s3, tempfile.TemporaryDirectory(prefix="trident-bench-rest-") as work:
+        with rest_catalog_server(Path(work), s3=s3) as rest:
+            remote = {
+                "endpoint": s3.endpoint,
+                "bucket": s3.bucket,
+                "access_key_id": s3.access_key_id,
+                "secret_access_key": s3.secret_access_key,
+                "region": s3.region,
+                "uri": rest.uri,
+                "warehouse": rest.warehouse,
+                "token": rest.token,
+                "properties": rest.properties,
+            }
+            os.environ[REMOTE_ENV] = json.dumps(remote)
+            print(f"\nS3+REST: {args.runs} x {''.join(modes)} on {path.relative_to(REPO)}; moto {s3.endpoint}, lakana {rest.uri}")
+            raw: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
+            for i in range(args.runs):
+                for m in modes:
+                    warm(path)
+                    res = run_child(m, args, path, f"s3_{m}_{i}")
+                    _s3_cleanup(remote)
+                    raw[m].append(res)
+                    x = res["extra"]
+                    print(
+                        f"  run {i + 1} {S3_LABELS[m]:<38} {res['wall_s']:7.2f} s  {x['stored_bytes'] / MIB:6.1f} MiB "
+                        f"in {x['data_files']} files / {x['row_groups']} row groups  peak RSS {res['peak_rss'] / MIB:6.0f} MiB",
+                        flush=True,
+                    )
+    results = {m: summarise(rs) for m, rs in raw.items()}
+    text = s3_report(path, results, raw, args)
+    (DATA / "results_s3.json").write_text(
+        json.dumps({"at": time.strftime("%Y-%m-%d %H:%M"), "results": results, "raw": raw, "report": text}, indent=1, default=str)
+    )
+    print("\n" + text, flush=True)
+
+
+def s3_report(
+    path: Path, results: dict[str, dict[str, Any]], raw: dict[str, list[dict[str, Any]]], args: argparse.Namespace
+) -> str:
+    n = next(iter(results.values()))["rows"]
+    lines = [
+        f"S3 + REST (lakana on loopback moto): lineitem {n:,} rows ({path.relative_to(REPO)}); {args.runs} runs each; "
+        f"{os.cpu_count()} CPUs" + (f"; settings {' '.join(args.setting)}" if args.setting else ""),
+        "",
+        f"{'run':<38}{'median s':>10}{'runs s':>22}{'stored MiB':>12}{'files':>7}{'row groups':>12}{'peak RSS MiB':>14}{'load':>16}",
+    ]
+    stored: dict[str, float] = {}
+    for m in "sr":
+        if m not in results:
+            continue
+        r = results[m]
+        x = raw[m][-1]["extra"]
+        stored[m] = statistics.median(run["extra"]["stored_bytes"] for run in raw[m]) / MIB
+        lines.append(
+            f"{S3_LABELS[m]:<38}{r['median_s']:>10.2f}{' '.join(f'{w:.1f}' for w in r['walls']):>22}{stored[m]:>12.1f}"
+            f"{x['data_files']:>7}{x['row_groups']:>12}{r['peak_rss_mib']:>14.0f}{' '.join(f'{v:.1f}' for v in r['load']):>16}"
+        )
+    s, r_ = results.get("s"), results.get("r")
+    lines.append("")
+    if s and r_:
+        wall = s["median_s"] / r_["median_s"]
+        size = stored["s"] / stored["r"]
+        lines.append(f"ratio s/r wall   = {wall:.2f}   target <= {TARGET_SR}  {_mark(wall <= TARGET_SR)}")
+        lines.append(f"ratio s/r stored = {size:.2f}   target <= {TARGET_SIZE}  {_mark(size <= TARGET_SIZE)}")
+    lines.append("  (r) times reading the file, stamping the identity columns with the engine's stamp, create_table + append;")
+    lines.append("  (s) times create + stream + stamp + commit + ledger. Both send plain signed PUTs (checksum when_required).")
+    return "\n".join(lines)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sf", default="1", help="scale factor(s), comma separated (default 1; SF1 = 6M rows)")
@@ -554,9 +801,16 @@ def main() -> None:
     p.add_argument("--home", type=Path, default=DATA / "home", help="TRIDENT_HOME for the runs (embedded PG, warehouse)")
     p.add_argument("--profile", action="store_true", help="after the runs, cProfile one (a) run and print the top functions")
     p.add_argument("--top", type=int, default=30, help="rows of profile output")
+    p.add_argument(
+        "--s3",
+        action="store_true",
+        help="the S3 + REST variant: (s) Trident.write vs (r) raw pyiceberg append with the identity columns, "
+        "through a REST catalog (lakana) on a loopback moto S3 server; --rows rows of lineitem",
+    )
+    p.add_argument("--rows", type=int, default=2_000_000, help="rows of lineitem for --s3 (default 2M)")
     p.add_argument("--timeline", action="store_true", help="keep an RSS/Arrow-pool timeline in the result JSON")
     # internal: one measured operation in a child process
-    p.add_argument("--child", choices=["a", "b", "c"], help=argparse.SUPPRESS)
+    p.add_argument("--child", choices=["a", "b", "c", "s", "r"], help=argparse.SUPPRESS)
     p.add_argument("--file", help=argparse.SUPPRESS)
     p.add_argument("--workspace", help=argparse.SUPPRESS)
     p.add_argument("--result", help=argparse.SUPPRESS)
@@ -565,6 +819,11 @@ def main() -> None:
     args.home = Path(args.home).resolve()
     if args.child:
         child_main(args)
+    elif args.s3:
+        from trident_resources.embedded_pg import leave_as_found
+
+        with leave_as_found(args.home / "pg"):
+            s3_main(args)
     else:
         from trident_resources.embedded_pg import leave_as_found
 

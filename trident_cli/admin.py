@@ -407,8 +407,12 @@ def reconcile() -> None:
 
 @click.command("maintain")
 @click.argument("keys", nargs=-1)
-@click.option("--older-than-days", type=float, default=7.0, show_default=True, help="Expire snapshots older than this.")
-@click.option("--retain-last", type=int, default=5, show_default=True, help="Always keep this many newest snapshots.")
+@click.option(
+    "--older-than-days", type=click.FloatRange(min=0), default=7.0, show_default=True, help="Expire snapshots older than this."
+)
+@click.option(
+    "--retain-last", type=click.IntRange(min=1), default=5, show_default=True, help="Always keep this many newest snapshots."
+)
 def maintain(keys: tuple[str, ...], older_than_days: float, retain_last: int) -> None:
     """Table maintenance: compact small data files, expire old snapshots and delete the files only
     they used (default: every iceberg dataset). Time travel to expired versions ends here."""
@@ -421,6 +425,10 @@ def maintain(keys: tuple[str, ...], older_than_days: float, retain_last: int) ->
             task = bar.add_task("maintain", total=len(targets))
             for key in targets:
                 r = t.maintain(key, older_than=timedelta(days=older_than_days), retain_last=retain_last)
+                if r.skipped:
+                    rows.append((key, f"skipped: {r.skipped}"))
+                    bar.advance(task)
+                    continue
                 rows.append(
                     (
                         key,

@@ -24,6 +24,10 @@ class InvalidReadError(TridentError, ValueError):
     """A read that names a version the dataset does not have (``as_of``)."""
 
 
+class InvalidArgumentError(TridentError, ValueError):
+    """An argument of an operation that is neither a read nor a write (maintenance) is out of range."""
+
+
 class InvalidFilterError(TridentError, ValueError):
     """A row_filter that does not parse or names unknown columns (pyiceberg filter syntax)."""
 
@@ -71,6 +75,21 @@ class DatasetNotFoundError(TridentError, LookupError):
 
 class StorageUnavailableError(TridentError):
     """Object storage, the catalog or Postgres could not be reached; nothing was changed."""
+
+
+class UnreadableDataError(TridentError):
+    """A data file of the version being read is missing, truncated or corrupt; the ledger and the
+    other versions are intact. The engine's error is the cause."""
+
+
+class ResourceLimitError(TridentError):
+    """The write's merge ran out of its DuckDB memory limit (``TRIDENT_DUCKDB_MEMORY_LIMIT``), and
+    spilling could not make room; nothing was committed. The DuckDB error is the cause."""
+
+
+class WriteFailedError(TridentError):
+    """DuckDB or Arrow refused something inside the write that no earlier check caught; nothing was
+    committed, and the engine's error is the cause (its class and first line are in the message)."""
 
 
 class WriterLockLostError(ConcurrentWriteError):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Iterable, Mapping
+from contextlib import ExitStack
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
@@ -13,10 +14,19 @@ from typing import TYPE_CHECKING, Any, cast
 import pyarrow as pa
 
 from . import queries as q
-from . import validate
+from . import reading, validate
 from .control_plane import ControlPlane, DatasetRecord, LedgerEntry, Outcome
 from .embedded_pg import ensure_embedded_postgres
-from .errors import DatasetNotFoundError, InvalidReadError, InvalidWriteError, SinkMismatchError, UnsupportedBySinkError
+from .errors import (
+    ConcurrentWriteError,
+    DatasetNotFoundError,
+    InvalidReadError,
+    InvalidWriteError,
+    SinkMismatchError,
+    TableOwnershipError,
+    UnsupportedBySinkError,
+    WriterLockLostError,
+)
 from .identity import refuse_reserved
 from .inputs import to_reader
 from .keys import iceberg_identifier, validate_key
@@ -26,6 +36,7 @@ from .router import RouteDecision, Router
 from .settings import TridentSettings
 from .sinks import open_sinks
 from .sinks.base import WRITE_MODES, AsOf, Maintenance, ScanPlan, Sink, WriteMode
+from .sql import SandboxCache
 from .transaction import PARTITION_META, WATERMARK_META, Intent, TransactionDriver, Watermarks, watermark_meta
 
 if TYPE_CHECKING:  # returned by ingest_stream / migrate
@@ -48,6 +59,7 @@ class Trident:
             else ensure_embedded_postgres(s.home / "pg", idle_minutes=s.embedded_pg_idle_minutes)
         )
         self.control = ControlPlane(dsn, pool_max=s.pg_pool_max)
+        self.sql_sandboxes = SandboxCache()  # locked DuckDB sandboxes kept for repeated queries (sql.py)
         self.router = Router(self.control, s.workspace, s.flag_refresh_seconds)
         try:
             self.driver = TransactionDriver(self.control, open_sinks(s, self.control, dsn), s)
@@ -60,6 +72,7 @@ class Trident:
         return cls(TridentSettings())
 
     def close(self) -> None:
+        self.sql_sandboxes.close()
         self.control.close()
 
     def __enter__(self) -> Trident:
@@ -228,20 +241,32 @@ class Trident:
         not create (a rebuilt control plane, a table written by another tool with Trident's identity
         columns). The table is stamped with the dataset's id and recorded as one ledger
         transaction; ``__row_index`` continues from the table's max + 1. Refused (TableOwnershipError)
-        when the table belongs to another dataset or lacks the identity columns; see README."""
+        when the table belongs to another dataset or lacks the identity columns; see README.
+
+        The upgrade path: a table that a Trident older than the ``trident.dataset-id`` property
+        created belongs to an existing dataset of the same key but carries no owner, so every write
+        to it is refused. ``adopt`` stamps it when the ledger agrees with the table: its current
+        snapshot was made by a transaction this dataset's ledger recorded as committed, and it is
+        the snapshot the control plane last recorded. Anything else (a table some other tool wrote
+        to since) is refused with TableOwnershipError, naming what disagrees."""
         from .router import RouteDecision
         from .sinks.iceberg.sink import IcebergSink
 
         validate_key(key)
-        existing = self.control.dataset(self.workspace, key)
-        if existing is not None and existing.exists:
-            raise InvalidWriteError(f"{key!r} is already a dataset of this control plane; there is nothing to adopt")
         sink = self._sink("iceberg_native")
         assert isinstance(sink, IcebergSink)
+        existing = self.control.dataset(self.workspace, key)
+        upgrade = existing is not None and existing.exists
+        if upgrade and existing is not None and existing.sink != sink.name:
+            raise InvalidWriteError(
+                f"{key!r} is already a dataset of this control plane (in {existing.sink}); there is nothing to adopt"
+            )
         ident = ".".join(iceberg_identifier(self.settings.namespace_root, self.workspace, key))
         ds = existing or self.control.ensure_dataset(self.workspace, key, sink.name, ident)
         with self.driver.locked(ds) as ds:
-            if ds.sink != sink.name:
+            if upgrade:
+                self._ledger_agrees(ds, sink)
+            elif ds.sink != sink.name:
                 self.control.set_dataset_sink(ds.dataset_id, sink.name, ident)
                 ds = self.control.dataset_by_id(ds.dataset_id) or ds
             sink.adoptable(ds)  # refuse before any ledger row exists
@@ -251,12 +276,38 @@ class Trident:
             assert transaction is not None
             try:
                 outcome = sink.adopt(ds, transaction.txn_id)
+                if upgrade:  # indexes once given out (rows deleted since) are never handed out again
+                    outcome = replace(outcome, next_row_index=max(outcome.next_row_index, ds.next_row_index))
             except BaseException as exc:
                 transaction.fail(exc)
                 raise
             transaction.commit(outcome)
-        log.info("trident adopted the Iceberg table %s as %s", ident, key)
+        log.info("trident %s the Iceberg table %s as %s", "stamped" if upgrade else "adopted", ident, key)
         return self.describe(key)
+
+    def _ledger_agrees(self, ds: DatasetRecord, sink: IcebergSink) -> None:
+        """For ``adopt`` of an existing dataset's unowned table: refuse unless the table's current
+        snapshot is the one this dataset's ledger last committed (see ``adopt``)."""
+        state = sink.ownership(ds)
+        if state.owner == str(ds.dataset_id):
+            raise InvalidWriteError(f"{ds.key!r} is already a dataset of this control plane; there is nothing to adopt")
+        if state.owner:
+            return  # another dataset's table: adoptable() refuses it with the reason
+        entry = self.control.ledger_entry(state.txn_id) if state.txn_id is not None else None
+        ours = entry is not None and entry.dataset_id == ds.dataset_id and entry.status == "committed"
+        if not ours or state.snapshot_id != ds.snapshot_id:
+            if state.txn_id is None:
+                made_by = "no Trident transaction"
+            elif entry is None or entry.dataset_id != ds.dataset_id:
+                made_by = f"transaction {state.txn_id}, which this dataset's ledger never recorded"
+            else:
+                made_by = f"transaction {state.txn_id}, {entry.status} in the ledger"
+            raise TableOwnershipError(
+                f"the Iceberg table {state.identifier} carries no owner, and its current snapshot "
+                f"{state.snapshot_id} (made by {made_by}) is not the version {ds.snapshot_id} the ledger of "
+                f"{ds.key!r} last committed: something other than this control plane wrote to it, so Trident "
+                "will not stamp it as this dataset's. Inspect it; to start over, drop the dataset and copy the rows in"
+            )
 
     def reconcile(self) -> ReconcileReport:
         """Repair transactions left open by crashed processes; live writers are left alone."""
@@ -284,12 +335,13 @@ class Trident:
             ds, entry = self._staged_entry(key, staged)
             sink = self._sink(ds.sink)
             row_filter = self._with_partition(sink, ds, row_filter, partition)
-            return sink.scan(ds, columns=columns, row_filter=row_filter, as_of=entry.snapshot_id)
+            snapshot = entry.snapshot_id
+            return reading.guarded(key, lambda: sink.scan(ds, columns=columns, row_filter=row_filter, as_of=snapshot))
         ds = self._record(key)
         sink = self._sink(ds.sink)
         row_filter = self._with_partition(sink, ds, row_filter, partition)
         version = self._version_at(ds, as_of) if sink.time_travel else as_of
-        return sink.scan(ds, columns=columns, row_filter=row_filter, as_of=version)
+        return reading.guarded(key, lambda: sink.scan(ds, columns=columns, row_filter=row_filter, as_of=version))
 
     def _version_at(self, ds: DatasetRecord, as_of: AsOf) -> int | None:
         """The snapshot id of the version ``as_of`` names, decided by the ledger: a transaction id,
@@ -344,7 +396,7 @@ class Trident:
         sink = self._sink(ds.sink)
         row_filter = self._with_partition(sink, ds, row_filter, partition)
         version = self._version_at(ds, as_of) if sink.time_travel else as_of
-        return sink.read(ds, columns=columns, row_filter=row_filter, as_of=version)
+        return reading.read_all(key, lambda: sink.read(ds, columns=columns, row_filter=row_filter, as_of=version))
 
     # -- write-audit-publish --------------------------------------------------------------------
     def _staged_entry(self, key: str, txn_id: uuid.UUID | str) -> tuple[DatasetRecord, LedgerEntry]:
@@ -532,12 +584,24 @@ class Trident:
         exist. Time travel to expired versions ends here; to the version before compaction it
         does not.
 
-        Runs under the dataset's writer lock: a write of the dataset that is open makes this wait
-        (``TRIDENT_WRITER_WAIT_SECONDS``) and then fail with ConcurrentWriteError, changing nothing."""
+        Runs under the dataset's writer lock, taken without waiting: while a write of the dataset
+        is open (or another maintenance holds the lock) nothing is done and the report's
+        ``skipped`` says why, so a nightly run over every dataset succeeds and the next run
+        compacts it. Waiting instead would fail the whole run with ConcurrentWriteError, or hold
+        maintenance hostage to a long stream ingest."""
+        validate.maintenance_window(older_than, retain_last, uploads_older_than)
         ds = self.control.dataset(self.workspace, validate_key(key))
         if ds is None:
             raise DatasetNotFoundError(key, self.workspace)
-        with self.driver.locked(ds) as ds:
+        with ExitStack() as stack:
+            try:
+                ds = stack.enter_context(self.driver.locked(ds, wait_s=0))
+            except WriterLockLostError:
+                raise
+            except ConcurrentWriteError:
+                reason = self._busy_reason(ds)
+                log.info("trident maintain %s: skipped, %s", key, reason)
+                return Maintenance(key=ds.key, expired_snapshots=0, deleted_files=0, skipped=reason)
             cleanups = self.driver.retry_cleanups(self.workspace, ds)
             if not ds.exists:
                 if not (cleanups.cleaned or cleanups.pending):
@@ -554,7 +618,13 @@ class Trident:
                         ds, entry, f"discarded by maintenance: staged over {self.settings.staged_max_age_days} days ago"
                     )
                 sink = self._sink(ds.sink)
-                compacted = sink.compact(ds)
+                try:
+                    compacted = sink.compact(ds)
+                except Exception as exc:  # compaction reads every small file: a damaged one is named
+                    err = reading.named(exc, key)
+                    if err is exc:
+                        raise
+                    raise err from exc
                 log.info("trident maintain %s: %s", key, compacted)
                 done = sink.maintain(
                     ds, older_than=now - older_than, retain_last=retain_last, uploads_before=now - uploads_older_than
@@ -574,6 +644,17 @@ class Trident:
                 cleaned_txns=len(cleanups.cleaned),
                 cleanup_pending=len(cleanups.pending),
             )
+
+    def _busy_reason(self, ds: DatasetRecord) -> str:
+        """Why ``maintain`` could not take the writer lock, naming the open write when there is one."""
+        open_now = self.control.open_entries(ds.dataset_id)
+        if not open_now:
+            return "its writer lock is held (another maintenance or reconcile of it is running)"
+        e = open_now[0]
+        return (
+            f"a write of it is open (transaction {e.txn_id}, writer {e.writer}, pid {e.pid} on {e.host}, "
+            f"since {e.started_at:%Y-%m-%d %H:%M:%S%z}); the next maintenance does it"
+        )
 
     def pending_cleanup_keys(self) -> list[str]:
         """Datasets with aborted transactions whose storage cleanup could not run yet (including

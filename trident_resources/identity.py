@@ -42,6 +42,8 @@ def refuse_reserved(schema: pa.Schema) -> None:
     DuckDB nor Postgres' jsonb can hold them) and duplicate names (a row could not say which
     value a name means) are a SchemaMismatchError, nested struct fields included.
     """
+    if not schema.names:  # a dataset of identity columns alone holds nothing a reader asked for
+        raise SchemaMismatchError("the input has no columns; write at least one column")
     reserved = [n for n in schema.names if n.startswith(RESERVED_PREFIX) and n not in ENGINE_LINEAGE_COLUMNS]
     if reserved:
         raise ReservedColumnError(reserved)

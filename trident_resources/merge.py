@@ -155,11 +155,7 @@ class KeyedMerge:
         the first new row, or a function of how many new rows there are that returns it (a
         partition write reserves exactly that many in the control plane)."""
         j = self._join("s", "e")
-        survivor = (
-            f"SELECT {', '.join(quote(k) for k in self.keys)}, min({ROW_INDEX}) AS {ROW_INDEX}, "
-            f"arg_min({ROW_ID}, {ROW_INDEX}) AS {ROW_ID} FROM existing GROUP BY ALL"
-        )
-        self.con.execute(f"CREATE TABLE survivors AS {survivor}")
+        self.con.execute(f"CREATE TABLE survivors AS {self._survivors_sql()}")
         has_file = FILE_COLUMN in [r[0] for r in self.con.execute("DESCRIBE existing").fetchall()]
         file_col = f", e.{FILE_COLUMN}" if has_file else ""
         if mode in ("upsert", "delete"):
@@ -193,6 +189,22 @@ class KeyedMerge:
             added = f"SELECT NULL::BIGINT AS {ROW_INDEX} WHERE false"
         self.con.execute(f"CREATE VIEW added AS {added}")
         return MergePlan(matched=matched, fresh=staged - matched, removed=n_removed, staged=staged)
+
+    def _survivors_sql(self) -> str:
+        """One row per existing key: the oldest version (lowest ``__row_index``).
+
+        Keys are almost always unique already, so only the duplicated ones are aggregated, with
+        integer-only states; every other row passes through a hash join whose build side is that
+        small set. An ``arg_min(__row_id, ...)`` over every group instead holds a string state per
+        key, which DuckDB cannot spill: it ran out of memory at a 64 MB limit on a few million keys.
+        """
+        keys = ", ".join(quote(k) for k in self.keys)
+        dups = f"SELECT {keys}, min({ROW_INDEX}) AS __oldest FROM existing GROUP BY ALL HAVING count(*) > 1"
+        return (
+            f"SELECT {', '.join(f'e.{quote(k)}' for k in self.keys)}, e.{ROW_INDEX}, e.{ROW_ID} "
+            f"FROM existing e LEFT JOIN ({dups}) d ON {self._join('e', 'd')} "
+            f"WHERE d.__oldest IS NULL OR e.{ROW_INDEX} = d.__oldest"
+        )
 
     def plan_removal(self, removed: pa.RecordBatchReader) -> int:
         """Delete-by-filter: the sink already knows which rows go."""

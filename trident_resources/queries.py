@@ -134,6 +134,19 @@ PG_UNDO_RESTORE = """INSERT INTO trident_rows (dataset_id, gen, row_id, row_inde
 PG_UNDO_FORGET = "DELETE FROM trident_rows_undo WHERE undo_txn_id = %s"
 PG_SCAN_ROWS = """SELECT row_index, row_id::text, (extract(epoch FROM created_at) * 1000000)::bigint, data::text
     FROM trident_rows WHERE dataset_id = %s AND gen = %s ORDER BY row_index"""
+# Bulk reads (sinks/pg/reader.py): the plan of a generation, then one binary COPY row per
+# row-index range whose fields are columns packed by Postgres (see the reader for why).
+PG_SCAN_PLAN = """SELECT count(*) AS rows, min(row_index) AS lo, max(row_index) AS hi,
+    (SELECT coalesce(sum(pg_column_size(data)), 0) FROM (SELECT data FROM trident_rows
+        WHERE dataset_id = %(ds)s AND gen = %(gen)s ORDER BY row_index LIMIT 1000) s)::bigint AS sample_bytes,
+    least(count(*), 1000) AS sample_rows
+    FROM trident_rows WHERE dataset_id = %(ds)s AND gen = %(gen)s"""
+_PG_RANGE = """COPY (SELECT string_agg(int8send(row_index), ''::bytea), string_agg(row_id::text, ''),
+    string_agg(timestamptz_send(created_at), ''::bytea), {data}
+    FROM trident_rows WHERE dataset_id = %s AND gen = %s AND row_index >= %s AND row_index < %s)
+    TO STDOUT (FORMAT binary)"""
+PG_COPY_RANGE = _PG_RANGE.format(data="string_agg(data::text, E'\\n')")
+PG_COPY_RANGE_IDS = _PG_RANGE.format(data="NULL::text")
 PG_DROP_ROWS = "DELETE FROM trident_rows WHERE dataset_id = %s"
 PG_DROP_UNDO = "DELETE FROM trident_rows_undo WHERE dataset_id = %s"
 PG_DROP_COMMITS = "DELETE FROM trident_pg_commits WHERE dataset_id = %s"

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 import pyarrow as pa
 
+from . import reading
 from .errors import SqlError, SqlNotAllowedError, SqlResultTooLargeError, SqlTimeoutError
 from .sinks.base import ScanPlan
 
@@ -100,7 +101,10 @@ def register_dataset(con: duckdb.DuckDBPyConnection, name: str, plan: ScanPlan, 
     reader pushes projections and filters into the Parquet files. Arrow: ``arrow_source()`` (the
     sink's re-scannable pyarrow source) is registered instead."""
     if plan.path == "native" and plan.files:
-        con.execute(f"CREATE VIEW {_ident(name)} AS SELECT * FROM {_read_parquet_sql(con, plan)}")
+        try:
+            con.execute(f"CREATE VIEW {_ident(name)} AS SELECT * FROM {_read_parquet_sql(con, plan)}")
+        except duckdb.Error as exc:  # DuckDB opens the files here: one missing or corrupt fails the view
+            raise reading.named(exc, plan.key) from exc
     elif plan.path == "native":  # a version with no rows has no files: an empty relation of the right shape
         con.register(name, pa.Table.from_batches([], schema=plan.schema))
     else:
@@ -125,19 +129,79 @@ def _ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+class SandboxCache:
+    """Locked sandbox connections kept for the next query over the SAME dataset versions.
+
+    Building a sandbox (a fresh DuckDB database, its views, then tearing it down) was most of a
+    small query's fixed cost (issue 12: 40-170 ms a call). A connection is reused only for a
+    query whose datasets, names, snapshots, files, schemas and settings are exactly those it was
+    built for (``sandbox_key``), so it allows exactly the files a fresh one would; its
+    configuration is locked, and the queries it runs are single SELECTs, which cannot create,
+    attach or set anything. A connection is checked out while in use (one query at a time), is
+    not returned after an error or an interrupt, and only all-native plans are cached (an Arrow
+    source can go stale, e.g. the pg sink's spill file)."""
+
+    def __init__(self, size: int = 4) -> None:
+        self.size = size
+        self._lock = threading.Lock()
+        self._idle: dict[tuple[Any, ...], duckdb.DuckDBPyConnection] = {}
+
+    def take(self, key: tuple[Any, ...]) -> duckdb.DuckDBPyConnection | None:
+        with self._lock:
+            return self._idle.pop(key, None)
+
+    def give(self, key: tuple[Any, ...], con: duckdb.DuckDBPyConnection) -> None:
+        with self._lock:
+            if key in self._idle:
+                evicted = [con]
+            else:
+                self._idle[key] = con
+                evicted = [self._idle.pop(k) for k in list(self._idle)[: max(0, len(self._idle) - self.size)]]
+        for old in evicted:
+            old.close()
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = list(self._idle.values()), {}
+        for con in idle:
+            con.close()
+
+
+def sandbox_key(plans: Mapping[str, ScanPlan], settings: TridentSettings) -> tuple[Any, ...] | None:
+    """What a sandbox is built from; ``None`` when it must not be reused (an Arrow-path plan)."""
+    if any(p.path != "native" for p in plans.values()):
+        return None
+    return (
+        settings.duckdb_memory_limit,
+        settings.duckdb_threads,
+        tuple(
+            (name, p.snapshot_id, p.files, p.field_ids, p.schema.to_string(show_field_metadata=False))
+            for name, p in sorted(plans.items())
+        ),
+    )
+
+
 def run_sql(t: Trident, query: str, staged: Mapping[str, uuid.UUID | str] | None = None) -> pa.Table:
     """``staged`` maps dataset keys to staged transactions whose versions the query reads."""
     check_read_only(query)
     staged = dict(staged or {})
     known = {d.key for d in t.datasets()} | set(staged)
     plans = {key: t.scan_plan(key, staged=staged.get(key)) for key in referenced_keys(query, known)}
-    con = sandbox(t.settings.duckdb_memory_limit, t.settings.duckdb_threads, native_paths(plans.values()))
+    cache: SandboxCache = t.sql_sandboxes
+    key = sandbox_key(plans, t.settings)
+    con = cache.take(key) if key is not None else None
+    reusable = False
     try:
-        for key, plan in plans.items():
-            register_dataset(con, key, plan, lambda key=key: t.arrow_source(key, staged=staged.get(key)))  # type: ignore[misc]
-        con.execute("SET lock_configuration = true")
+        if con is None:
+            con = sandbox(t.settings.duckdb_memory_limit, t.settings.duckdb_threads, native_paths(plans.values()))
+            for name, plan in plans.items():
+                register_dataset(con, name, plan, lambda name=name: t.arrow_source(name, staged=staged.get(name)))  # type: ignore[misc]
+            con.execute("SET lock_configuration = true")
         try:
-            return bounded_result(con, query, t.settings)
+            interrupted = threading.Event()
+            result = bounded_result(con, query, t.settings, interrupted=interrupted)
+            reusable = key is not None and not interrupted.is_set()
+            return result
         except duckdb.PermissionException as exc:
             raise SqlNotAllowedError(f"the query tried to reach outside the datasets: {exc}") from exc
         except duckdb.CatalogException as exc:  # e.g. FROM '/etc/hosts': not a dataset, and files are off limits
@@ -148,20 +212,27 @@ def run_sql(t: Trident, query: str, staged: Mapping[str, uuid.UUID | str] | None
         except duckdb.Error as exc:  # every other kind (binder, conversion, runtime...): one named error
             raise SqlError(f"SQL failed: {_first_line(exc)}") from exc
     finally:
-        con.close()
+        if con is not None:
+            if reusable and key is not None:
+                cache.give(key, con)
+            else:
+                con.close()
 
 
-def bounded_result(con: duckdb.DuckDBPyConnection, query: str, settings: TridentSettings) -> pa.Table:
+def bounded_result(
+    con: duckdb.DuckDBPyConnection, query: str, settings: TridentSettings, *, interrupted: threading.Event | None = None
+) -> pa.Table:
     """Run ``query`` on ``con`` under the statement timeout and the result caps.
 
     DuckDB has no statement timeout of its own, so a timer thread calls ``con.interrupt()`` after
     ``sql_timeout_seconds`` (the query then fails with an InterruptException, named here as
-    SqlTimeoutError). The result is read in batches and refused as soon as it passes
+    SqlTimeoutError; ``interrupted`` is set when the timer fired, even after the query ended, so
+    that a caller reusing the connection knows). The result is read in batches and refused as soon as it passes
     ``sql_max_rows`` or ``sql_max_bytes``: it is returned as one in-memory table, so a cap is what
     keeps a careless ``select *`` over a cross join from exhausting the caller's memory.
     """
     timeout = settings.sql_timeout_seconds
-    fired = threading.Event()
+    fired = interrupted if interrupted is not None else threading.Event()
 
     def stop() -> None:
         fired.set()

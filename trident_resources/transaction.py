@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NoReturn, cast
 
+import duckdb
 import psycopg
 import pyarrow as pa
 import sqlalchemy.exc
@@ -38,8 +39,10 @@ from .errors import (
     ConcurrentWriteError,
     ControlPlaneUnavailableError,
     InvalidWriteError,
+    ResourceLimitError,
     StorageUnavailableError,
     TridentError,
+    WriteFailedError,
 )
 from .failpoints import failpoint
 from .partitions import PartitionFilter
@@ -525,7 +528,18 @@ def _reraise(exc: BaseException, settled: bool) -> NoReturn:
         ) from exc
     if isinstance(exc, OSError) and not isinstance(exc, TridentError):
         raise StorageUnavailableError(f"storage unavailable, {fate}: {type(exc).__name__}: {exc}") from exc
+    if isinstance(exc, duckdb.OutOfMemoryException):
+        raise ResourceLimitError(
+            f"the write ran out of DuckDB memory and could not spill enough; {fate}. Raise TRIDENT_DUCKDB_MEMORY_LIMIT "
+            f"(or free the spill disk): {_first_line(exc)}"
+        ) from exc
+    if isinstance(exc, (duckdb.Error, pa.ArrowException)) and not isinstance(exc, TridentError):
+        raise WriteFailedError(f"the write failed; {fate}: {type(exc).__name__}: {_first_line(exc)}") from exc
     raise exc
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [""])[0]
 
 
 def _lost_sql_catalog(exc: BaseException) -> bool:

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
+from datetime import timedelta
 from typing import Any
 
-from .errors import InvalidReadError, InvalidWriteError
+from .errors import InvalidArgumentError, InvalidReadError, InvalidWriteError
 
 
 def write_keys(keys: Iterable[str] | str | None) -> tuple[str, ...]:
@@ -49,3 +50,14 @@ def read_columns(columns: Any) -> list[str] | None:
     if bad:
         raise InvalidReadError(f"columns must be column names (strings); got {bad!r}")
     return list(columns)
+
+
+def maintenance_window(older_than: Any, retain_last: Any, uploads_older_than: Any) -> None:
+    """Refuse knobs that would make maintenance delete more than asked: a negative age puts the
+    cut-off in the future (every version "expired"), and keeping fewer than one version is not a
+    retention policy."""
+    for name, value in (("older_than", older_than), ("uploads_older_than", uploads_older_than)):
+        if not isinstance(value, timedelta) or value < timedelta(0):
+            raise InvalidArgumentError(f"{name} must be a timedelta of zero or more, got {value!r}")
+    if isinstance(retain_last, bool) or not isinstance(retain_last, int) or retain_last < 1:
+        raise InvalidArgumentError(f"retain_last must be an integer of at least 1 (the current version), got {retain_last!r}")

@@ -19,17 +19,39 @@ class MaintenanceConfig(dg.Config):
     keys: list[str] = []  # empty: every iceberg dataset of the workspace
 
 
-@dg.op(description="Expire old snapshots and delete the data files only they used, dataset by dataset.")
+@dg.op(
+    description="Compact small files, expire old snapshots and delete the data files only they used, dataset by "
+    "dataset; a dataset with a write open is skipped (and said so), not failed."
+)
 def maintain_tables(context: dg.OpExecutionContext, config: MaintenanceConfig, trident: TridentResource) -> dg.Output[int]:
     t = trident.get_client()
     keys = config.keys or sorted({d.key for d in t.datasets() if d.sink == "iceberg_native"} | set(t.pending_cleanup_keys()))
-    expired = deleted = 0
+    expired = deleted = compacted = 0
+    skipped: dict[str, str] = {}
     for key in keys:
         report = t.maintain(key, older_than=timedelta(days=config.older_than_days), retain_last=config.retain_last)
+        if report.skipped:
+            skipped[key] = report.skipped
+            context.log.warning(f"{key}: skipped, {report.skipped}")
+            continue
         expired += report.expired_snapshots
         deleted += report.deleted_files
-        context.log.info(f"{key}: expired {report.expired_snapshots} snapshots, deleted {report.deleted_files} files")
-    return dg.Output(len(keys), metadata={"datasets": len(keys), "expired_snapshots": expired, "deleted_files": deleted})
+        compacted += report.compacted_files
+        context.log.info(
+            f"{key}: compacted {report.compacted_files} small files, expired {report.expired_snapshots} snapshots, "
+            f"deleted {report.deleted_files} files"
+        )
+    return dg.Output(
+        len(keys) - len(skipped),
+        metadata={
+            "datasets": len(keys),
+            "expired_snapshots": expired,
+            "deleted_files": deleted,
+            "compacted_files": compacted,
+            "skipped": len(skipped),
+            "skipped_datasets": dg.MetadataValue.json(skipped),
+        },
+    )
 
 
 @dg.job(description="Table maintenance of every iceberg dataset (Trident.maintain).", tags={"kind": "maintenance"})

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pyarrow as pa
 import pytest
 
+from tests.conftest import make_settings
 from tests.helpers import table, user_rows
 from trident_resources import (
     DatasetNotFoundError,
@@ -14,6 +17,7 @@ from trident_resources import (
     InvalidWriteError,
     NullKeyError,
     ReservedColumnError,
+    ResourceLimitError,
     SchemaMismatchError,
     Trident,
 )
@@ -140,3 +144,22 @@ def test_unreachable_object_storage_is_a_named_error_and_loses_nothing(trident_h
             t.write("down/x", table(k=[1, 2]))
         assert not t.exists("down/x")
         assert [e.status for e in t.history("down/x")] == ["aborted"]
+
+
+def test_a_merge_past_its_memory_limit_is_a_named_error_and_loses_nothing(trident_home: Path, pg_dsn: str) -> None:
+    """DuckDB running out of memory (a limit set too low, a full spill disk) reached the caller as
+    a raw ``duckdb.OutOfMemoryException``; it must be a named error that says what to change."""
+    import numpy as np
+
+    t = Trident(make_settings(trident_home, pg_dsn, duckdb_memory_limit="2MB"))
+    try:
+        n = 300_000
+        data = pa.table({"k": np.arange(n), "s": pa.array([f"v{i}" for i in range(n)])})
+        t.write("bad/oom", data)
+        with pytest.raises(ResourceLimitError, match="TRIDENT_DUCKDB_MEMORY_LIMIT") as err:
+            t.write("bad/oom", data, mode="upsert", keys=["k"])
+        assert err.value.__cause__ is not None
+        assert t.history("bad/oom")[0].status == "aborted"
+        assert t.read("bad/oom").num_rows == n
+    finally:
+        t.close()

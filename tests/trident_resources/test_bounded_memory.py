@@ -91,3 +91,37 @@ def test_peak_memory_does_not_grow_with_rows(settings: TridentSettings, mode: st
     assert growth < ALLOWED_GROWTH_MIB[mode], (
         f"{mode}: peak RSS grew {growth:.0f} MiB from {small} to {large} rows ({s} -> {big})"
     )
+
+
+def test_keyed_merge_plans_millions_of_keys_under_a_small_memory_limit(tmp_path: Path) -> None:
+    """The merge's survivor step (one identity per existing key) must spill, not run out of memory.
+
+    It was an ``arg_min(__row_id, __row_index)`` per key: a string state per group, which DuckDB
+    cannot spill, and it failed at this limit (and intermittently at the 64 MB the test above uses).
+    """
+    import uuid
+    from collections.abc import Iterator
+    from datetime import UTC, datetime
+
+    import numpy as np
+    import pyarrow as pa
+
+    from trident_resources.merge import KeyedMerge
+
+    n, batch = 3_000_000, 100_000
+
+    def existing() -> pa.RecordBatchReader:
+        def batches() -> Iterator[pa.RecordBatch]:
+            for lo in range(0, n, batch):
+                k = np.arange(lo, lo + batch, dtype=np.int64)
+                yield pa.record_batch({"k": k, "__row_index": k, "__row_id": pa.array([str(uuid.uuid4()) for _ in range(batch)])})
+
+        first = next(batches())
+        return pa.RecordBatchReader.from_batches(first.schema, batches())
+
+    staged = pa.table({"k": np.arange(n - 10, n + 10, dtype=np.int64), "v": np.arange(20, dtype=np.int64)})
+    with KeyedMerge(tmp_path / "spill", memory_limit="32MB", threads=2) as merge:
+        merge.stage(staged.to_reader(), ("k",))
+        merge.load_existing(existing())
+        plan = merge.plan("upsert", first_index=n, txn_id=uuid.uuid4(), tau=datetime.now(UTC))
+    assert (plan.matched, plan.fresh, plan.removed) == (10, 10, 10)

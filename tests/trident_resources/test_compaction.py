@@ -8,12 +8,11 @@ from datetime import timedelta
 from typing import Any
 
 import pyarrow as pa
-import pytest
 from click.testing import CliRunner
 
 from tests.helpers import cli_env
 from trident_cli.main import cli
-from trident_resources import ConcurrentWriteError, Trident, TridentSettings
+from trident_resources import Trident, TridentSettings
 from trident_resources.identity import IDENTITY_COLUMNS
 
 
@@ -78,20 +77,40 @@ def test_a_few_files_are_left_alone(trident: Trident) -> None:
     assert report.compacted_files == 0 and _files(t, "c/few") == 4
 
 
-def test_maintain_waits_for_an_open_write_and_compacts_nothing_meanwhile(settings: TridentSettings) -> None:
-    with Trident(settings.model_copy(update={"writer_wait_seconds": 1})) as t:
+def _open_write(t: Trident, key: str) -> Any:
+    """An ingest stream with a batch in flight: its transaction is open and holds the writer lock."""
+    stream = t.ingest_stream(key)
+    stream.__enter__()
+    stream.append(pa.record_batch({"id": pa.array([99], pa.int64())}))
+    deadline = time.monotonic() + 10
+    while not [e for e in t.history(key) if e.status == "open"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert [e for e in t.history(key) if e.status == "open"]
+    return stream
+
+
+def test_maintain_skips_a_dataset_whose_write_is_open_and_a_later_run_compacts(settings: TridentSettings) -> None:
+    """Compaction never waits for (nor fails on) an open write: it is skipped with the reason, and
+    the run after the write compacts; the CLI says so and exits 0."""
+    with Trident(settings) as t:
         t.write("c/busy", pa.table({"id": [0]}))
         for i in range(1, 6):
             t.write("c/busy", pa.table({"id": [i]}), mode="append")
-        with t.ingest_stream("c/busy") as s:
-            s.append(pa.record_batch({"id": pa.array([99], pa.int64())}))
-            deadline = time.monotonic() + 10
-            while not [e for e in t.history("c/busy") if e.status == "open"] and time.monotonic() < deadline:
-                time.sleep(0.05)
-            with pytest.raises(ConcurrentWriteError):
-                t.maintain("c/busy")
-            assert _files(t, "c/busy") == 6
-        assert t.maintain("c/busy").compacted_files == 7
+        stream = _open_write(t, "c/busy")
+        try:
+            open_txn = next(e.txn_id for e in t.history("c/busy") if e.status == "open")
+            report = t.maintain("c/busy")
+            assert report.skipped is not None and str(open_txn) in report.skipped
+            assert report.compacted_files == 0 and _files(t, "c/busy") == 6
+            res = CliRunner().invoke(cli, ["maintain", "c/busy"], env=cli_env(settings))
+            assert res.exit_code == 0, res.output
+            assert "skipped" in res.output and "write of it is open" in " ".join(res.output.split())
+        finally:
+            stream.__exit__(None, None, None)
+        assert t.history("c/busy")[0].status == "committed"
+        later = t.maintain("c/busy")
+        assert later.skipped is None and later.compacted_files == 7
+        assert sorted(t.read("c/busy", columns=["id"]).column("id").to_pylist()) == [0, 1, 2, 3, 4, 5, 99]
 
 
 def test_cli_maintain_reports_compaction(trident: Trident, settings: TridentSettings) -> None:

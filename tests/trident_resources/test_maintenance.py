@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pyarrow as pa
 import pytest
 
 from tests.helpers import cli_env, table, user_rows
-from trident_resources import InvalidReadError, Trident
+from trident_resources import InvalidArgumentError, InvalidReadError, Trident
 from trident_resources.sinks.iceberg.files import filesystem_for
 
 
@@ -66,6 +67,37 @@ def test_dagster_maintenance_and_canary_jobs(trident: Trident) -> None:
     assert user_rows(t, "j/legacy", "k") == [{"k": 1}, {"k": 2}, {"k": 3}]
 
 
+def test_dagster_maintenance_skips_a_dataset_with_an_open_write(trident: Trident) -> None:
+    """The nightly job succeeds while a write of one dataset is open: that dataset is reported as
+    skipped (with the open transaction), the others are maintained, and the next run compacts it."""
+    from tests.dagster_support import resources_for, succeeded
+    from tests.trident_resources.test_compaction import _open_write
+    from trident_sensors.maintenance import table_maintenance_job
+
+    t = trident
+    for key in ("j/busy", "j/idle"):
+        for i in range(6):
+            t.write(key, pa.table({"id": [i]}), mode="append" if i else "replace")
+    resources = {"trident": resources_for(t.settings)["trident"]}
+    stream = _open_write(t, "j/busy")
+    try:
+        result = table_maintenance_job.execute_in_process(resources=resources)
+        succeeded(result)
+        assert result.output_for_node("maintain_tables") == 1
+        output = next(e for e in result.all_node_events if e.is_successful_output)
+        skipped = output.step_output_data.metadata
+        assert skipped["skipped"].value == 1
+        reasons = skipped["skipped_datasets"].value
+        assert isinstance(reasons, dict) and list(reasons) == ["j/busy"] and "write of it is open" in reasons["j/busy"]
+        assert skipped["compacted_files"].value == 6  # j/idle
+    finally:
+        stream.__exit__(None, None, None)
+    result = table_maintenance_job.execute_in_process(resources=resources)
+    succeeded(result)
+    assert result.output_for_node("maintain_tables") == 2
+    assert len(t.scan_plan("j/busy").files) == 1
+
+
 def test_cli_maintain(trident: Trident) -> None:
     from click.testing import CliRunner
 
@@ -77,3 +109,29 @@ def test_cli_maintain(trident: Trident) -> None:
     assert res.exit_code == 0, res.output
     assert "1 snapshots expired, 1 files deleted" in res.output
     assert user_rows(trident, "c/m", "k") == [{"k": 2}]
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"retain_last": 0}, {"retain_last": -1}, {"older_than": timedelta(days=-1)}, {"uploads_older_than": timedelta(hours=-1)}],
+)
+def test_maintenance_knobs_that_would_delete_more_than_asked_are_refused(trident: Trident, kwargs: dict[str, object]) -> None:
+    """A negative age put the cut-off in the future and ``retain_last`` below 1 kept nothing: both
+    were accepted silently, so one typo could expire every version but the current one."""
+    trident.write("c/knobs", table(k=[1]))
+    trident.write("c/knobs", table(k=[2]))
+    with pytest.raises(InvalidArgumentError):
+        trident.maintain("c/knobs", **kwargs)  # type: ignore[arg-type]
+    assert len([e for e in trident.history("c/knobs") if e.status == "committed"]) == 2
+    assert trident.read("c/knobs", as_of=trident.history("c/knobs")[-1].txn_id).column("k").to_pylist() == [1]
+
+
+@pytest.mark.parametrize("args", [["--retain-last", "0"], ["--older-than-days", "-1"]])
+def test_cli_maintain_refuses_out_of_range_knobs(trident: Trident, args: list[str]) -> None:
+    from click.testing import CliRunner
+
+    from trident_cli.main import cli
+
+    trident.write("c/knobs", table(k=[1]))
+    res = CliRunner().invoke(cli, ["maintain", *args], env=cli_env(trident.settings))
+    assert res.exit_code == 2 and "Invalid value" in res.output, res.output

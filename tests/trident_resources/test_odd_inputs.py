@@ -221,3 +221,12 @@ def test_malformed_read_columns_are_invalid_reads(trident: Trident, columns: obj
         t.read("args/r", columns=columns)  # type: ignore[arg-type]
     with pytest.raises(InvalidReadError, match="columns"):
         t.stream("args/r", columns=columns)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("sink", SINKS)
+def test_an_input_without_columns_is_refused(trident: Trident, sink: str) -> None:
+    """``pa.table({})`` used to create a dataset of identity columns alone."""
+    key = _pinned(trident, "odd/nocols", sink)
+    with pytest.raises(SchemaMismatchError, match="no columns"):
+        trident.write(key, pa.table({}))
+    assert not trident.exists(key)

@@ -106,3 +106,67 @@ def test_trident_adopt_cli(trident: Trident, monkeypatch: pytest.MonkeyPatch) ->
     assert trident.describe("own/cli").row_count == 2
     again = CliRunner().invoke(cli, ["adopt", "own/cli"])
     assert again.exit_code != 0 and "already a dataset" in again.output
+
+
+def _strip_owner(t: Trident, key: str) -> Table:
+    """What a Trident older than the ownership property left: the dataset's table without it."""
+    _, sink = _catalog(t)
+    ds = t.control.dataset(t.workspace, key)
+    assert ds is not None
+    table = sink.catalog.load_table(sink.identifier(ds))
+    with table.transaction() as txn:
+        txn.remove_properties(OWNER_PROPERTY)
+    return table.refresh()
+
+
+def test_a_table_from_before_ownership_is_refused_then_stamped_by_adopt(trident: Trident) -> None:
+    trident.write("own/old", pa.table({"k": pa.array([1, 2, 3], pa.int64())}))
+    trident.write("own/old", pa.table({"k": pa.array([4], pa.int64())}), mode="append")
+    before = trident.read("own/old").sort_by("k")
+    _strip_owner(trident, "own/old")
+    with pytest.raises(TableOwnershipError, match="trident adopt own/old"):
+        trident.write("own/old", pa.table({"k": pa.array([5], pa.int64())}), mode="append")
+    refused = trident.history("own/old")[0]
+    assert refused.status == "aborted", "a refused write is aborted, not left open for the reconciler"
+    assert trident.control.open_entries(refused.dataset_id) == []
+
+    d = trident.adopt("own/old")
+    assert d.row_count == 4
+    assert trident.history("own/old")[0].mode == "adopt"
+    assert trident.read("own/old").sort_by("k").equals(before), "adopting rewrites nothing"
+
+    r = trident.write("own/old", pa.table({"k": pa.array([5], pa.int64())}), mode="append")
+    assert r.row_count == 5
+    got = trident.read("own/old").sort_by("k")
+    assert got.column("__row_index").to_pylist() == [0, 1, 2, 3, 4], "identity continues where it was"
+    assert got.column("__row_id").to_pylist()[:4] == before.column("__row_id").to_pylist()
+    with pytest.raises(InvalidWriteError, match="already a dataset"):
+        trident.adopt("own/old")
+
+
+def test_adopt_refuses_an_unowned_table_the_ledger_does_not_agree_with(trident: Trident) -> None:
+    trident.write("own/drift", pa.table({"k": pa.array([1, 2], pa.int64())}))
+    extra = trident.read("own/drift").slice(0, 1)
+    table = _strip_owner(trident, "own/drift")
+    # another tool appended to it since: its current snapshot is no transaction of this ledger
+    table.append(extra.cast(table.schema().as_arrow()))
+    head = table.refresh().current_snapshot()
+    with pytest.raises(TableOwnershipError, match=r"not the version .* last committed"):
+        trident.adopt("own/drift")
+    after = table.refresh()
+    assert OWNER_PROPERTY not in after.properties and after.current_snapshot() == head, "a refused table is left alone"
+    assert trident.history("own/drift")[0].mode != "adopt"
+
+
+def test_trident_adopt_cli_stamps_a_table_from_before_ownership(trident: Trident, monkeypatch: pytest.MonkeyPatch) -> None:
+    from trident_cli.main import cli
+
+    trident.write("own/oldcli", pa.table({"k": pa.array([1, 2], pa.int64())}))
+    _strip_owner(trident, "own/oldcli")
+    s = trident.settings
+    monkeypatch.setenv("TRIDENT_HOME", str(s.home))
+    monkeypatch.setenv("TRIDENT_PG_DSN", s.pg_dsn.get_secret_value() if s.pg_dsn else "")
+    monkeypatch.setenv("TRIDENT_WORKSPACE", s.workspace)
+    result = CliRunner().invoke(cli, ["adopt", "own/oldcli"])
+    assert result.exit_code == 0, result.output
+    assert trident.write("own/oldcli", pa.table({"k": pa.array([3], pa.int64())}), mode="append").row_count == 3

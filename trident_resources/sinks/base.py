@@ -85,6 +85,7 @@ class Maintenance:
     aborted_uploads: int = 0  # incomplete multipart uploads of dead writers
     cleaned_txns: int = 0  # aborted transactions whose pending storage cleanup ran now
     cleanup_pending: int = 0  # ... and those whose cleanup still cannot run (storage unreachable)
+    skipped: str | None = None  # why nothing was done: a write of the dataset was open (the next run does it)
 
 
 ScanPath = Literal["native", "arrow"]

@@ -37,44 +37,62 @@ from ...failpoints import failpoint
 from ...identity import ROW_ID, ROW_INDEX
 from ...partitions import Partitioner
 from ...pyiceberg_compat import parquet_writer_kwargs
+from .encoding import DictionaryChoice
 
 
 class _ParquetFile:
-    """One Parquet data file, written with pyiceberg's writer settings and statistics, except that
-    dictionary encoding is off for the identity columns: ``__row_id`` and ``__row_index`` never
-    repeat, so trying a dictionary for them is pure cost (about a fifth of the encoding time)."""
+    """One Parquet data file, written with pyiceberg's writer settings and statistics, except for
+    dictionary encoding: only the columns where it makes the data smaller get a dictionary
+    (``encoding.DictionaryChoice``, decided from the first row group the transaction writes).
+    The Parquet writer opens with the first row group, so that choice can be made from it."""
 
-    def __init__(self, io: FileIO, path: str, schema: Schema, arrow_schema: pa.Schema, properties: dict[str, str]) -> None:
+    def __init__(
+        self,
+        io: FileIO,
+        path: str,
+        schema: Schema,
+        arrow_schema: pa.Schema,
+        properties: dict[str, str],
+        dictionary: DictionaryChoice,
+    ) -> None:
         self._output = io.new_output(path)
         self._schema = schema
+        self._arrow_schema = arrow_schema
         self._properties = properties
+        self._dictionary = dictionary
         self._stream = self._output.create(overwrite=True)
-        try:
-            self._writer = pq.ParquetWriter(
-                cast(IO[Any], self._stream),
-                schema=arrow_schema,
-                store_decimal_as_integer=True,
-                use_dictionary=[n for n in arrow_schema.names if n not in _NEVER_REPEATING],
-                **parquet_writer_kwargs(properties),
-            )
-        except Exception:
-            self._stream.close()
-            raise
+        self._writer: pq.ParquetWriter | None = None
+
+    def _open(self, first: pa.Table) -> pq.ParquetWriter:
+        if self._writer is None:
+            try:
+                self._writer = pq.ParquetWriter(
+                    cast(IO[Any], self._stream),
+                    schema=self._arrow_schema,
+                    store_decimal_as_integer=True,
+                    use_dictionary=self._dictionary.columns(first),
+                    **parquet_writer_kwargs(self._properties),
+                )
+            except Exception:
+                self._stream.close()
+                raise
+        return self._writer
 
     def write(self, table: pa.Table) -> None:
-        self._writer.write_table(table, row_group_size=max(table.num_rows, 1))
+        self._open(table).write_table(table, row_group_size=max(table.num_rows, 1))
 
     def close(self) -> DataFileStatistics:
         with self._stream:
-            self._writer.close()
+            writer = self._open(self._arrow_schema.empty_table())
+            writer.close()
         return data_file_statistics_from_parquet_metadata(
-            parquet_metadata=self._writer.writer.metadata,
+            parquet_metadata=writer.writer.metadata,
             stats_columns=compute_statistics_plan(self._schema, self._properties),
             parquet_column_mapping=parquet_path_to_id_mapping(self._schema),
         )
 
 
-_NEVER_REPEATING = frozenset({ROW_ID, ROW_INDEX})
+_NEVER_REPEATING = frozenset({ROW_ID, ROW_INDEX})  # unique by construction: no dictionary, no trial
 
 
 class _Lane:
@@ -121,6 +139,7 @@ class _TxnFileWriter(ABC):
         self._target_file_bytes = target_file_bytes
         self._row_group_bytes = row_group_bytes
         self._pool = ThreadPoolExecutor(max_workers=max(1, parallelism), thread_name_prefix="trident-parquet")
+        self._dictionary = DictionaryChoice(_NEVER_REPEATING, parquet_writer_kwargs(properties))
         self._seq = 0
         self.paths: list[str] = []
         self.data_files: list[DataFile] = []
@@ -138,7 +157,7 @@ class _TxnFileWriter(ABC):
         path = f"{self._dir}/{self._txn_id}-{self._seq:05d}.parquet"
         self._seq += 1
         self.paths.append(path)
-        return _Lane(path, _ParquetFile(self._io, path, self._schema, self.arrow_schema, self._properties))
+        return _Lane(path, _ParquetFile(self._io, path, self._schema, self.arrow_schema, self._properties, self._dictionary))
 
     def _finish(self, lane: _Lane, partition: Record) -> None:
         """Close ``lane``'s file and record it as a DataFile of ``partition``."""

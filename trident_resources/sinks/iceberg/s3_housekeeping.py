@@ -6,6 +6,10 @@ upload incomplete: its parts are stored and billed, but no listing of objects sh
 deleting "the transaction's files" never finds them. The reconciler aborts a dead transaction's
 uploads (their keys start with ``<table>/data/<txn_id>-``) and maintenance aborts every upload
 under a table's data folder older than a threshold. boto3 does this; pyarrow has no API for it.
+
+In remote-signing mode the table's FileIO properties carry the catalog's signer and no keys: the
+listing and the aborts are then signed by the catalog too (``signing.make_signed_client``), never
+sent with static keys nor unsigned.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any
 from urllib.parse import urlsplit
+
+from .signing import make_signed_client, remote_signing
 
 S3_SCHEMES = frozenset({"s3", "s3a", "s3n"})
 
@@ -34,7 +40,7 @@ def abort_incomplete_uploads(
     """Abort the incomplete multipart uploads under ``<location>/data/``: those of ``txn_id``
     (its data files are named ``<txn_id>-NNNNN.parquet``), or every one initiated before
     ``initiated_before``. ``properties`` are the table FileIO's (endpoint and credentials, vended
-    or the ``TRIDENT_S3_*`` settings). Returns how many were aborted; a location that is not on S3
+    or the ``TRIDENT_S3_*`` settings, or the catalog's signer). Returns how many were aborted; a location that is not on S3
     has none. Storage errors propagate: the caller keeps the cleanup pending and retries later."""
     if not is_s3(location):
         return 0
@@ -43,7 +49,11 @@ def abort_incomplete_uploads(
     prefix = f"{parts.path.strip('/')}/data/"
     if txn_id is not None:
         prefix += f"{txn_id}-"
-    client = _client(tuple(sorted((k, v) for k, v in properties.items() if k.startswith("s3.") or k == "client.region")))
+    client = (
+        make_signed_client(dict(properties))
+        if remote_signing(dict(properties))
+        else _client(tuple(sorted((k, v) for k, v in properties.items() if k.startswith("s3.") or k == "client.region")))
+    )
     aborted = 0
     for page in client.get_paginator("list_multipart_uploads").paginate(Bucket=bucket, Prefix=prefix):
         for upload in page.get("Uploads", []):

@@ -242,8 +242,13 @@ def make_signed_client(properties: Properties) -> Any:
     return client
 
 
+def remote_signing(properties: Properties) -> bool:
+    """Whether these (table FileIO) properties say the catalog signs this table's S3 requests."""
+    return property_as_bool(properties, REMOTE_SIGNING_ENABLED, False) or bool(properties.get("s3.signer"))
+
+
 def _signed_s3(properties: Properties) -> AbstractFileSystem:
-    if not (property_as_bool(properties, REMOTE_SIGNING_ENABLED, False) or properties.get("s3.signer")):
+    if not remote_signing(properties):
         # Never send unsigned requests: a table config without a signer is a catalog that does not sign.
         raise PermissionError(
             "remote signing is not enabled for this table (no s3.remote-signing-enabled / s3.signer in the "

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import threading
 import uuid
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -74,9 +75,23 @@ from .files import DataFileWriter, PartitionedDataFileWriter, delete_paths, file
 from .maintenance import data_files_of, existing_under, once_referenced
 from .s3_housekeeping import abort_incomplete_uploads
 
+SNAPSHOT_FILES_CACHED = 256  # snapshots whose data file lists scan_plan remembers (immutable, so never stale)
+
 TXN_PROPERTY = "trident.txn-id"
 OWNER_PROPERTY = "trident.dataset-id"
 """Table property naming the control-plane dataset that created (or adopted) the table."""
+
+
+@dataclass(frozen=True)
+class TableOwnership:
+    """What a table says about its owner and its current snapshot's transaction (see ``ownership``)."""
+
+    identifier: str
+    owner: str | None
+    snapshot_id: int | None
+    txn_id: uuid.UUID | None
+
+
 TABLE_PROPERTIES = {"format-version": "2", "write.parquet.compression-codec": "zstd"}
 
 
@@ -371,6 +386,8 @@ class IcebergSink(Sink):
         self.access = StorageAccess(settings)
         self._staged_create = not self.access.refreshable_only
         self._locations: dict[uuid.UUID, str] = {}  # dataset id -> table location (scan_path)
+        self._files_by_snapshot: dict[tuple[str, int], tuple[str, ...]] = {}  # (table uuid, snapshot) -> data files
+        self._files_lock = threading.Lock()
         self._nested = (
             settings.catalog_nested_namespaces if settings.catalog_nested_namespaces is not None else bool(settings.catalog_uri)
         )
@@ -431,6 +448,28 @@ class IcebergSink(Sink):
         if table.current_snapshot() is None:
             raise TableOwnershipError(f"the Iceberg table {'.'.join(ident)} has no snapshot: nothing to adopt")
         return self.access.bind(table, reload=lambda: self.catalog.load_table(ident))
+
+    def ownership(self, ds: DatasetRecord) -> TableOwnership:
+        """Who the table at ``ds``'s identifier says it belongs to, and which transaction made its
+        current snapshot (the snapshot summary's ``trident.txn-id``), read without the ownership
+        check: what ``Trident.adopt`` compares with the ledger before it stamps a table that a
+        Trident older than the ownership property created."""
+        ident = self.identifier(ds)
+        try:
+            table = self.catalog.load_table(ident)
+        except NoSuchTableError:
+            raise TableOwnershipError(f"there is no Iceberg table {'.'.join(ident)} to adopt as {ds.key!r}") from None
+        snap = table.current_snapshot()
+        carried = snap.summary.get(TXN_PROPERTY) if snap is not None and snap.summary is not None else None
+        txn: uuid.UUID | None = None
+        with contextlib.suppress(ValueError, TypeError):
+            txn = uuid.UUID(carried) if carried else None
+        return TableOwnership(
+            identifier=".".join(ident),
+            owner=table.properties.get(OWNER_PROPERTY),
+            snapshot_id=snap.snapshot_id if snap is not None else None,
+            txn_id=txn,
+        )
 
     def adopt(self, ds: DatasetRecord, txn_id: uuid.UUID) -> Outcome:
         """Stamp the table as ``ds``'s and report it as a commit: ``__row_index`` continues from the
@@ -728,8 +767,17 @@ class IcebergSink(Sink):
         assert table is not None
         return _summary_outcome(snap, schema_to_pyarrow(table.schema(), include_field_ids=False))
 
+    def _table_if_ours(self, ds: DatasetRecord) -> Table | None:
+        """The dataset's table for a failure path (undo, discard): a table this control plane does
+        not own counts as none, so a write refused with TableOwnershipError is still aborted (its
+        ledger row must not stay open) and the refused table is left exactly as it was."""
+        try:
+            return self.table(ds)
+        except TableOwnershipError:
+            return None
+
     def undo(self, ds: DatasetRecord, txn_id: uuid.UUID) -> None:
-        table = self.table(ds)
+        table = self._table_if_ours(ds)
         if table is None:
             return
         snap = table.current_snapshot()
@@ -746,7 +794,7 @@ class IcebergSink(Sink):
         landed, and abort its incomplete multipart uploads (a writer killed or cut off mid-file
         leaves one per open file). Without a table (an aborted
         first write) the ledger's ``location`` says where, and its FileIO comes from the catalog."""
-        table = self.table(ds)
+        table = self._table_if_ours(ds)
         if table is not None and self._txn_snapshot(table, txn_id) is not None:
             return Discarded()  # committed: its files are the dataset
         where = location or (table.location() if table is not None else None)
@@ -921,7 +969,7 @@ class IcebergSink(Sink):
             return ScanPlan(
                 key=ds.key, path=path, schema=schema, reason=reason, snapshot_id=None if snap is None else snap.snapshot_id
             )
-        locations = [f.file_path for f in self.data_files(table, snapshot_id=snapshot_id)]
+        locations = self._snapshot_files(table, snap.snapshot_id if snap is not None else None)
         if any("://" in p and not p.startswith("file://") for p in locations):  # a file written elsewhere
             return ScanPlan(
                 key=ds.key,
@@ -940,6 +988,24 @@ class IcebergSink(Sink):
             files=files,
             field_ids=tuple(f.field_id for f in iceberg_schema.fields),
         )
+
+    def _snapshot_files(self, table: Table, snapshot_id: int | None) -> list[str]:
+        """The data file paths of one snapshot, remembered: a snapshot never changes, and reading
+        its manifests was a third of a small SQL query's fixed cost (issue 12). Keyed by the
+        table's uuid too, so a dropped and recreated table never reuses another's entry."""
+        if snapshot_id is None:
+            return []
+        key = (str(table.metadata.table_uuid), snapshot_id)
+        with self._files_lock:
+            hit = self._files_by_snapshot.get(key)
+        if hit is not None:
+            return list(hit)
+        files = tuple(f.file_path for f in self.data_files(table, snapshot_id=snapshot_id))
+        with self._files_lock:
+            self._files_by_snapshot[key] = files
+            while len(self._files_by_snapshot) > SNAPSHOT_FILES_CACHED:
+                self._files_by_snapshot.pop(next(iter(self._files_by_snapshot)))
+        return list(files)
 
     def compact(self, ds: DatasetRecord) -> Maintenance:
         """Small data files rewritten into target-size ones, ONE snapshot, identity unchanged

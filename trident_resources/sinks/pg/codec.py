@@ -18,9 +18,10 @@ import numpy as np
 import pyarrow as pa
 
 from ...errors import SchemaMismatchError
-from ...identity import CREATED_AT, ROW_ID, ROW_INDEX, TIMESTAMP_TYPE
+from ...identity import CREATED_AT, ROW_ID, ROW_INDEX
 from ...merge import quote
 from ...schemas import conform, user_fields
+from .reader import RawChunk
 
 
 def _sql_literal(text: str) -> str:
@@ -36,7 +37,7 @@ def _is_binary(t: pa.DataType) -> bool:
 
 
 class JsonCodec:
-    """Encodes stamped batches to COPY text lines and decodes fetched rows, for one user schema."""
+    """Encodes stamped batches to COPY text lines and decodes fetched ranges, for one user schema."""
 
     def __init__(self, user_schema: pa.Schema) -> None:
         self.user_schema = user_fields(user_schema)
@@ -93,23 +94,23 @@ class JsonCodec:
         return memoryview(col.buffers()[2])[int(offsets[0]) : int(offsets[-1])]
 
     # -- decode -----------------------------------------------------------------------------
-    def decode(
-        self,
-        rows: list[tuple[int, str, int, str]],
-        target: pa.Schema,
-    ) -> pa.RecordBatch:
-        """Rows fetched as (row_index, row_id, created_at micros, data text) -> a batch in ``target``
-        (a projection of identity + user columns, in the caller's order)."""
-        index, ids, created, data = zip(*rows, strict=False) if rows else ((), (), (), ())
-        chunk = pa.table(
-            {
-                ROW_INDEX: pa.array(index, pa.int64()),
-                ROW_ID: pa.array(ids, pa.large_string()),
-                CREATED_AT: pa.array(created, pa.int64()).view(TIMESTAMP_TYPE),
-                "__data": pa.array(data, pa.large_string()),
-            }
-        )
+    def needs_documents(self, target: pa.Schema) -> bool:
+        """Whether decoding to ``target`` reads any user column (else the documents need not be fetched)."""
+        return any(f.name in self.user_schema.names for f in target)
+
+    def decode(self, chunk: RawChunk, target: pa.Schema) -> pa.RecordBatch:
+        """One range's rows (identity arrays + documents' text) -> a batch in ``target`` (a
+        projection of identity + user columns, in the caller's order)."""
         wanted_user = [f for f in target if f.name in self.user_schema.names]
+        columns: dict[str, pa.Array] = {ROW_INDEX: chunk.row_index, ROW_ID: chunk.row_id, CREATED_AT: chunk.created_at}
+        if wanted_user:
+            assert chunk.data is not None
+            columns["__data"] = chunk.data
+        fetched = pa.table(columns)
+        if not len(target):
+            return pa.RecordBatch.from_arrays([], schema=target)
+        if not wanted_user:
+            return conform(fetched.select(target.names).combine_chunks().to_batches()[0], target)
         structure = {f.name: ("VARCHAR" if _is_binary(f.type) else self._duck_types[f.name]) for f in wanted_user}
         parts = []
         for f in target:
@@ -119,20 +120,18 @@ class JsonCodec:
                 parts.append(f"from_base64(s.{quote(f.name)}) AS {quote(f.name)}")
             else:
                 parts.append(f"s.{quote(f.name)} AS {quote(f.name)}")
-        inner = f"json_transform_strict(__data, {_sql_literal(json.dumps(structure))}) AS s" if structure else "NULL AS s"
-        sql = f"SELECT {', '.join(parts) or '1 AS __none'} FROM (SELECT *, {inner} FROM chunk)"
+        inner = f"json_transform_strict(__data, {_sql_literal(json.dumps(structure))}) AS s"
+        sql = f"SELECT {', '.join(parts)} FROM (SELECT *, {inner} FROM fetched)"
         try:
-            table = self.con.sql(sql).to_arrow_table()
+            out = self.con.sql(sql).to_arrow_table()
         except duckdb.Error:
             # Rows written before a column was added lack its key: decode member by member.
-            table = self._decode_tolerant(chunk, parts, structure)
-        if not len(target):
-            return pa.RecordBatch.from_arrays([], schema=target)
-        batch = table.combine_chunks().to_batches()[0] if table.num_rows else pa.RecordBatch.from_pylist([], schema=table.schema)
+            out = self._decode_tolerant(fetched, parts, structure)
+        batch = out.combine_chunks().to_batches()[0] if out.num_rows else pa.RecordBatch.from_pylist([], schema=out.schema)
         return conform(batch, target)
 
-    def _decode_tolerant(self, chunk: pa.Table, parts: list[str], structure: dict[str, str]) -> pa.Table:
-        """Decode ``chunk`` (read by DuckDB's replacement scan) where a stored row may lack keys: a missing key is null.
+    def _decode_tolerant(self, fetched: pa.Table, parts: list[str], structure: dict[str, str]) -> pa.Table:
+        """Decode ``fetched`` (read by DuckDB's replacement scan) where a stored row may lack keys: a missing key is null.
 
         A pg dataset's rows are never rewritten when a column is added (an append only adds
         rows), so older rows' jsonb has no key for it; Iceberg reads such rows as null, and so
@@ -149,7 +148,7 @@ class JsonCodec:
         )
         sql = (
             f"SELECT {', '.join(parts) or '1 AS __none'} FROM (SELECT *, struct_pack({members}) AS s "
-            f"FROM (SELECT *, json_extract(__data, [{pointers}]) AS __m FROM chunk))"
+            f"FROM (SELECT *, json_extract(__data, [{pointers}]) AS __m FROM fetched))"
         )
         try:
             return self.con.sql(sql).to_arrow_table()

@@ -4,8 +4,9 @@
 - One Postgres transaction per write: rows and a commit marker (``trident_pg_commits``, carrying the
   txn id, the Arrow schema and the outcome) become visible together or not at all; a killed
   process leaves nothing because Postgres rolls its transaction back.
-- Bulk writes use COPY with lines built in DuckDB; reads use a server-side cursor, so both run in
-  bounded memory whatever the size.
+- Bulk writes use COPY with lines built in DuckDB; reads are row-index ranges read by aggregated
+  binary COPYs on a few connections sharing one snapshot (``reader.py``); both run in bounded
+  memory whatever the size.
 - Keyed modes reuse the sink-neutral ``KeyedMerge``; identity rules are the lakehouse's.
 - A replace writes a new generation; the old one (and the undo log of keyed writes) is purged by
   the next write, so ``undo`` of a write whose ledger COMMIT failed is exact and cheap.
@@ -27,7 +28,7 @@ import psycopg
 import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.ipc as ipc
-from psycopg.rows import DictRow, tuple_row
+from psycopg.rows import DictRow
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 
 from ... import queries as q
@@ -46,8 +47,7 @@ from ...schemas import conform, describe_schema, to_iceberg, with_identity
 from ...settings import TridentSettings
 from ..base import AsOf, Discarded, Removal, Sink, SinkWrite, StoredVersion, WriteCounts, WriteRequest
 from .codec import JsonCodec
-
-FETCH_ROWS = 20_000  # rows per server-side cursor round trip (and per decoded batch)
+from .reader import read_ranges
 
 
 @dataclass(frozen=True)
@@ -303,18 +303,14 @@ class PgSink(Sink):
         def batches() -> Iterator[pa.RecordBatch]:
             codec = JsonCodec(state.user_schema)
             try:
-                with pool.connection() as conn, conn.transaction():
-                    with conn.cursor(name=f"trident_scan_{uuid.uuid4().hex}", row_factory=tuple_row) as cur:
-                        cur.itersize = FETCH_ROWS
-                        cur.execute(q.PG_SCAN_ROWS, (ds.dataset_id, gen))
-                        while rows := cur.fetchmany(FETCH_ROWS):
-                            batch = codec.decode(rows, decode_to)
-                            if expr is not None:
-                                batch = pa.Table.from_batches([batch]).filter(expr).select(wanted.names)
-                                for b in batch.to_batches():
-                                    yield conform(b, wanted)
-                            else:
-                                yield batch
+                chunks = read_ranges(pool, ds.dataset_id, gen, with_data=codec.needs_documents(decode_to))
+                for chunk in chunks:
+                    batch = codec.decode(chunk, decode_to)
+                    if expr is not None:
+                        for b in pa.Table.from_batches([batch]).filter(expr).select(wanted.names).to_batches():
+                            yield conform(b, wanted)
+                    else:
+                        yield batch
             finally:
                 codec.close()
 

@@ -1,0 +1,75 @@
+"""Issue 12: ``Trident.sql`` reuses a locked sandbox for a repeated query over the same dataset
+versions (its fixed cost was most of a small query). Reuse must never widen what a query can
+read: a sandbox serves only queries naming exactly the datasets, versions and files it was built
+for; a new version, another set of datasets, or expired files get a fresh one."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import pyarrow as pa
+import pytest
+
+from trident_resources import SqlNotAllowedError, Trident
+
+
+def _file(t: Trident, key: str) -> str:
+    return t.scan_plan(key).files[0]
+
+
+def test_a_new_version_is_read_and_the_old_files_are_refused_after_reuse(trident: Trident) -> None:
+    t = trident
+    t.write("r/v", pa.table({"a": [1, 2]}))
+    old = _file(t, "r/v")
+    for _ in range(3):  # the same query over the same version: served by the kept sandbox
+        assert t.sql('select sum(a) as s from "r/v"').column("s").to_pylist() == [3]
+    assert t.sql(f"select count(*) as n from \"r/v\", read_parquet('{old}')").column("n").to_pylist() == [4]
+    t.write("r/v", pa.table({"a": [10]}))
+    assert t.sql('select sum(a) as s from "r/v"').column("s").to_pylist() == [10]
+    with pytest.raises(SqlNotAllowedError):
+        t.sql(f"select * from \"r/v\", read_parquet('{old}')")
+
+
+def test_a_sandbox_kept_for_two_datasets_is_not_used_for_one(trident: Trident) -> None:
+    t = trident
+    t.write("r/a", pa.table({"x": [1]}))
+    t.write("r/b", pa.table({"y": ["secret"]}))
+    b_file = _file(t, "r/b")
+    both = 'select count(*) as n from "r/a", "r/b"'
+    assert t.sql(both).column("n").to_pylist() == [1]
+    assert t.sql(both).column("n").to_pylist() == [1]
+    assert t.sql('select count(*) as n from "r/a"').column("n").to_pylist() == [1]
+    with pytest.raises(SqlNotAllowedError):
+        t.sql(f"select * from \"r/a\", read_parquet('{b_file}')")
+    with pytest.raises(SqlNotAllowedError):  # and the kept sandbox of r/a alone is not widened by the failure
+        t.sql(f"select * from \"r/a\", read_parquet('{b_file}')")
+
+
+def test_queries_after_maintenance_deleted_the_files_still_work(trident: Trident) -> None:
+    t = trident
+    t.write("r/m", pa.table({"a": [1]}))
+    for i in range(2, 8):
+        t.write("r/m", pa.table({"a": [i]}), mode="append")
+    q = 'select sum(a) as s from "r/m"'
+    assert t.sql(q).column("s").to_pylist() == [28]
+    t.maintain("r/m", older_than=timedelta(0), retain_last=1)  # compacts, then deletes the small files
+    assert len(t.scan_plan("r/m").files) == 1
+    assert t.sql(q).column("s").to_pylist() == [28]
+
+
+def test_concurrent_queries_each_get_a_sandbox_of_their_own(trident: Trident) -> None:
+    t = trident
+    t.write("r/c", pa.table({"a": list(range(1000))}))
+    results: list[object] = []
+
+    def run() -> None:
+        for _ in range(5):
+            results.append(t.sql('select sum(a) as s from "r/c"').column("s").to_pylist())
+
+    threads = [threading.Thread(target=run) for _ in range(3)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert results == [[499500]] * 15

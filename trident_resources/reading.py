@@ -1,0 +1,66 @@
+"""Read-side faults as named errors.
+
+A sink's scan is lazy: pyarrow opens data files when the first batch is pulled, so a missing,
+truncated or corrupt file (or storage going away mid-read) surfaces while the caller iterates, as a
+raw ``ArrowInvalid``/``OSError``. Both the eager and the lazy half go through here, so a reader
+never sees an engine's exception, only a named one with the engine's error chained.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import duckdb
+import psycopg
+import pyarrow as pa
+
+from .errors import ControlPlaneUnavailableError, StorageUnavailableError, TridentError, UnreadableDataError
+
+
+def named(exc: BaseException, key: str) -> BaseException:
+    """The named error a reader of ``key`` gets for ``exc`` (``exc`` itself when already named)."""
+    if isinstance(exc, TridentError) or not isinstance(exc, Exception):
+        return exc
+    if isinstance(exc, psycopg.Error):
+        return ControlPlaneUnavailableError(f"reading {key!r}: the control-plane Postgres failed: {exc}")
+    if isinstance(exc, (FileNotFoundError, pa.ArrowInvalid)) or (
+        isinstance(exc, (pa.ArrowException, duckdb.Error)) and not isinstance(exc, OSError)
+    ):
+        first = (str(exc).strip().splitlines() or [""])[0]
+        return UnreadableDataError(
+            f"a data file of {key!r} could not be read (missing, truncated or corrupt): {type(exc).__name__}: {first}. "
+            "The ledger and older versions are intact: restore the file from storage, or read an older version (as_of=...)"
+        )
+    if isinstance(exc, OSError):
+        return StorageUnavailableError(f"reading {key!r}: storage unavailable: {type(exc).__name__}: {exc}")
+    return exc
+
+
+def guarded(key: str, open_reader: Callable[[], pa.RecordBatchReader]) -> pa.RecordBatchReader:
+    """``open_reader()``, with its opening and every batch it yields naming their faults."""
+    try:
+        reader = open_reader()
+    except Exception as exc:
+        raise named(exc, key) from exc
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        try:
+            yield from reader
+        except Exception as exc:
+            err = named(exc, key)
+            if err is exc:
+                raise
+            raise err from exc
+
+    return pa.RecordBatchReader.from_batches(reader.schema, batches())
+
+
+def read_all(key: str, read: Callable[[], pa.Table]) -> pa.Table:
+    """``read()``, naming its faults (the eager path reads every file before it returns)."""
+    try:
+        return read()
+    except Exception as exc:
+        err = named(exc, key)
+        if err is exc:
+            raise
+        raise err from exc
