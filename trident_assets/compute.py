@@ -18,7 +18,7 @@ from datetime import datetime
 import duckdb
 import pyarrow as pa
 
-from trident_resources import PartitionError, PartitionFilter, Trident, TridentError
+from trident_resources import PartitionFilter, Trident, TridentError
 from trident_resources.identity import CREATED_AT, IDENTITY_COLUMNS, ROW_INDEX
 from trident_resources.sql import native_paths, register_dataset, sandbox
 
@@ -65,14 +65,9 @@ def open_session(
     ``partition`` (a partitioned node's run): sources that have its column(s) are read only
     within it, pruned to those partitions' files."""
     keys = list(dict.fromkeys(sources.values()))
-    if partition is not None and strategy.kind == "delta":
-        raise PartitionError(
-            f"node {output!r}: the delta strategy keeps one watermark per output, not per partition; a partitioned "
-            "node recomputes its partition (use replace, snapshot_replace, upsert or append_new)"
-        )
     for _ in range(attempts):
         wait_for_quiet_sources(t, keys, t.settings.writer_wait_seconds)
-        plan = plan_output(t, output, keys, strategy)
+        plan = plan_output(t, output, keys, strategy, partition)
         scans = {key: t.scan_plan(key) for key in keys}
         con = sandbox(t.settings.duckdb_memory_limit, t.settings.duckdb_threads, native_paths(scans.values()))
         try:

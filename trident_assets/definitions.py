@@ -21,7 +21,7 @@ from trident_sensors.commits import trident_commits
 from trident_sensors.maintenance import JOBS as MAINTENANCE_JOBS
 from trident_sensors.maintenance import SCHEDULES as MAINTENANCE_SCHEDULES
 from trident_sensors.reconciler import trident_reconciler
-from trident_sensors.schedules import pipeline_job, rebuild_schedule
+from trident_sensors.schedules import daily_job, pipeline_job, rebuild_schedule
 
 from .pipeline import pipeline_definitions
 
@@ -50,7 +50,7 @@ def build_definitions(trident: TridentResource | None = None, executor: dg.Execu
     return dg.Definitions.merge(
         pipeline_definitions(),
         dg.Definitions(
-            jobs=[pipeline_job, *MAINTENANCE_JOBS],
+            jobs=[pipeline_job, daily_job, *MAINTENANCE_JOBS],
             schedules=[rebuild_schedule(trident.settings()), *MAINTENANCE_SCHEDULES],
             sensors=[trident_reconciler, trident_commits],
             resources=resources(trident),

@@ -15,6 +15,8 @@ driver=None)       keys) or a full        output's watermark for that source. An
                                           rebuild, as does a first run. The watermark is the source
                                           commit's ``committed_at`` and advances only in the output's
                                           COMMIT step (it is passed to ``Trident.write``).
+                                          A partitioned node keeps one watermark per output
+                                          partition (see ``plan_output``).
 =================  =====================  =================================================================
 
 Delta is exact for row-wise SQL (filters, projections, per-row expressions, lookups into sources that
@@ -32,9 +34,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
-from trident_resources import Trident, TridentError
+from trident_resources import PartitionFilter, Trident, TridentError
+from trident_resources.control_plane import LedgerEntry
 from trident_resources.dagster import WriteMode
 from trident_resources.results import Description
+from trident_resources.transaction import PARTITION_META
 
 StrategyKind = Literal["replace", "append_always", "append_new", "upsert", "snapshot_replace", "delta"]
 APPEND_ONLY_MODES: tuple[WriteMode, ...] = ("append", "append_new")
@@ -114,8 +118,14 @@ class Plan:
         }
 
 
-def plan_output(t: Trident, output: str, sources: Sequence[str], strategy: Strategy) -> Plan:
-    """Decide how this run writes ``output`` from the current state of its ``sources``."""
+def plan_output(
+    t: Trident, output: str, sources: Sequence[str], strategy: Strategy, partition: PartitionFilter | None = None
+) -> Plan:
+    """Decide how this run writes ``output`` from the current state of its ``sources``.
+
+    ``partition`` (a partitioned node's run): delta reads that partition's own watermarks, so
+    running one partition neither consumes nor advances another's; a partition with no
+    watermark yet (or a range whose partitions disagree) is rebuilt, i.e. replaced."""
     described = {s: t.describe(s) for s in sources}
     marks = {s: (d.committed_at, d.last_txn_id) for s, d in described.items() if d.committed_at is not None}
     full: dict[str, datetime | None] = {s: None for s in sources}
@@ -131,13 +141,16 @@ def plan_output(t: Trident, output: str, sources: Sequence[str], strategy: Strat
         )
     if not t.exists(output):
         return _why(rebuild, "full rebuild: first run")
-    seen = t.watermarks(output)
+    seen = t.watermarks(output, partition)
     since: dict[str, datetime | None] = {}
     for s, _d in described.items():
         mark = seen.get(s)
         if mark is None:
-            return _why(rebuild, f"full rebuild: no watermark for {s}")
+            where = f" in {partition.describe()}" if partition is not None else ""
+            return _why(rebuild, f"full rebuild: no watermark{where} for {s}")
         later = [e for e in t.history(s) if e.status == "committed" and e.committed_at is not None and e.committed_at > mark]
+        if partition is not None:  # a source's write of other partitions changed no row this run reads
+            later = [e for e in later if not _elsewhere(t, s, e, partition)]
         if s != driver and later:
             return _why(
                 rebuild, f"full rebuild: {s} (not the delta driver) committed {len(later)} change(s) since {mark.isoformat()}"
@@ -149,7 +162,23 @@ def plan_output(t: Trident, output: str, sources: Sequence[str], strategy: Strat
         since[s] = mark if s == driver else None
     delta_mode: WriteMode = "upsert" if strategy.keys else "append"
     reason = f"delta: rows of {driver} committed after {since[driver].isoformat()}"  # type: ignore[union-attr]
+    if partition is not None:
+        reason += f" (watermark of {partition.describe()})"
     return Plan(delta_mode, strategy.keys, since, marks, True, reason, described)
+
+
+def _elsewhere(t: Trident, source: str, entry: LedgerEntry, partition: PartitionFilter) -> bool:
+    """Did ``entry`` (a commit of ``source``) write only partitions outside ``partition``? Such a
+    commit cannot change the source rows a run of ``partition`` reads (it reads the source within
+    ``partition`` when the source has its columns), so it forces no rebuild of this partition."""
+    written = entry.metadata.get(PARTITION_META)
+    schema = t.schema(source)
+    if not written or not all(c in schema.names for c in partition.columns):
+        return False
+    try:
+        return partition.bind(schema).disjoint(PartitionFilter.from_metadata(written).bind(schema))
+    except (TridentError, KeyError, TypeError, ValueError):  # an older or foreign record: cannot tell
+        return False
 
 
 def _why(plan: Plan, reason: str) -> Plan:

@@ -103,8 +103,16 @@ def datasets() -> None:
 
 @click.command("describe")
 @click.argument("key")
-def describe(key: str) -> None:
-    """Show a dataset: sink, rows, schema, snapshot, provenance."""
+@click.option(
+    "--max-partitions",
+    type=int,
+    default=100,
+    show_default=True,
+    help="Partitions to list (a daily dataset over years has thousands); 0 lists all.",
+)
+def describe(key: str, max_partitions: int) -> None:
+    """Show a dataset: sink, rows, schema, snapshot, provenance, and its partitions (key, rows,
+    files, last txn) when it is partitioned."""
     with _trident() as t:
         d = t.describe(key)
         _kv(
@@ -122,6 +130,7 @@ def describe(key: str) -> None:
                 ("iceberg identifier", d.iceberg_identifier),
                 ("pin", t.router.pins().get(key)),
                 ("provenance", json.dumps(d.provenance, default=str) if d.provenance else None),
+                ("partitioning", ", ".join(d.partitioning) if d.partitioning else "none"),
             ],
         )
         schema = Table(title="schema")
@@ -130,6 +139,31 @@ def describe(key: str) -> None:
         for f in d.schema:
             schema.add_row(escape(f["name"]), escape(f["type"]), str(f["nullable"]))
         console.print(schema)
+        if d.partitions:
+            _partitions(d.partitions, max_partitions)
+
+
+def _partitions(parts: list[dict[str, Any]], limit: int) -> None:
+    """One row per partition: its key (one column per partition field), rows, data files and the
+    transaction that last wrote it. ``limit`` rows at most (0: all), and says how many it left out."""
+    fields = list(parts[0]["partition"])
+    shown = parts if limit <= 0 else parts[:limit]
+    out = Table(title=f"partitions ({len(parts):,})")
+    for col in fields:
+        out.add_column(escape(col), overflow="fold")
+    for col in ("rows", "files"):
+        out.add_column(col, justify="right")
+    out.add_column("last txn", overflow="fold")
+    for p in shown:
+        out.add_row(
+            *(escape(str(p["partition"].get(c))) for c in fields),
+            f"{p['row_count']:,}",
+            str(p["files"]),
+            str(p["last_txn_id"] or ""),
+        )
+    console.print(out)
+    if len(shown) < len(parts):
+        console.print(f"{len(parts) - len(shown):,} more partition(s) not shown (--max-partitions 0 lists all)")
 
 
 @click.command("history")

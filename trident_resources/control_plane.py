@@ -9,7 +9,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -27,6 +27,8 @@ from .errors import ConcurrentWriteError, ControlPlaneUnavailableError, StorageU
 log = logging.getLogger("trident")
 
 MIGRATION_LOCK = 0x7472_6964_656E_7401  # 'trident\x01': serialises migrations across processes
+# One watermark a COMMIT records: (source dataset, output partition key ('' = whole output), mark, source txn)
+WatermarkRow = tuple[uuid.UUID, str, datetime, "uuid.UUID | None"]
 
 
 @dataclass(frozen=True)
@@ -388,7 +390,7 @@ class ControlPlane:
         entry: LedgerEntry,
         outcome: Outcome,
         *,
-        watermarks: list[tuple[uuid.UUID, datetime, uuid.UUID | None]] = (),  # type: ignore[assignment]
+        watermarks: list[WatermarkRow] = (),  # type: ignore[assignment]
         provenance: dict[str, Any] | None = None,
         flip_to: str | None = None,
         conn: psycopg.Connection[Any] | None = None,
@@ -441,8 +443,11 @@ class ControlPlane:
                 q.INSERT_SYNC_LOG,
                 (entry.dataset_id, entry.txn_id, entry.sink, outcome.snapshot_id, True, outcome.rows_written, outcome.row_count),
             )
-            for source_id, watermark, source_txn in watermarks:
-                conn.execute(q.UPSERT_WATERMARK, (entry.dataset_id, source_id, watermark, source_txn, entry.txn_id))
+            if watermarks:
+                partitioned = any(part for _, part, _, _ in watermarks)
+                conn.execute(q.DROP_WHOLE_WATERMARKS if partitioned else q.DROP_PARTITION_WATERMARKS, (entry.dataset_id,))
+            for source_id, part, watermark, source_txn in watermarks:
+                conn.execute(q.UPSERT_WATERMARK, (entry.dataset_id, source_id, part, watermark, source_txn, entry.txn_id))
             if provenance is not None:
                 conn.execute(q.UPSERT_PROVENANCE, (entry.dataset_id, json.dumps(provenance, default=str)))
         return LedgerEntry(**row)
@@ -496,9 +501,12 @@ class ControlPlane:
             return [LedgerEntry(**r) for r in conn.execute(q.PENDING_CLEANUPS, (workspace, dataset_id, dataset_id))]
 
     # -- watermarks, flags, pins --------------------------------------------------------------
-    def watermarks(self, output_id: uuid.UUID) -> dict[uuid.UUID, datetime]:
+    def watermarks(self, output_id: uuid.UUID, partition_keys: Sequence[str] = ("",)) -> dict[tuple[uuid.UUID, str], datetime]:
+        """(source, output partition key) -> watermark, for the given partition keys of the
+        output ('' is the whole output)."""
         with self.pool.connection() as conn:
-            return {r["source_dataset_id"]: r["watermark"] for r in conn.execute(q.GET_WATERMARKS, (output_id,))}
+            rows = conn.execute(q.GET_WATERMARKS, (output_id, list(partition_keys)))
+            return {(r["source_dataset_id"], r["partition_key"]): r["watermark"] for r in rows}
 
     def execute(self, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
         """Run one named query from ``queries`` (used by the router and the pg sink)."""

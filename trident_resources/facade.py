@@ -37,7 +37,7 @@ from .settings import TridentSettings
 from .sinks import open_sinks
 from .sinks.base import WRITE_MODES, AsOf, Maintenance, ScanPlan, Sink, WriteMode
 from .sql import SandboxCache
-from .transaction import PARTITION_META, Intent, TransactionDriver, Watermarks
+from .transaction import PARTITION_META, WATERMARK_META, Intent, TransactionDriver, Watermarks, watermark_meta
 
 if TYPE_CHECKING:  # returned by ingest_stream / migrate
     from .canary import MigrationReport
@@ -145,7 +145,10 @@ class Trident:
         reader = None if data is None else to_reader(data)
         if reader is not None:
             refuse_reserved(reader.schema)
-        units = partition.bind(reader.schema).units() if partition is not None and reader is not None else None
+        bound = partition.bind(reader.schema) if partition is not None and reader is not None else None
+        units = bound.units() if bound is not None else None
+        # delta per partition: a partition write's watermarks are recorded per output partition
+        marked = bound.watermark_keys() if bound is not None and watermarks else [""]
         txn = validate.txn_id(txn_id) or uuid.uuid4()
         existing = self.control.dataset(self.workspace, key)
         if mode == "delete" and (existing is None or not existing.exists):
@@ -166,8 +169,11 @@ class Trident:
             meta = dict(metadata or {})
             if partition is not None:
                 meta[PARTITION_META] = partition.as_metadata()
+            marks = self._watermark_rows(watermarks, marked)
+            if marks and not stage:  # a roll-forward by the reconciler records them too
+                meta[WATERMARK_META] = watermark_meta(marks)
             if stage:  # recorded by publish, with the version (a staged version changes nothing yet)
-                meta[STAGED_META] = _staged_meta(provenance, watermarks)
+                meta[STAGED_META] = _staged_meta(provenance, watermarks, marked)
             intent = Intent(
                 txn_id=txn,
                 mode=mode,
@@ -185,7 +191,7 @@ class Trident:
             outcome = transaction.write(reader, keys=key_cols, row_filter=row_filter, stage=stage, partition=partition)
             if stage:
                 return _result(ds.key, transaction.stage(outcome), outcome, route, staged=True)
-            done = transaction.commit(outcome, provenance=provenance, watermarks=self._watermark_rows(watermarks))
+            done = transaction.commit(outcome, provenance=provenance, watermarks=marks)
             return _result(ds.key, done, outcome, route)
 
     def _partitionable(self, key: str, sink: str) -> None:
@@ -206,8 +212,15 @@ class Trident:
                 return self.driver.partition_locked(ds, units)
         return self.driver.locked(ds)
 
-    def _watermark_rows(self, watermarks: Mapping[str, tuple[datetime, uuid.UUID | None]] | None) -> Watermarks:
-        return [(self._record(key).dataset_id, mark, source_txn) for key, (mark, source_txn) in (watermarks or {}).items()]
+    def _watermark_rows(
+        self, watermarks: Mapping[str, tuple[datetime, uuid.UUID | None]] | None, partition_keys: list[str]
+    ) -> Watermarks:
+        """One row per source and output partition (``[""]``: the whole output)."""
+        return [
+            (self._record(key).dataset_id, part, mark, source_txn)
+            for key, (mark, source_txn) in (watermarks or {}).items()
+            for part in partition_keys
+        ]
 
     def _noop_result(self, key: str, txn: uuid.UUID, route: RouteDecision) -> WriteResult:
         prior = self.control.ledger_entry(txn)
@@ -432,7 +445,10 @@ class Trident:
                     k: (datetime.fromisoformat(mark), uuid.UUID(src) if src else None)
                     for k, (mark, src) in (pending.get("watermarks") or {}).items()
                 }
-            done, outcome = self.driver.publish(ds, entry, provenance=provenance, watermarks=self._watermark_rows(watermarks))
+            marked = list(pending.get("watermark_partitions") or [""])
+            done, outcome = self.driver.publish(
+                ds, entry, provenance=provenance, watermarks=self._watermark_rows(watermarks, marked)
+            )
         route = RouteDecision(
             sink=entry.sink,
             requested=entry.requested_sink or entry.sink,
@@ -522,16 +538,25 @@ class Trident:
     def set_provenance(self, key: str, provenance: Mapping[str, Any]) -> None:
         self.control.set_provenance(self._record(key).dataset_id, dict(provenance))
 
-    def watermarks(self, key: str) -> dict[str, datetime]:
-        """Per source key, how far the output ``key`` has consumed it (delta strategies)."""
+    def watermarks(self, key: str, partition: PartitionFilter | None = None) -> dict[str, datetime]:
+        """Per source key, how far the output ``key`` has consumed it (delta strategies).
+
+        With ``partition``, how far that partition (or range) of the output has: a source is
+        listed only when every partition in the slice has a watermark for it and they all agree
+        (a range whose days were consumed to different points has no single mark, so a delta run
+        of it rebuilds it instead of reading some rows twice)."""
         ds = self.control.dataset(self.workspace, validate_key(key))
-        if ds is None:
+        if ds is None or (partition is not None and not ds.exists):
             return {}
+        parts = [""] if partition is None else partition.bind(self._sink(ds.sink).schema(ds)).watermark_keys()
+        found: dict[uuid.UUID, dict[str, datetime]] = {}
+        for (source_id, part), mark in self.control.watermarks(ds.dataset_id, parts).items():
+            found.setdefault(source_id, {})[part] = mark
         out = {}
-        for source_id, mark in self.control.watermarks(ds.dataset_id).items():
+        for source_id, marks in found.items():
             src = self.control.dataset_by_id(source_id)
-            if src is not None:
-                out[src.key] = mark
+            if src is not None and len(marks) == len(parts) and len(set(marks.values())) == 1:
+                out[src.key] = next(iter(marks.values()))
         return out
 
     def sql(self, query: str, *, staged: Mapping[str, uuid.UUID | str] | None = None) -> pa.Table:
@@ -797,11 +822,14 @@ STAGED_META = "trident.staged"  # ledger metadata of a staged write: what publis
 
 
 def _staged_meta(
-    provenance: Mapping[str, Any] | None, watermarks: Mapping[str, tuple[datetime, uuid.UUID | None]] | None
+    provenance: Mapping[str, Any] | None,
+    watermarks: Mapping[str, tuple[datetime, uuid.UUID | None]] | None,
+    partition_keys: list[str],
 ) -> dict[str, Any]:
     return {
         "provenance": dict(provenance) if provenance is not None else None,
         "watermarks": {k: [mark.isoformat(), str(src) if src else None] for k, (mark, src) in (watermarks or {}).items()},
+        "watermark_partitions": partition_keys,
     }
 
 

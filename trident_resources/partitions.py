@@ -137,6 +137,18 @@ class PartitionFilter:
         """Check the filter against the rows' Arrow schema and type its values like the columns."""
         return BoundPartition(self, tuple(_bind_dim(d, schema) for d in self.dims))
 
+    @classmethod
+    def from_metadata(cls, meta: dict[str, Any]) -> PartitionFilter:
+        """The filter ``as_metadata`` recorded in a ledger row (values as text: ``bind`` types them)."""
+        return cls(
+            tuple(
+                PartitionDim(d["column"], d["transform"], values=tuple(d["values"]))
+                if "values" in d
+                else PartitionDim(d["column"], d["transform"], start=d["start"], end=d["end"])
+                for d in meta["dims"]
+            )
+        )
+
 
 @dataclass(frozen=True)
 class _BoundDim:
@@ -201,14 +213,15 @@ class _BoundDim:
             return any(_same(value, v) for v in self.values)
         return _order(self.start) <= _order(value) < _order(self.end)
 
-    def units(self) -> list[str] | None:
-        """Lockable names of every partition the slice touches (None: not enumerable)."""
+    def units(self, limit: int | None = MAX_LOCKED_UNITS) -> list[str] | None:
+        """Lockable names of every partition the slice touches (None: not enumerable, or more
+        than ``limit``)."""
         if self.values is not None:
             return [f"{self.column}={_plain(v)}" for v in self.values]
         if self.transform == "identity":
             return None
         lo, hi = self.touched_units()  # type: ignore[misc]
-        if hi - lo > MAX_LOCKED_UNITS:
+        if limit is not None and hi - lo > limit:
             return None
         return [f"{self.transform}({self.column})={u}" for u in range(lo, hi)]
 
@@ -275,6 +288,29 @@ class BoundPartition:
         if combos > MAX_LOCKED_UNITS:
             return None
         return ["/".join(c) for c in itertools.product(*per_dim)]  # type: ignore[arg-type]
+
+    def watermark_keys(self) -> list[str]:
+        """The name of every partition the slice covers, uncapped (dimensions in column order):
+        a delta node keeps one watermark per output partition under these names, so a run of a
+        range records each day's mark and a later run of one day finds its own."""
+        per_dim = [d.units(limit=None) for d in sorted(self.dims, key=lambda d: d.column)]
+        if any(u is None for u in per_dim):
+            raise PartitionError(
+                f"a delta write of {self.filter.describe()} needs partitions it can name one by one (identity "
+                "values or a time transform), since its watermark is kept per partition; write identity "
+                "partitions by value"
+            )
+        return ["/".join(c) for c in itertools.product(*per_dim)]  # type: ignore[arg-type]
+
+    def disjoint(self, other: BoundPartition) -> bool:
+        """Do the two slices share no row? True when, on some column both name, their values or
+        ranges do not meet (both bound to the same schema); False when that cannot be told."""
+        theirs = {d.column: d for d in other.dims}
+        for d in self.dims:
+            o = theirs.get(d.column)
+            if o is not None and _dims_disjoint(d, o):
+                return True
+        return False
 
     def fanout(self) -> int | None:
         """How many partitions the write may produce (None: unknown), to decide whether the
@@ -485,6 +521,18 @@ def _order(v: Any) -> Any:
 
 def _same(a: Any, b: Any) -> bool:
     return _order(a) == _order(b) if isinstance(b, (date, datetime)) else a == b
+
+
+def _dims_disjoint(a: _BoundDim, b: _BoundDim) -> bool:
+    try:
+        if a.values is not None and b.values is not None:
+            return not any(_same(x, y) for x in a.values for y in b.values)
+        if a.values is None and b.values is None:
+            return bool(a.end <= b.start or b.end <= a.start)
+        values, ranged = (a, b) if a.values is not None else (b, a)
+        return not any(ranged.start <= v < ranged.end for v in values.values or () if v is not None)
+    except TypeError:  # values that do not compare (mixed types): cannot tell
+        return False
 
 
 def _plain(v: Any) -> Any:

@@ -87,11 +87,16 @@ GET_PROVENANCE = "SELECT provenance FROM trident_provenance WHERE dataset_id = %
 UPSERT_PROVENANCE = """INSERT INTO trident_provenance (dataset_id, provenance) VALUES (%s, %s::jsonb)
     ON CONFLICT (dataset_id) DO UPDATE SET provenance = EXCLUDED.provenance, updated_at = now()"""
 
-GET_WATERMARKS = "SELECT source_dataset_id, watermark FROM trident_watermarks WHERE output_dataset_id = %s"
-UPSERT_WATERMARK = """INSERT INTO trident_watermarks (output_dataset_id, source_dataset_id, watermark, source_txn_id, txn_id)
-    VALUES (%s, %s, %s, %s, %s) ON CONFLICT (output_dataset_id, source_dataset_id)
+GET_WATERMARKS = """SELECT source_dataset_id, partition_key, watermark FROM trident_watermarks
+    WHERE output_dataset_id = %s AND partition_key = ANY(%s)"""
+UPSERT_WATERMARK = """INSERT INTO trident_watermarks (output_dataset_id, source_dataset_id, partition_key, watermark,
+    source_txn_id, txn_id) VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (output_dataset_id, source_dataset_id, partition_key)
     DO UPDATE SET watermark = EXCLUDED.watermark, source_txn_id = EXCLUDED.source_txn_id, txn_id = EXCLUDED.txn_id,
     updated_at = now()"""
+# A whole-output write makes every per-partition watermark stale, and a partition write the
+# whole-output one: each scope's marks describe rows the other scope's write has since changed.
+DROP_PARTITION_WATERMARKS = "DELETE FROM trident_watermarks WHERE output_dataset_id = %s AND partition_key <> ''"
+DROP_WHOLE_WATERMARKS = "DELETE FROM trident_watermarks WHERE output_dataset_id = %s AND partition_key = ''"
 
 LIST_FLAGS = "SELECT writer, sink FROM trident_writer_flags WHERE workspace = %s"
 UPSERT_FLAG = """INSERT INTO trident_writer_flags (workspace, writer, sink) VALUES (%s, %s, %s)

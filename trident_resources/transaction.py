@@ -34,7 +34,7 @@ import psycopg
 import pyarrow as pa
 import sqlalchemy.exc
 
-from .control_plane import ControlPlane, DatasetRecord, LedgerEntry, Outcome
+from .control_plane import ControlPlane, DatasetRecord, LedgerEntry, Outcome, WatermarkRow
 from .errors import (
     ConcurrentWriteError,
     ControlPlaneUnavailableError,
@@ -56,7 +56,26 @@ log = logging.getLogger("trident")
 
 CANARY_WRITER = "canary"
 PARTITION_META = "partition"  # ledger metadata of a partition write (what it replaced)
-Watermarks = list[tuple[uuid.UUID, datetime, uuid.UUID | None]]  # (source dataset, mark, source txn)
+Watermarks = list[WatermarkRow]  # (source dataset, output partition key, mark, source txn)
+# Ledger metadata at INTENT: the watermarks COMMIT will record, so that a transaction rolled forward
+# by the reconciler records them too (else the next delta run would read the same rows again).
+WATERMARK_META = "trident.watermarks"
+
+
+def watermark_meta(rows: Watermarks) -> dict[str, Any]:
+    """``rows`` as JSON for the ledger: each source's mark once, and the output partitions."""
+    marks = {str(src): [mark.isoformat(), str(txn) if txn else None] for src, _, mark, txn in rows}
+    return {"marks": marks, "partitions": list(dict.fromkeys(part for _, part, _, _ in rows))}
+
+
+def recorded_watermarks(meta: Mapping[str, Any]) -> Watermarks:
+    """The watermarks a transaction's INTENT recorded (``[]`` when it recorded none)."""
+    saved = meta.get(WATERMARK_META) or {}
+    return [
+        (uuid.UUID(src), part, datetime.fromisoformat(mark), uuid.UUID(txn) if txn else None)
+        for src, (mark, txn) in (saved.get("marks") or {}).items()
+        for part in saved.get("partitions") or [""]
+    ]
 
 
 @dataclass(frozen=True)
@@ -199,7 +218,12 @@ class TransactionDriver:
         shutil.rmtree(self.settings.home / "tmp" / str(entry.txn_id), ignore_errors=True)  # its merge spill
         outcome = sink.find_committed(ds, entry.txn_id)
         if outcome is not None and (entry.writer != CANARY_WRITER or ds.sink == entry.sink):
-            self.control.commit_txn(entry, outcome, reserved_indexes=PARTITION_META in entry.metadata)
+            self.control.commit_txn(
+                entry,
+                outcome,
+                watermarks=recorded_watermarks(entry.metadata),
+                reserved_indexes=PARTITION_META in entry.metadata,
+            )
             log.warning("reconciled: rolled forward txn %s of %s", entry.txn_id, ds.key)
             return "rolled_forward", None
         if outcome is not None:  # a canary copy that never flipped: the dataset still lives elsewhere

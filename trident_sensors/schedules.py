@@ -9,13 +9,20 @@ from __future__ import annotations
 
 import dagster as dg
 
-from trident_assets.pipeline import GROUP, RAW_GROUP
+from trident_assets.pipeline import DAILY_GROUP, GROUP, RAW_GROUP
 from trident_resources import TridentSettings
 
 pipeline_job = dg.define_asset_job(
     "tpch_pipeline",
     selection=dg.AssetSelection.groups(RAW_GROUP, GROUP),
     description="Materialize the whole example pipeline: raw TPC-H tables, every node and their checks.",
+)
+
+daily_job = dg.define_asset_job(
+    "tpch_daily",
+    selection=dg.AssetSelection.groups(DAILY_GROUP),  # partitioned by SHIP_DAYS, inferred from the assets
+    description="The partitioned part of the example (line items by ship day): run it for a day or backfill a range "
+    "after tpch_pipeline has loaded tpch/lineitem.",
 )
 
 

@@ -174,3 +174,61 @@ def test_sigkill_during_a_partition_write_leaves_the_old_partition_whole(setting
         assert len(report.aborted) == 1
         assert sorted(r["v"] for r in trident.read("p/kill").to_pylist()) == before
     assert trident.describe("p/kill").row_count == 6
+
+
+def test_watermarks_of_a_partitioned_output_are_kept_per_partition(trident: Trident) -> None:
+    """Delta per partition: the watermark a partition write records belongs to that partition of
+    the output only; a range has one mark only when its partitions agree; a whole-output write
+    and a partition write each make the other scope's marks stale."""
+    first = trident.write("wm/src", days(D0, 2, 2))
+    d1, d2 = D0, D0 + timedelta(days=1)
+    trident.write("wm/out", days(d1, 1, 2), partition=window(d1), watermarks={"wm/src": (first.committed_at, first.txn_id)})
+    assert trident.watermarks("wm/out", window(d1)) == {"wm/src": first.committed_at}
+    assert trident.watermarks("wm/out", window(d2)) == {}  # not consumed by 2024-01-01's run
+    assert trident.watermarks("wm/out") == {}  # nor is the whole output
+
+    later = trident.write("wm/src", days(d2, 1, 1, base=50), mode="append")
+    trident.write("wm/out", days(d2, 1, 3), partition=window(d2), watermarks={"wm/src": (later.committed_at, later.txn_id)})
+    assert trident.watermarks("wm/out", window(d1)) == {"wm/src": first.committed_at}  # not advanced by 01-02
+    assert trident.watermarks("wm/out", window(d2)) == {"wm/src": later.committed_at}
+    assert trident.watermarks("wm/out", window(d1, 2)) == {}  # the two days disagree: no single mark
+
+    trident.write("wm/out", days(d1, 2, 1), partition=window(d1, 2), watermarks={"wm/src": (later.committed_at, None)})
+    assert trident.watermarks("wm/out", window(d1, 2)) == {"wm/src": later.committed_at}  # a range marks each day
+    assert trident.watermarks("wm/out", window(d1)) == {"wm/src": later.committed_at}
+
+    trident.write("wm/out", days(d1, 2, 1), watermarks={"wm/src": (later.committed_at, None)})  # whole output
+    assert trident.watermarks("wm/out") == {"wm/src": later.committed_at}
+    assert trident.watermarks("wm/out", window(d1)) == {}  # partition marks dropped: they describe old rows
+    trident.write("wm/out", days(d1, 1, 1), partition=window(d1), watermarks={"wm/src": (later.committed_at, None)})
+    assert trident.watermarks("wm/out") == {}  # and the other way round
+
+
+def test_a_delta_write_rolled_forward_by_reconcile_records_its_watermarks(settings: TridentSettings, trident: Trident) -> None:
+    """A writer killed after its snapshot landed but before COMMIT is rolled forward by
+    ``reconcile``; its watermarks (whole output or per partition) must land with it, or the next
+    delta run would read the same source rows again and append them twice."""
+    src = trident.write("wmr/src", days(D0, 1, 3))
+    code = f"""
+    from datetime import date, datetime
+    import uuid
+    from trident_resources import PartitionFilter
+    mark = (datetime.fromisoformat({src.committed_at.isoformat()!r}), uuid.UUID({str(src.txn_id)!r}))
+    day = PartitionFilter.time_window("d", date(2024, 1, 1), date(2024, 1, 2), "day")
+    data = pa.table({{"d": [date(2024, 1, 1)] * 3, "v": [0, 1, 2]}})
+    t.write("wmr/out", data, partition=day, watermarks={{"wmr/src": mark}})
+    """
+    trident.write("wmr/out", days(D0 + timedelta(days=1), 1, 1), partition=window(D0 + timedelta(days=1)))
+    child = _run_child(settings, "commit.before_ledger=exit", code)
+    assert child.returncode == 137, child.stderr[-2000:]
+    assert trident.watermarks("wmr/out", window(D0)) == {}
+    report = trident.reconcile()
+    assert len(report.rolled_forward) == 1
+    assert trident.describe("wmr/out").row_count == 4
+    assert trident.watermarks("wmr/out", window(D0)) == {"wmr/src": src.committed_at}
+
+    whole = code.replace(", partition=day", "").replace('"wmr/out"', '"wmr/whole"')
+    child = _run_child(settings, "commit.before_ledger=exit", whole)
+    assert child.returncode == 137, child.stderr[-2000:]
+    assert len(trident.reconcile().rolled_forward) == 1
+    assert trident.watermarks("wmr/whole") == {"wmr/src": src.committed_at}

@@ -72,11 +72,15 @@ def test_run_queue_and_one_slot_per_dataset_pool(instance_dir: Path) -> None:
 def test_every_example_asset_names_its_dataset_pool() -> None:
     from trident_assets.definitions import defs
 
-    pools = {a.node_def.name: a.op.pool for a in defs.assets or [] if isinstance(a, dg.AssetsDefinition)}
+    assets = [a for a in defs.assets or [] if isinstance(a, dg.AssetsDefinition)]
+    pools = {a.node_def.name: a.op.pool for a in assets if a.partitions_def is None}
     assert pools["sales__q3_revenue"] == "trident/sales/q3_revenue"
     assert pools["tpch__orders"] == "trident/tpch/orders"
     assert pools["split_sales__urgent_orders"] == "trident/sales/urgent_orders"
     assert all(p and p.startswith("trident/") for p in pools.values()), pools
+    # partitioned datasets have none: their partitions are written concurrently (per-partition locks)
+    partitioned = {a.node_def.name: a.op.pool for a in assets if a.partitions_def is not None}
+    assert partitioned == {"daily__lineitem": None, "daily__shipments": None}
 
 
 def test_the_written_yaml_is_never_overwritten(tmp_path: Path) -> None:

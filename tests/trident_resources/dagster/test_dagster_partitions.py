@@ -1,15 +1,20 @@
 """Dagster partitions through TridentIOManager and the node factories (issue 10)."""
 
+import os
+import subprocess
+import sys
 from datetime import date, timedelta
+from pathlib import Path
 from typing import cast
 
 import dagster as dg
 import pyarrow as pa
 
 from tests.dagster_support import materialized, resources_for, step_errors
-from trident_resources import Trident, TridentSettings
+from trident_resources import PartitionFilter, Trident, TridentSettings
 from trident_resources.sinks.iceberg.sink import IcebergSink
 
+REPO = Path(__file__).resolve().parents[3]
 DAILY = dg.DailyPartitionsDefinition(start_date="2024-01-01", end_date="2024-03-01")
 
 
@@ -185,7 +190,6 @@ def test_static_by_daily_multi_partitions(settings: TridentSettings, trident: Tr
 
 
 def test_partitioned_factory_nodes_compute_and_replace_only_their_partition(settings: TridentSettings, trident: Trident) -> None:
-    from trident_assets import strategies as st
     from trident_assets.factories import split_asset, transform_asset
 
     trident.write("dp/src", pa.table({"day": [date(2024, 1, 1)] * 3 + [date(2024, 1, 2)] * 2, "v": [1, 2, 3, 4, 5]}))
@@ -199,14 +203,166 @@ def test_partitioned_factory_nodes_compute_and_replace_only_their_partition(sett
     assert sorted(r["v2"] for r in trident.read("dp/doubled").to_pylist()) == [2, 4, 6, 8, 10]
     assert sorted(r["v"] for r in trident.read("dp/big").to_pylist()) == [3, 4, 5]
     assert [p["row_count"] for p in trident.describe("dp/doubled").partitions] == [3, 2]
-    bad = transform_asset(
-        "dp/bad_delta", "dp/src", "SELECT * FROM source", partitions_def=DAILY, metadata=meta, strategy=st.delta()
-    )
-    result = dg.materialize([bad.assets_def], partition_key="2024-01-01", resources=resources_for(settings), raise_on_error=False)
-    assert not result.success and any("watermark" in e for e in step_errors(result))
     try:
         transform_asset("dp/undeclared", "dp/src", "SELECT * FROM source", partitions_def=DAILY)
     except Exception as exc:  # refused at definition time
         assert "partition_expr" in str(exc)
     else:
         raise AssertionError("a partitioned node without partition_expr must be refused")
+
+
+def test_a_partitioned_delta_node_keeps_one_watermark_per_partition(settings: TridentSettings, trident: Trident) -> None:
+    """Materializing 2024-01-02 in delta mode neither consumes nor advances 2024-01-01's watermark:
+    each day reads exactly the source rows committed after its own last run."""
+    from trident_assets import strategies as st
+    from trident_assets.factories import transform_asset
+
+    def src_rows(day: date, vs: list[int]) -> pa.Table:
+        return pa.table({"day": [day] * len(vs), "v": vs})
+
+    d1, d2 = date(2024, 1, 1), date(2024, 1, 2)
+    trident.write("dpd/src", pa.concat_tables([src_rows(d1, [1, 2, 3]), src_rows(d2, [4, 5])]))
+    node = transform_asset(
+        "dpd/out",
+        "dpd/src",
+        "SELECT day, v * 10 AS v10 FROM source",
+        strategy=st.delta(),
+        partitions_def=DAILY,
+        metadata={"partition_expr": "day"},
+    )
+
+    def run(day: str) -> dict:
+        result = dg.materialize([node.assets_def], partition_key=day, resources=resources_for(settings), raise_on_error=False)
+        assert result.success, step_errors(result)
+        return materialized(result)["dpd/out"]
+
+    first = run("2024-01-01")
+    assert first["trident/mode"] == "replace" and first["dagster/row_count"] == 3  # first run of the day: rebuilt
+    trident.write("dpd/src", pa.concat_tables([src_rows(d1, [6]), src_rows(d2, [7, 8])]), mode="append")
+    second = run("2024-01-02")
+    assert second["trident/mode"] == "replace" and second["dagster/row_count"] == 4  # its own first run
+    third = run("2024-01-01")  # 01-02's run did not advance 01-01's watermark: the new 01-01 row is read now
+    assert third["trident/incremental"] == "true" and third["trident/mode"] == "append"
+    assert third["trident/rows_written"] == 1 and third["trident/dataset_row_count"] == 8
+    quiet = run("2024-01-02")  # 01-01's run did not advance 01-02's either; nothing new for it
+    assert quiet["trident/mode"] == "append" and quiet["trident/rows_written"] == 0
+    out = trident.read("dpd/out").to_pylist()
+    by_day = {d: sorted(r["v10"] for r in out if r["day"] == d) for d in (d1, d2)}
+    assert by_day == {d1: [10, 20, 30, 60], d2: [40, 50, 70, 80]}  # nothing twice, nothing lost
+    src = trident.describe("dpd/src")
+    assert trident.watermarks("dpd/out", _day_filter(d1)) == {"dpd/src": src.committed_at}
+
+
+def _day_filter(day: date) -> PartitionFilter:
+    return PartitionFilter.time_window("day", day, day + timedelta(days=1), "day")
+
+
+CONCURRENT_DEFS = """
+import time
+from datetime import date
+from pathlib import Path
+
+import dagster as dg
+import pyarrow as pa
+
+from trident_resources.dagster import TridentIOManager, TridentResource
+
+BARRIER = Path({barrier!r})
+
+
+@dg.asset(key=["dpc", "daily"], partitions_def=dg.DailyPartitionsDefinition(start_date="2024-01-01", end_date="2024-03-01"),
+          metadata={{"partition_expr": "day"}})
+def daily(context: dg.AssetExecutionContext) -> pa.Table:
+    day = context.partition_key
+    (BARRIER / day).touch()
+    deadline = time.monotonic() + 300  # a bound, not an assertion: all four runs write at once
+    while len(list(BARRIER.iterdir())) < 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    i = int(day[-2:])
+    return pa.table({{"day": [date.fromisoformat(day)] * 1000, "v": list(range(1000 * i, 1000 * i + 1000))}})
+
+
+trident = TridentResource()
+defs = dg.Definitions(assets=[daily], resources={{"trident": trident, "io_manager": TridentIOManager(trident=trident)}})
+"""
+
+
+def test_four_separate_dagster_runs_writing_four_partitions_all_land(
+    settings: TridentSettings, trident: Trident, tmp_path: Path
+) -> None:
+    """Issue 10: four runs in four OS processes (``dagster asset materialize --partition``, each its
+    own Trident, pool and writer lock) write four days of one dataset at the same time. All land
+    at the default writer wait, no row is lost and no ``__row_index`` is stamped twice."""
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    (tmp_path / "defs.py").write_text(CONCURRENT_DEFS.format(barrier=str(barrier)))
+    trident.write("dpc/daily", _rows("2024-01-31", 5), partition=_day_filter(date(2024, 1, 31)))  # partitioned already
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRIDENT_", "DAGSTER_"))}
+    env |= {  # no TRIDENT_WRITER_WAIT_SECONDS: the default wait
+        "TRIDENT_HOME": str(settings.home),
+        "TRIDENT_PG_DSN": settings.pg_dsn.get_secret_value() if settings.pg_dsn else "",
+        "TRIDENT_WORKSPACE": settings.workspace,
+        "PYTHONPATH": str(REPO),
+    }
+    dagster = str(Path(sys.executable).with_name("dagster"))
+    days = ["2024-01-01", "2024-01-02", "2024-01-03", "2024-01-04"]
+    procs = [
+        subprocess.Popen(
+            [dagster, "asset", "materialize", "-f", str(tmp_path / "defs.py"), "--select", "dpc/daily", "--partition", day],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for day in days
+    ]
+    outputs = [p.communicate(timeout=600)[0] for p in procs]
+    for day, p, out in zip(days, procs, outputs, strict=True):
+        assert p.returncode == 0, f"run of {day} failed:\n{out[-4000:]}"
+        assert "RUN_SUCCESS" in out, out[-4000:]
+    rows = trident.read("dpc/daily").to_pylist()
+    assert len(rows) == 4005 and trident.describe("dpc/daily").row_count == 4005
+    assert len({r["__row_index"] for r in rows}) == 4005  # no index stamped twice
+    for i, day in enumerate(days, start=1):
+        assert sorted(r["v"] for r in rows if r["day"] == date.fromisoformat(day)) == list(range(1000 * i, 1000 * i + 1000))
+    assert [p["row_count"] for p in trident.describe("dpc/daily").partitions] == [1000] * 4 + [5]
+    history = trident.history("dpc/daily")
+    assert [e.status for e in history] == ["committed"] * 5
+    assert len({e.metadata.get("dagster_run_id") for e in history[:4]}) == 4  # four separate Dagster runs
+
+
+def test_a_source_rewrite_of_another_partition_does_not_force_a_delta_rebuild(
+    settings: TridentSettings, trident: Trident
+) -> None:
+    """A partitioned source re-loaded for 2024-01-02 changed no row of 2024-01-01: the next delta
+    run of 2024-01-01 still reads only its new rows instead of rebuilding the day."""
+    from trident_assets import strategies as st
+    from trident_assets.factories import transform_asset
+
+    d1, d2 = date(2024, 1, 1), date(2024, 1, 2)
+    trident.write("dps/src", _rows("2024-01-01", 3), partition=_day_filter(d1))
+    trident.write("dps/src", _rows("2024-01-02", 2, base=10), partition=_day_filter(d2))
+    node = transform_asset(
+        "dps/out",
+        "dps/src",
+        "SELECT * FROM source",
+        strategy=st.delta(),
+        partitions_def=DAILY,
+        metadata={"partition_expr": "day"},
+    )
+
+    def run(day: str) -> dict:
+        result = dg.materialize([node.assets_def], partition_key=day, resources=resources_for(settings), raise_on_error=False)
+        assert result.success, step_errors(result)
+        return materialized(result)["dps/out"]
+
+    assert run("2024-01-01")["trident/mode"] == "replace"
+    trident.write("dps/src", _rows("2024-01-02", 4, base=20), partition=_day_filter(d2))  # another day re-loaded
+    trident.write("dps/src", _rows("2024-01-01", 1, base=100), mode="append", partition=_day_filter(d1))
+    meta = run("2024-01-01")
+    assert meta["trident/mode"] == "append" and meta["trident/rows_written"] == 1, meta["trident/plan"]
+    trident.write("dps/src", _rows("2024-01-01", 2, base=200), partition=_day_filter(d1))  # its own day replaced
+    rebuilt = run("2024-01-01")
+    assert rebuilt["trident/mode"] == "replace" and rebuilt["dagster/row_count"] == 2
+    assert sorted(r["v"] for r in trident.read("dps/out").to_pylist()) == [200, 201]
