@@ -41,7 +41,10 @@ def guarded(key: str, open_reader: Callable[[], pa.RecordBatchReader]) -> pa.Rec
     try:
         reader = open_reader()
     except Exception as exc:
-        raise named(exc, key) from exc
+        err = named(exc, key)
+        if err is exc:
+            raise  # already named: keep its own cause chain
+        raise err from exc
 
     def batches() -> Iterator[pa.RecordBatch]:
         try:
