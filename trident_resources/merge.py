@@ -155,11 +155,19 @@ class KeyedMerge:
         the first new row, or a function of how many new rows there are that returns it (a
         partition write reserves exactly that many in the control plane)."""
         j = self._join("s", "e")
-        survivor = (
-            f"SELECT {', '.join(quote(k) for k in self.keys)}, min({ROW_INDEX}) AS {ROW_INDEX}, "
-            f"arg_min({ROW_ID}, {ROW_INDEX}) AS {ROW_ID} FROM existing GROUP BY ALL"
-        )
-        self.con.execute(f"CREATE TABLE survivors AS {survivor}")
+        keys = ", ".join(quote(k) for k in self.keys)
+        repeated = f"SELECT 1 FROM existing GROUP BY {keys} HAVING count(*) > 1 LIMIT 1"
+        if self.con.execute(repeated).fetchall():
+            survivor = (
+                f"SELECT {keys}, min({ROW_INDEX}) AS {ROW_INDEX}, "
+                f"arg_min({ROW_ID}, {ROW_INDEX}) AS {ROW_ID} FROM existing GROUP BY ALL"
+            )
+            self.con.execute(f"CREATE TABLE survivors AS {survivor}")
+        else:
+            # Every key once (the usual case): the survivors are the existing rows themselves. The
+            # aggregate above keeps a string state per key in DuckDB's hash table, which at a
+            # small memory limit is what runs out of memory first on millions of keys.
+            self.con.execute(f"CREATE VIEW survivors AS SELECT {keys}, {ROW_INDEX}, {ROW_ID} FROM existing")
         has_file = FILE_COLUMN in [r[0] for r in self.con.execute("DESCRIBE existing").fetchall()]
         file_col = f", e.{FILE_COLUMN}" if has_file else ""
         if mode in ("upsert", "delete"):
