@@ -49,9 +49,10 @@ def abort_incomplete_uploads(
     prefix = f"{parts.path.strip('/')}/data/"
     if txn_id is not None:
         prefix += f"{txn_id}-"
+    props = dict(properties)
     client = (
-        make_signed_client(dict(properties))
-        if remote_signing(dict(properties))
+        make_signed_client(props)
+        if remote_signing(props)
         else _client(tuple(sorted((k, v) for k, v in properties.items() if k.startswith("s3.") or k == "client.region")))
     )
     aborted = 0
