@@ -8,7 +8,7 @@ them by construction, and a new sink adds storage code only.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -27,6 +27,7 @@ from .sinks.base import Sink, SinkWrite, StoredVersion, WriteCounts, WriteReques
 # More partitions than this in one write and the input is clustered by partition first (the data
 # file writer keeps at most this many files open, one per partition).
 MAX_OPEN_PARTITIONS = 32
+COALESCE_ROWS = 65_536  # smaller input batches are combined up to this many rows before stamping
 
 
 class WritePlanner:
@@ -54,13 +55,12 @@ class WritePlanner:
         first = 0 if ((replace and part is None) or version.schema is None) else req.dataset.next_row_index
         top = [-1]  # highest carried __row_index of an identity-preserving copy
         reader = req.reader if part is None else self._clustered(req.reader, part, req)
+        batches = _coalesced(reader)
 
         def rows(target: pa.Schema) -> Iterator[pa.RecordBatch]:
             seq = 0
             bound = part.bind(target) if part is not None else None
-            for batch in reader:
-                if batch.num_rows == 0:
-                    continue
+            for batch in batches:
                 if req.preserve_identity:
                     out = _carried(batch, with_identity(user_schema), top)
                 else:
@@ -149,6 +149,27 @@ class WritePlanner:
     @staticmethod
     def _commit(w: SinkWrite, counts: WriteCounts) -> Outcome:
         return w.commit(counts)  # the sink fires failpoint write.before_commit once its data is durable
+
+
+def _coalesced(batches: Iterable[pa.RecordBatch], rows: int = COALESCE_ROWS) -> Iterator[pa.RecordBatch]:
+    """The input without empty batches, small consecutive ones combined up to ``rows`` rows: each
+    batch costs a stamp, a check and, for a partition write, a row-index reservation in Postgres
+    (a table of many small chunks, e.g. rows filtered out of a larger one, paid that per chunk)."""
+    pending: list[pa.RecordBatch] = []
+    n = 0
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        if not pending and batch.num_rows >= rows:
+            yield batch
+            continue
+        pending.append(batch)
+        n += batch.num_rows
+        if n >= rows:
+            yield pa.concat_batches(pending)
+            pending, n = [], 0
+    if pending:
+        yield pending[0] if len(pending) == 1 else pa.concat_batches(pending)
 
 
 def _checked(reader: pa.RecordBatchReader, part: PartitionFilter, dataset: str) -> pa.RecordBatchReader:

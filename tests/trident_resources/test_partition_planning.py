@@ -113,3 +113,27 @@ def test_a_file_of_the_old_partitioning_outside_the_day_is_still_rewritten(tride
     files = sink.data_files(sink.table(trident._record("pp/gain")))  # type: ignore[attr-defined]
     assert len(files) == 3 and all(f.partition[0] is not None for f in files)
     assert sorted(trident.read("pp/gain").column("v").to_pylist()) == [1, 2, 3]
+
+
+def test_a_partition_write_of_many_small_chunks_reserves_row_indexes_once(trident: Trident) -> None:
+    """A partition write reserves each batch's ``__row_index`` range in Postgres; a table of many
+    small chunks (rows filtered out of a larger table) is combined first, not one round trip each."""
+    day = D0 + timedelta(days=3)
+    chunks = [pa.table({"d": [day] * 3, "v": [i, i + 1, i + 2]}) for i in range(0, 300, 3)]
+    rows = pa.concat_tables(chunks)
+    assert rows.column("v").num_chunks == 100
+    control = trident.driver.control
+    original = control.reserve_row_indexes
+    calls: list[int] = []
+
+    def counting(dataset_id: Any, n: int) -> int:
+        calls.append(n)
+        return original(dataset_id, n)
+
+    control.reserve_row_indexes = counting  # type: ignore[method-assign]
+    try:
+        r = trident.write("pp/chunks", rows, partition=window(day))
+    finally:
+        control.reserve_row_indexes = original  # type: ignore[method-assign]
+    assert calls == [300] and r.rows_written == 300
+    assert sorted(x["__row_index"] for x in trident.read("pp/chunks").to_pylist()) == list(range(300))
