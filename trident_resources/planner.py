@@ -55,7 +55,7 @@ class WritePlanner:
         first = 0 if ((replace and part is None) or version.schema is None) else req.dataset.next_row_index
         top = [-1]  # highest carried __row_index of an identity-preserving copy
         reader = req.reader if part is None else self._clustered(req.reader, part, req)
-        batches = _coalesced(reader)
+        batches = _coalesced(reader, max_bytes=self.settings.row_group_bytes)
 
         def rows(target: pa.Schema) -> Iterator[pa.RecordBatch]:
             seq = 0
@@ -151,23 +151,26 @@ class WritePlanner:
         return w.commit(counts)  # the sink fires failpoint write.before_commit once its data is durable
 
 
-def _coalesced(batches: Iterable[pa.RecordBatch], rows: int = COALESCE_ROWS) -> Iterator[pa.RecordBatch]:
-    """The input without empty batches, small consecutive ones combined up to ``rows`` rows: each
-    batch costs a stamp, a check and, for a partition write, a row-index reservation in Postgres
-    (a table of many small chunks, e.g. rows filtered out of a larger one, paid that per chunk)."""
+def _coalesced(batches: Iterable[pa.RecordBatch], *, max_bytes: int, rows: int = COALESCE_ROWS) -> Iterator[pa.RecordBatch]:
+    """The input without empty batches, small consecutive ones combined up to ``rows`` rows or
+    ``max_bytes`` (a row group: the data file writers buffer that much anyway, so nothing reaches
+    storage later than before). Each batch costs a stamp, a check and, for a partition write, a
+    row-index reservation in Postgres: a table of many small chunks (rows filtered out of a larger
+    one) paid that per chunk."""
     pending: list[pa.RecordBatch] = []
-    n = 0
+    n = size = 0
     for batch in batches:
         if batch.num_rows == 0:
             continue
-        if not pending and batch.num_rows >= rows:
+        if not pending and (batch.num_rows >= rows or batch.nbytes >= max_bytes):
             yield batch
             continue
         pending.append(batch)
         n += batch.num_rows
-        if n >= rows:
+        size += batch.nbytes
+        if n >= rows or size >= max_bytes:
             yield pa.concat_batches(pending)
-            pending, n = [], 0
+            pending, n, size = [], 0, 0
     if pending:
         yield pending[0] if len(pending) == 1 else pa.concat_batches(pending)
 
