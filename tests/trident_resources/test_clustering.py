@@ -4,6 +4,7 @@ spill files are gone afterwards, whatever the shape of the input."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import date, timedelta
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from trident_resources.clustering import cluster
 from trident_resources.partitions import PartitionFilter
 
 
-def _runs(keys: list[object]) -> list[object]:
+def _runs(keys: Sequence[object]) -> list[object]:
     """The partition of each run of equal keys, in order."""
     return [k for i, k in enumerate(keys) if i == 0 or keys[i - 1] != k]
 

@@ -50,7 +50,7 @@ def entries_read(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
 def _manifests(t: Trident, key: str) -> list[ManifestFile]:
     sink = t.driver.sinks["iceberg_native"]
     table = sink.table(t._record(key))  # type: ignore[attr-defined]
-    return table.current_snapshot().manifests(table.io)  # type: ignore[no-any-return]
+    return table.current_snapshot().manifests(table.io)
 
 
 def test_a_backfill_writes_one_snapshot_whose_manifests_each_cover_a_range_of_days(trident: Trident) -> None:
@@ -62,6 +62,7 @@ def test_a_backfill_writes_one_snapshot_whose_manifests_each_cover_a_range_of_da
     spans = []
     for m in manifests:
         (summary,) = m.partitions or []
+        assert summary.lower_bound is not None and summary.upper_bound is not None
         lo, hi = int.from_bytes(summary.lower_bound, "little"), int.from_bytes(summary.upper_bound, "little")
         spans.append((lo, hi))
     assert all(hi - lo == MANIFEST_FILES - 1 for lo, hi in spans)  # contiguous days, not scattered
