@@ -173,6 +173,20 @@ class _BoundDim:
             return f.isin(pa.array(self.values, type=self.arrow_type))
         return (f >= pa.scalar(self.start, type=self.arrow_type)) & (f < pa.scalar(self.end, type=self.arrow_type))
 
+    def all_inside(self, column: pa.Array) -> bool:
+        """Every value inside the slice, decided from the column's min and max (or set membership):
+        the common case of ``check``, without building and evaluating an expression per batch."""
+        if column.null_count or not column.type.equals(self.arrow_type):
+            return False  # the exact check decides (and names the rows)
+        if self.values is not None:
+            return bool(pc.all(pc.is_in(column, value_set=pa.array(self.values, type=self.arrow_type))).as_py())
+        mm = pc.min_max(column)
+        lo, hi = mm["min"], mm["max"]
+        if not lo.is_valid:
+            return True  # no rows
+        start, end = pa.scalar(self.start, type=self.arrow_type), pa.scalar(self.end, type=self.arrow_type)
+        return bool(pc.greater_equal(lo, start).as_py() and pc.less(hi, end).as_py())
+
     def iceberg_expr(self) -> BooleanExpression:
         if self.values is not None:
             return In(self.column, [_literal_value(v) for v in self.values])  # type: ignore[misc, call-arg]  # pydantic plugin hides pyiceberg's positional __init__
@@ -250,8 +264,14 @@ class BoundPartition:
             out = And(out, d.iceberg_expr())
         return out
 
+    def key_arrays(self, batch: pa.RecordBatch) -> list[pa.Array]:
+        """Each row's Iceberg partition value, one array per dimension (what files are split by)."""
+        return [d.keys(batch.column(d.column)) for d in self.dims]
+
     def check(self, batch: pa.RecordBatch, dataset: str) -> None:
         """Refuse a batch holding any row outside the slice (a null partition column is outside)."""
+        if all(d.all_inside(batch.column(d.column)) for d in self.dims):
+            return
         table = pa.Table.from_batches([batch])
         inside = pc.fill_null(_evaluate(table, self.arrow_expr()), False)
         if pc.all(inside).as_py() is not False:
@@ -360,11 +380,10 @@ def _transform_name(t: Transform[Any, Any]) -> str:
 
 
 def _split(table: pa.Table, keys: list[pa.Array]) -> Iterator[tuple[tuple[Any, ...], pa.Table]]:
-    """``table`` cut into one piece per distinct combination of ``keys`` (one array per field)."""
+    """``table`` cut into one piece per distinct combination of ``keys`` (one array per field).
+    Rows already grouped by partition (a clustered backfill) are cut into zero-copy slices;
+    otherwise each piece is gathered with one ``take``."""
     if table.num_rows == 0:
-        return
-    if all(pc.count_distinct(k, mode="all").as_py() == 1 for k in keys):
-        yield tuple(k[0].as_py() for k in keys), table
         return
     codes = np.zeros(table.num_rows, dtype=np.int64)
     dicts = []
@@ -374,21 +393,30 @@ def _split(table: pa.Table, keys: list[pa.Array]) -> Iterator[tuple[tuple[Any, .
             enc = enc.combine_chunks()
         dicts.append(enc.dictionary)
         codes = codes * len(enc.dictionary) + enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    sizes = [len(d) for d in dicts]
+
+    def key_of(code: int) -> tuple[Any, ...]:
+        parts = []
+        for size in reversed(sizes):
+            code, p = divmod(code, size)
+            parts.append(p)
+        parts.reverse()
+        return tuple(dicts[i][p].as_py() for i, p in enumerate(parts))
+
+    cuts = np.flatnonzero(np.diff(codes)) + 1
+    run_codes = codes[np.concatenate([[0], cuts]).astype(np.int64)]
+    if len(np.unique(run_codes)) == len(run_codes):  # every partition's rows are contiguous
+        bounds = [0, *cuts.tolist(), table.num_rows]
+        for code, s, e in zip(run_codes.tolist(), bounds, bounds[1:], strict=False):
+            yield key_of(code), table.slice(s, e - s)
+        return
     order = np.argsort(codes, kind="stable")
     ordered = codes[order]
     cuts = np.flatnonzero(np.diff(ordered)) + 1
     starts = np.concatenate([[0], cuts])
     ends = np.concatenate([cuts, [len(ordered)]])
-    sizes = [len(d) for d in dicts]
     for s, e in zip(starts, ends, strict=True):
-        code = int(ordered[s])
-        parts = []
-        for size in reversed(sizes):
-            parts.append(code % size)
-            code //= size
-        parts.reverse()
-        key = tuple(dicts[i][p].as_py() for i, p in enumerate(parts))
-        yield key, table.take(pa.array(order[s:e]))
+        yield key_of(int(ordered[s])), table.take(pa.array(order[s:e]))
 
 
 def partition_values(transform: TransformName, column: pa.Array | pa.ChunkedArray) -> pa.Array:

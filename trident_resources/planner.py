@@ -8,16 +8,17 @@ them by construction, and a new sink adds storage code only.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .clustering import cluster
 from .control_plane import Outcome
 from .errors import DatasetNotFoundError, InvalidWriteError
 from .filters import arrow_filter, check_key_columns
 from .identity import IDENTITY_COLUMNS, ROW_ID, ROW_INDEX, stamp
-from .merge import FILE_COLUMN, KeyedMerge, quote
+from .merge import FILE_COLUMN, KeyedMerge
 from .partitions import PartitionFilter
 from .schemas import conform, plan_schema, user_fields, with_identity
 from .settings import TridentSettings
@@ -26,6 +27,7 @@ from .sinks.base import Sink, SinkWrite, StoredVersion, WriteCounts, WriteReques
 # More partitions than this in one write and the input is clustered by partition first (the data
 # file writer keeps at most this many files open, one per partition).
 MAX_OPEN_PARTITIONS = 32
+COALESCE_ROWS = 65_536  # smaller input batches are combined up to this many rows before stamping
 
 
 class WritePlanner:
@@ -53,13 +55,12 @@ class WritePlanner:
         first = 0 if ((replace and part is None) or version.schema is None) else req.dataset.next_row_index
         top = [-1]  # highest carried __row_index of an identity-preserving copy
         reader = req.reader if part is None else self._clustered(req.reader, part, req)
+        batches = _coalesced(reader, max_bytes=self.settings.row_group_bytes)
 
         def rows(target: pa.Schema) -> Iterator[pa.RecordBatch]:
             seq = 0
             bound = part.bind(target) if part is not None else None
-            for batch in reader:
-                if batch.num_rows == 0:
-                    continue
+            for batch in batches:
                 if req.preserve_identity:
                     out = _carried(batch, with_identity(user_schema), top)
                 else:
@@ -81,36 +82,15 @@ class WritePlanner:
             return self._commit(w, WriteCounts(rows_written=n, next_row_index=next_index))
 
     def _clustered(self, reader: pa.RecordBatchReader, part: PartitionFilter, req: WriteRequest) -> pa.RecordBatchReader:
-        """The input ordered by its partition columns when it may span more partitions than the
-        data file writer keeps open, so that each partition's rows arrive together and become a
-        few full files (a backfill of an unsorted source would otherwise scatter every partition
-        over many small files). DuckDB sorts it under its memory limit, spilling to disk."""
-        fanout = part.bind(reader.schema).fanout()
+        """The input with each partition's rows together when it may span more partitions than the
+        data file writer keeps open, so that each partition becomes a few full files (a backfill of
+        an unsorted source would otherwise scatter every partition over many small files). See
+        ``clustering.py``: a bucketed spill to local disk, bounded in memory."""
+        bound = part.bind(reader.schema)
+        fanout = bound.fanout()
         if fanout is not None and fanout <= MAX_OPEN_PARTITIONS:
             return reader
-        import duckdb
-
-        s = self.settings
-        spill = req.spill_dir / "sort"
-        spill.mkdir(parents=True, exist_ok=True)
-        con = duckdb.connect(
-            config={"memory_limit": s.duckdb_memory_limit, "threads": s.duckdb_threads, "temp_directory": str(spill)}
-        )
-        con.execute("SET TimeZone = 'UTC'")
-        con.execute("SET preserve_insertion_order = false")
-        unsorted_input = _without_views(reader)  # noqa: F841 - read by DuckDB's replacement scan
-        order = ", ".join(quote(c) for c in part.columns)
-        out = con.sql(f"SELECT * FROM unsorted_input ORDER BY {order}").to_arrow_reader(65_536)
-        schema = reader.schema
-
-        def batches() -> Iterator[pa.RecordBatch]:
-            try:
-                for b in out:
-                    yield conform(b, schema)
-            finally:
-                con.close()
-
-        return pa.RecordBatchReader.from_batches(schema, batches())
+        return cluster(reader, bound.key_arrays, req.spill_dir / "cluster")
 
     # -- keyed modes: merge in DuckDB ---------------------------------------------------------
     def _keyed(self, sink: Sink, req: WriteRequest, version: StoredVersion) -> Outcome:
@@ -171,24 +151,28 @@ class WritePlanner:
         return w.commit(counts)  # the sink fires failpoint write.before_commit once its data is durable
 
 
-def _without_views(reader: pa.RecordBatchReader) -> pa.RecordBatchReader:
-    """The input with string/binary *view* columns as large ones: DuckDB's Arrow scan cannot
-    filter view arrays (tpchgen-cli and polars produce them)."""
-    plain = pa.schema(
-        [
-            f.with_type(
-                pa.large_string()
-                if pa.types.is_string_view(f.type)
-                else pa.large_binary()
-                if pa.types.is_binary_view(f.type)
-                else f.type
-            )
-            for f in reader.schema
-        ]
-    )
-    if plain.equals(reader.schema):
-        return reader
-    return pa.RecordBatchReader.from_batches(plain, (b.cast(plain) for b in reader))
+def _coalesced(batches: Iterable[pa.RecordBatch], *, max_bytes: int, rows: int = COALESCE_ROWS) -> Iterator[pa.RecordBatch]:
+    """The input without empty batches, small consecutive ones combined up to ``rows`` rows or
+    ``max_bytes`` (a row group: the data file writers buffer that much anyway, so nothing reaches
+    storage later than before). Each batch costs a stamp, a check and, for a partition write, a
+    row-index reservation in Postgres: a table of many small chunks (rows filtered out of a larger
+    one) paid that per chunk."""
+    pending: list[pa.RecordBatch] = []
+    n = size = 0
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        if not pending and (batch.num_rows >= rows or batch.nbytes >= max_bytes):
+            yield batch
+            continue
+        pending.append(batch)
+        n += batch.num_rows
+        size += batch.nbytes
+        if n >= rows or size >= max_bytes:
+            yield pa.concat_batches(pending)
+            pending, n, size = [], 0, 0
+    if pending:
+        yield pending[0] if len(pending) == 1 else pa.concat_batches(pending)
 
 
 def _checked(reader: pa.RecordBatchReader, part: PartitionFilter, dataset: str) -> pa.RecordBatchReader:

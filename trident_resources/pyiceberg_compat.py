@@ -20,6 +20,7 @@ from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
 from pyiceberg.io import FileIO
 from pyiceberg.io.fsspec import FsspecFileIO
 from pyiceberg.io.pyarrow import PyArrowFileIO, _ConvertToIcebergWithoutIDs, _get_parquet_writer_kwargs, visit_pyarrow
+from pyiceberg.manifest import DataFile, ManifestEntry, ManifestEntryStatus, ManifestFile
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table, Transaction
 from pyiceberg.typedef import Properties
@@ -30,6 +31,7 @@ __all__ = [
     "ACCESS_DELEGATION_HEADER",
     "FsspecFileIOBase",
     "RestCatalogWithExplicitDelegation",
+    "added_manifests_in_groups",
     "arrow_to_iceberg_without_ids",
     "fresh_pyarrow_filesystems",
     "name_commit_files",
@@ -107,6 +109,45 @@ def fresh_pyarrow_filesystems(io: PyArrowFileIO) -> Callable[[str, str | None], 
     pyiceberg caches one pyarrow filesystem per scheme built by ``_initialize_fs`` from the
     properties at first use, exactly as its ``__setstate__`` rebuilds it."""
     return lru_cache(io._initialize_fs)
+
+
+def added_manifests_in_groups(producer: Any, groups: Callable[[list[DataFile]], list[list[DataFile]]]) -> None:
+    """Write the data files a snapshot producer adds into one manifest per group of ``groups``
+    (pyiceberg writes them all into ONE manifest). A backfill of thousands of partitions then
+    leaves manifests that each cover a narrow range of partitions, so that the manifest list's
+    partition summaries let a one-partition scan or overwrite read (and rewrite) one small
+    manifest instead of every entry. The producer writes each group exactly as it writes its
+    own added manifest (same writer, entries, snapshot and naming), on every commit attempt."""
+    if not (hasattr(producer, "_manifests") and hasattr(producer, "_added_data_files")):
+        raise RuntimeError("pyiceberg's snapshot producer changed shape: see pyiceberg_compat.added_manifests_in_groups")
+    own = producer._manifests
+
+    def manifests() -> list[ManifestFile]:
+        added: list[DataFile] = producer._added_data_files
+        parts = groups(added)
+        if len(parts) <= 1:
+            return cast(list[ManifestFile], own())
+        written = []
+        for part in parts[:-1]:
+            with producer.new_manifest_writer(spec=producer._transaction.table_metadata.spec()) as writer:
+                for data_file in part:
+                    writer.add(
+                        ManifestEntry.from_args(
+                            status=ManifestEntryStatus.ADDED,
+                            snapshot_id=producer.snapshot_id,
+                            sequence_number=None,
+                            file_sequence_number=None,
+                            data_file=data_file,
+                        )
+                    )
+            written.append(writer.to_manifest_file())
+        producer._added_data_files = parts[-1]  # pyiceberg writes the last group itself
+        try:
+            return written + cast(list[ManifestFile], own())
+        finally:
+            producer._added_data_files = added  # the snapshot summary counts every added file
+
+    producer._manifests = manifests
 
 
 def name_commit_files(producer: Any, commit_uuid: uuid.UUID) -> None:

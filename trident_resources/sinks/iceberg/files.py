@@ -47,16 +47,9 @@ class _ParquetFile:
     The Parquet writer opens with the first row group, so that choice can be made from it."""
 
     def __init__(
-        self,
-        io: FileIO,
-        path: str,
-        schema: Schema,
-        arrow_schema: pa.Schema,
-        properties: dict[str, str],
-        dictionary: DictionaryChoice,
+        self, io: FileIO, path: str, arrow_schema: pa.Schema, properties: dict[str, str], dictionary: DictionaryChoice
     ) -> None:
         self._output = io.new_output(path)
-        self._schema = schema
         self._arrow_schema = arrow_schema
         self._properties = properties
         self._dictionary = dictionary
@@ -81,33 +74,64 @@ class _ParquetFile:
     def write(self, table: pa.Table) -> None:
         self._open(table).write_table(table, row_group_size=max(table.num_rows, 1))
 
-    def close(self) -> DataFileStatistics:
+    def close(self, plan: _StatsPlan) -> tuple[DataFileStatistics, int]:
+        """Finish the file: its statistics (from the footer just written, no read back) and size."""
         with self._stream:
             writer = self._open(self._arrow_schema.empty_table())
             writer.close()
-        return data_file_statistics_from_parquet_metadata(
+            size = self._stream.tell()
+        stats = data_file_statistics_from_parquet_metadata(
             parquet_metadata=writer.writer.metadata,
-            stats_columns=compute_statistics_plan(self._schema, self._properties),
-            parquet_column_mapping=parquet_path_to_id_mapping(self._schema),
+            stats_columns=plan.columns,
+            parquet_column_mapping=plan.mapping,
         )
+        return stats, size
+
+    def abort(self) -> None:
+        with self._stream:
+            if self._writer is not None:
+                self._writer.close()
+
+
+class _StatsPlan:
+    """Which statistics each column gets and each Parquet column's field id: the same for every
+    file of a write, so computed once (pyiceberg derives both per file, a visit of the schema
+    each time, which a backfill of thousands of small files paid thousands of times)."""
+
+    def __init__(self, schema: Schema, properties: dict[str, str]) -> None:
+        self.columns = compute_statistics_plan(schema, properties)
+        self.mapping = parquet_path_to_id_mapping(schema)
 
 
 _NEVER_REPEATING = frozenset({ROW_ID, ROW_INDEX})  # unique by construction: no dictionary, no trial
 
 
 class _Lane:
-    """One open Parquet file and the write in flight to it (writes to one file are sequential)."""
+    """One Parquet data file of the write and the task in flight to it. A file's tasks run in
+    order (the next one is submitted after, or waits for, the previous one); the file itself is
+    opened by its first write, on the pool, so that opening thousands of small files (a
+    backfill's partitions) does not hold up the thread feeding the writer."""
 
-    def __init__(self, path: str, writer: _ParquetFile) -> None:
+    def __init__(self, path: str, opener: Callable[[str], _ParquetFile]) -> None:
         self.path = path
-        self.writer = writer
+        self._opener = opener
+        self.writer: _ParquetFile | None = None
         self.bytes = 0
         self.pending: Future[None] | None = None
+
+    def write(self, table: pa.Table) -> None:
+        if self.writer is None:
+            self.writer = self._opener(self.path)
+        self.writer.write(table)
 
     def wait(self) -> None:
         if self.pending is not None:
             pending, self.pending = self.pending, None
             pending.result()
+
+    def abort(self) -> None:
+        if self.writer is not None:
+            self.writer.abort()
 
 
 class _TxnFileWriter(ABC):
@@ -138,8 +162,9 @@ class _TxnFileWriter(ABC):
         self._spec_id = spec_id
         self._target_file_bytes = target_file_bytes
         self._row_group_bytes = row_group_bytes
-        self._pool = ThreadPoolExecutor(max_workers=max(1, parallelism), thread_name_prefix="trident-parquet")
+        self._stats_plan = _StatsPlan(schema, properties)
         self._dictionary = DictionaryChoice(_NEVER_REPEATING, parquet_writer_kwargs(properties))
+        self._pool = ThreadPoolExecutor(max_workers=max(1, parallelism), thread_name_prefix="trident-parquet")
         self._seq = 0
         self.paths: list[str] = []
         self.data_files: list[DataFile] = []
@@ -157,25 +182,31 @@ class _TxnFileWriter(ABC):
         path = f"{self._dir}/{self._txn_id}-{self._seq:05d}.parquet"
         self._seq += 1
         self.paths.append(path)
-        return _Lane(path, _ParquetFile(self._io, path, self._schema, self.arrow_schema, self._properties, self._dictionary))
+        return _Lane(path, self._open_file)
+
+    def _open_file(self, path: str) -> _ParquetFile:
+        return _ParquetFile(self._io, path, self.arrow_schema, self._properties, self._dictionary)
 
     def _finish(self, lane: _Lane, partition: Record) -> None:
         """Close ``lane``'s file and record it as a DataFile of ``partition``."""
         lane.wait()
-        stats = lane.writer.close()
-        self.data_files.append(
-            DataFile.from_args(
-                content=DataFileContent.DATA,
-                file_path=lane.path,
-                file_format=FileFormat.PARQUET,
-                partition=partition,
-                file_size_in_bytes=len(self._io.new_input(lane.path)),
-                sort_order_id=None,
-                spec_id=self._spec_id,
-                equality_ids=None,
-                key_metadata=None,
-                **stats.to_serialized_dict(),
-            )
+        self.data_files.append(self._data_file(lane, partition))
+
+    def _data_file(self, lane: _Lane, partition: Record) -> DataFile:
+        """Close ``lane``'s file (its last write done) into its ``DataFile`` record."""
+        assert lane.writer is not None, "a lane is created to be written"
+        stats, size = lane.writer.close(self._stats_plan)
+        return DataFile.from_args(
+            content=DataFileContent.DATA,
+            file_path=lane.path,
+            file_format=FileFormat.PARQUET,
+            partition=partition,
+            file_size_in_bytes=size,
+            sort_order_id=None,
+            spec_id=self._spec_id,
+            equality_ids=None,
+            key_metadata=None,
+            **stats.to_serialized_dict(),
         )
 
     def _delete_all(self, lanes: Iterable[_Lane]) -> None:
@@ -183,7 +214,7 @@ class _TxnFileWriter(ABC):
         for lane in lanes:
             with contextlib.suppress(Exception):  # the file is being deleted anyway
                 lane.wait()
-                lane.writer.close()
+                lane.abort()
         self._pool.shutdown(wait=True)
         delete_paths(self._io, self.paths)
 
@@ -262,7 +293,7 @@ class DataFileWriter(_TxnFileWriter):
         if lane is None:
             lane = self._lanes[i] = self._new_lane()
         lane.bytes += table.nbytes
-        lane.pending = self._pool.submit(lane.writer.write, table)
+        lane.pending = self._pool.submit(lane.write, table)
         del table
         failpoint("write.file_flushed")
 
@@ -414,9 +445,10 @@ class PartitionedDataFileWriter(_TxnFileWriter):
     file, so a partition replace deletes whole files and pyiceberg prunes reads by partition).
 
     Each partition buffers up to a row group; when all buffers together exceed ``buffer_bytes``
-    the largest is flushed, and at most ``max_open`` files are open (the least recently written
-    one is closed first). Input clustered by partition (the planner sorts a wide backfill) thus
-    yields one file per partition; ``parallelism`` row groups are encoded at once.
+    the least recently extended one is flushed, and at most ``max_open`` files are open (the least
+    recently written one is closed first). Input clustered by partition (the planner clusters a
+    wide backfill) thus yields one file per partition, holding one row group when the partition
+    fits in one; ``parallelism`` row groups are encoded at once.
     """
 
     def __init__(
@@ -451,7 +483,9 @@ class PartitionedDataFileWriter(_TxnFileWriter):
         self._max_open = max(1, max_open)
         self._states: dict[tuple[Any, ...], _PartitionState] = {}
         self._open: OrderedDict[tuple[Any, ...], _PartitionState] = OrderedDict()  # LRU of open files
+        self._pending: OrderedDict[tuple[Any, ...], _PartitionState] = OrderedDict()  # LRU of non-empty buffers
         self._inflight: deque[Future[None]] = deque()
+        self._closing: list[Future[DataFile]] = []  # files being closed on the pool, in order
         self._buffered = 0
 
     def write(self, batch: pa.RecordBatch) -> None:
@@ -465,17 +499,22 @@ class PartitionedDataFileWriter(_TxnFileWriter):
             st.buffer.append(piece)
             st.buffered += piece.nbytes
             self._buffered += piece.nbytes
+            self._pending[key] = st
+            self._pending.move_to_end(key)
             if st.buffered >= self._row_group_bytes:
                 self._flush(st)
-        while self._buffered > self._buffer_bytes:
-            self._flush(max(self._states.values(), key=lambda s: s.buffered))
+        while self._buffered > self._buffer_bytes and self._pending:
+            self._flush(next(iter(self._pending.values())))
 
     def _flush(self, st: _PartitionState) -> None:
         if not st.buffer:
             return
-        table = pa.concat_tables(st.buffer).cast(self.arrow_schema)
+        table = st.buffer[0] if len(st.buffer) == 1 else pa.concat_tables(st.buffer)
+        if not table.schema.equals(self.arrow_schema, check_metadata=True):
+            table = table.cast(self.arrow_schema)
         self._buffered -= st.buffered
         st.buffer, st.buffered = [], 0
+        self._pending.pop(st.key, None)
         lane = st.lane
         if lane is not None and lane.bytes >= self._target_file_bytes:
             self._close(st)
@@ -490,23 +529,57 @@ class PartitionedDataFileWriter(_TxnFileWriter):
             self._inflight.popleft().result()
         lane.wait()  # one file's row groups stay in order
         lane.bytes += table.nbytes
-        lane.pending = self._pool.submit(lane.writer.write, table)
+        lane.pending = self._pool.submit(lane.write, table)
         self._inflight.append(lane.pending)
         failpoint("write.file_flushed")
 
     def _close(self, st: _PartitionState) -> None:
+        """Close the partition's open file on the pool, after its last write (a backfill closes
+        thousands of small files: footer, statistics and ``DataFile`` are done off this thread)."""
         lane = st.lane
         if lane is None:
             return
         st.lane = None
         self._open.pop(st.key, None)
-        self._finish(lane, st.record)
+        last, lane.pending = lane.pending, None
+        record = st.record
+
+        def finish() -> DataFile:
+            if last is not None:
+                last.result()
+            return self._data_file(lane, record)
+
+        self._closing.append(self._pool.submit(finish))
+
+    def _write_whole(self, st: _PartitionState) -> None:
+        """A partition with no open file and all its rows buffered (the end of the input): open,
+        write and close its file in ONE task on the pool (a backfill of small partitions is mostly
+        these; a task per step cost more in thread hand-offs than the file's own work)."""
+        table = st.buffer[0] if len(st.buffer) == 1 else pa.concat_tables(st.buffer)
+        if not table.schema.equals(self.arrow_schema, check_metadata=True):
+            table = table.cast(self.arrow_schema)
+        self._buffered -= st.buffered
+        st.buffer, st.buffered = [], 0
+        self._pending.pop(st.key, None)
+        lane, record = self._new_lane(), st.record
+
+        def whole() -> DataFile:
+            lane.write(table)
+            return self._data_file(lane, record)
+
+        self._closing.append(self._pool.submit(whole))
+        failpoint("write.file_flushed")
 
     def close(self) -> list[DataFile]:
         for st in list(self._states.values()):
-            self._flush(st)
+            if st.lane is None and st.buffer:
+                self._write_whole(st)
+            else:
+                self._flush(st)
         for st in list(self._states.values()):
             self._close(st)
+        closing, self._closing = self._closing, []
+        self.data_files.extend(f.result() for f in closing)
         self._pool.shutdown()
         return self.data_files
 
@@ -516,4 +589,5 @@ class PartitionedDataFileWriter(_TxnFileWriter):
         for st in self._states.values():
             st.lane = None
         self._open.clear()
+        self._closing = []  # the pool finishes them before the files are deleted
         self._delete_all(lanes)

@@ -22,11 +22,12 @@ from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, RESTEr
 from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io import load_file_io
 from pyiceberg.io.pyarrow import schema_to_pyarrow
-from pyiceberg.manifest import DataFile
+from pyiceberg.manifest import DataFile, DataFileContent, ManifestContent
 from pyiceberg.table import Table, Transaction
 from pyiceberg.table.refs import MAIN_BRANCH
 from pyiceberg.table.snapshots import Snapshot, ancestors_of
 from pyiceberg.transforms import IdentityTransform
+from pyiceberg.types import DateType, TimestampType, TimestamptzType
 
 from ...control_plane import DatasetRecord, Outcome
 from ...errors import (
@@ -53,7 +54,13 @@ from ...partitions import (
     iceberg_transform,
     matches_spec,
 )
-from ...pyiceberg_compat import name_commit_files, sql_catalog_metadata_location, transaction_io, transaction_table
+from ...pyiceberg_compat import (
+    added_manifests_in_groups,
+    name_commit_files,
+    sql_catalog_metadata_location,
+    transaction_io,
+    transaction_table,
+)
 from ...schemas import compatible, conform, describe_schema, to_iceberg, with_identity
 from ...settings import TridentSettings
 from ..base import (
@@ -126,6 +133,26 @@ def _scan(dataset: pads.Dataset, columns: list[str] | None, expr: Any) -> pa.Rec
     ).to_reader()
 
 
+# Files added by one commit of a partitioned table go into manifests of at most this many files,
+# by partition order: a manifest then covers a narrow range of partitions, and a one-partition
+# read or replace opens (or rewrites) one of them, not a manifest of every file of a backfill.
+MANIFEST_FILES = 100
+_MANIFEST_CACHE = 1024  # manifests whose entries ``partition_stats`` keeps (at most ~100 files each when we wrote them)
+
+
+def _manifest_groups(files: list[DataFile]) -> list[list[DataFile]]:
+    """``files`` in partition order, cut every ``MANIFEST_FILES``."""
+    if len(files) <= MANIFEST_FILES:
+        return [files]
+
+    def order(f: DataFile) -> tuple[tuple[bool, Any], ...]:
+        p = f.partition
+        return tuple((p[i] is None, p[i]) for i in range(len(p)))
+
+    ordered = sorted(files, key=order)
+    return [ordered[i : i + MANIFEST_FILES] for i in range(0, len(ordered), MANIFEST_FILES)]
+
+
 def _constant(value: int, n: int) -> pa.Array:
     return pa.array(np.full(n, value, dtype=np.int32))
 
@@ -192,10 +219,13 @@ def _human(field: Any, schema: Any, value: Any) -> Any:
         return None
     if hasattr(value, "isoformat"):
         return value.isoformat()
-    if not isinstance(value, int) or isinstance(field.transform, IdentityTransform):
+    if not isinstance(value, int) or isinstance(value, bool):
         return value
     try:
-        return field.transform.to_human_string(schema.find_field(field.source_id).field_type, value)
+        source = schema.find_field(field.source_id).field_type
+        if isinstance(field.transform, IdentityTransform) and not isinstance(source, (DateType, TimestampType, TimestamptzType)):
+            return value  # an identity value is itself, except dates and times stored as numbers
+        return field.transform.to_human_string(source, value)
     except (ValueError, TypeError, OverflowError):  # a value the transform cannot render: show it raw
         return value
 
@@ -248,16 +278,18 @@ class IcebergVersion(StoredVersion):
 
     def existing_keys(self, keys: tuple[str, ...], partition: PartitionFilter | None = None) -> pa.RecordBatchReader:
         assert self.table is not None and self.schema is not None
-        table, existing, files = self.table, self.schema, self.files
+        table, existing = self.table, self.schema
         cols = [*keys, ROW_ID, ROW_INDEX]
         out_schema = pa.schema([existing.field(c) for c in cols]).append(pa.field(FILE_COLUMN, pa.int32()))
         expr = None
-        wanted: Iterable[int] = range(len(files))
         if partition is not None:  # a partition write merges against that partition's rows only
             bound = partition.bind(existing)
             expr = bound.arrow_expr()
-            candidates = {f.file_path for f in self.sink.data_files(table, row_filter=bound.iceberg_expr())}
-            wanted = [i for i, f in enumerate(files) if f.file_path in candidates]
+            wanted: Iterable[int] = self._scope(bound)
+            files = self.files
+        else:
+            files = self.files
+            wanted = range(len(files))
 
         def batches() -> Iterator[pa.RecordBatch]:
             for i in wanted:
@@ -292,20 +324,29 @@ class IcebergVersion(StoredVersion):
         specs = self.table.specs()
         schema = self.table.schema()
         wanted = bound.filter.spec
-        candidates = {f.file_path for f in self.sink.data_files(self.table, row_filter=bound.iceberg_expr())}
         inside: list[DataFile] = []
         partial: list[DataFile] = []
-        for f in self.files:
+        for i in self._scope(bound):
+            f = self.files[i]
             spec = specs[f.spec_id]
             if not matches_spec(spec, schema, wanted):
                 partial.append(f)
-            elif f.file_path not in candidates:
-                continue
             elif bound.contains_record(spec, schema, f.partition):
                 inside.append(f)
             else:
                 partial.append(f)
         return inside, partial
+
+    def _scope(self, bound: BoundPartition) -> list[int]:
+        """Positions in ``files`` of the files a write of ``bound`` can touch. When nothing has
+        listed this version's files yet, ``files`` becomes just those: a partition write never
+        plans (nor reads the manifest entries of) the whole table."""
+        assert self.table is not None
+        if self._files is None:
+            self._files = self.sink.partition_scope(self.table, bound)
+            return list(range(len(self._files)))
+        scope = {f.file_path for f in self.sink.partition_scope(self.table, bound)}
+        return [i for i, f in enumerate(self._files) if f.file_path in scope]
 
 
 class IcebergWrite(SinkWrite):
@@ -389,6 +430,7 @@ class IcebergSink(Sink):
         self._files_by_snapshot: dict[tuple[str, int], tuple[str, ...]] = {}  # (table uuid, snapshot) -> data files
         self._files_lock = threading.Lock()
         self._read_tables: dict[uuid.UUID, tuple[str, Table]] = {}  # dataset id -> (metadata file, table) for scan_plan
+        self._manifest_rows: dict[str, list[dict[str, Any]]] = {}  # manifest path -> its live entries (immutable)
         self._nested = (
             settings.catalog_nested_namespaces if settings.catalog_nested_namespaces is not None else bool(settings.catalog_uri)
         )
@@ -622,6 +664,23 @@ class IcebergSink(Sink):
         scan = table.scan(snapshot_id=snapshot_id, row_filter=row_filter if row_filter is not None else AlwaysTrue())
         return [task.file for task in scan.plan_files()]
 
+    def partition_scope(self, table: Table, bound: BoundPartition) -> list[DataFile]:
+        """The current data files a write of one partition (or range) can touch: those that may
+        hold its rows (pyiceberg prunes manifests by their partition summaries, then entries by
+        partition and column statistics), plus every file of another partitioning, which such a
+        write rewrites whole (see ``IcebergVersion.partition_files``)."""
+        files = self.data_files(table, row_filter=bound.iceberg_expr())
+        schema = table.schema()
+        foreign = {i for i, spec in table.specs().items() if not matches_spec(spec, schema, bound.filter.spec)}
+        snap = table.current_snapshot()
+        if foreign and snap is not None:
+            seen = {f.file_path for f in files}
+            for m in snap.manifests(table.io):
+                if m.content == ManifestContent.DATA and m.partition_spec_id in foreign:
+                    live = (e.data_file for e in m.fetch_manifest_entry(table.io, discard_deleted=True))
+                    files += [f for f in live if f.content == DataFileContent.DATA and f.file_path not in seen]
+        return files
+
     def partitioning(self, ds: DatasetRecord) -> tuple[tuple[str, str], ...] | None:
         table = self.table(ds)
         if table is None:
@@ -641,10 +700,8 @@ class IcebergSink(Sink):
         names = [f"{_transform_name(f.transform)}({schema.find_column_name(f.source_id)})" for f in spec.fields]
         txn_of = {s.snapshot_id: s.summary.get(TXN_PROPERTY) if s.summary is not None else None for s in table.snapshots()}
         out: dict[tuple[Any, ...], dict[str, Any]] = {}
-        entries = table.inspect.entries()
-        live = [r for r in entries.to_pylist() if r["status"] != 2 and r["data_file"]["content"] == 0]
-        for r in live:
-            part = r["data_file"]["partition"] or {}
+        for r in self._live_entries(table):
+            part = r["partition"]
             key = tuple(part.get(f.name) for f in spec.fields)
             row = out.setdefault(
                 key,
@@ -657,7 +714,7 @@ class IcebergSink(Sink):
                     "_seq": -1,
                 },
             )
-            row["row_count"] += r["data_file"]["record_count"]
+            row["row_count"] += r["record_count"]
             row["files"] += 1
             seq = r["sequence_number"] or 0
             if seq > row["_seq"]:
@@ -667,6 +724,36 @@ class IcebergSink(Sink):
         for r in rows:
             r.pop("_seq")
         return rows
+
+    def _live_entries(self, table: Table) -> Iterator[dict[str, Any]]:
+        """The current snapshot's live data-file entries, reduced to what ``partition_stats`` needs.
+        Manifests never change once written, so each one's entries are read once per sink: a
+        ``describe`` after a one-partition write (the IO manager reports one per materialization)
+        reads the manifests that write added or rewrote, not every entry of the table."""
+        snap = table.current_snapshot()
+        if snap is None:
+            return
+        specs = table.specs()
+        for m in snap.manifests(table.io):
+            if m.content != ManifestContent.DATA:
+                continue
+            rows = self._manifest_rows.get(m.manifest_path)
+            if rows is None:
+                names = [f.name for f in specs[m.partition_spec_id].fields]
+                rows = [
+                    {
+                        "partition": {n: e.data_file.partition[i] for i, n in enumerate(names)},
+                        "record_count": e.data_file.record_count,
+                        "sequence_number": e.sequence_number,
+                        "snapshot_id": e.snapshot_id,
+                    }
+                    for e in m.fetch_manifest_entry(table.io, discard_deleted=True)
+                    if e.data_file.content == DataFileContent.DATA
+                ]
+                if len(self._manifest_rows) >= _MANIFEST_CACHE:
+                    self._manifest_rows.clear()
+                self._manifest_rows[m.manifest_path] = rows
+            yield from rows
 
     def file_dataset(
         self, table: Table, paths: list[str], schema: pa.Schema | None = None, fmt: pads.ParquetFileFormat = _PARQUET
@@ -703,6 +790,8 @@ class IcebergSink(Sink):
             update = txn.update_snapshot(snapshot_properties=props, branch=branch)
             producer = update.overwrite() if to_delete else update.fast_append()
             name_commit_files(producer, req.txn_id)  # so discard finds them if the commit never lands
+            if txn.table_metadata.spec().fields:
+                added_manifests_in_groups(producer, _manifest_groups)
             with producer as p:
                 for f in to_delete:
                     p.delete_data_file(f)
@@ -746,7 +835,8 @@ class IcebergSink(Sink):
             raise TransactionConflictError(
                 f"the partitioning of {req.dataset.key!r} changed while this partition was being written; retry the write"
             )
-        present = {f.file_path for f in self.data_files(fresh)}
+        assert req.partition is not None
+        present = {f.file_path for f in self.partition_scope(fresh, req.partition.bind(published_schema(fresh)))}
         gone = [f.file_path for f in to_delete if f.file_path not in present]
         if gone:
             raise TransactionConflictError(
