@@ -59,6 +59,15 @@ def _settings(
     return make_settings(home, dsn, **(values | overrides))
 
 
+def _signing_only(
+    home: Path, dsn: str, s3: S3Server, gate: S3Gate, proxy: CatalogProxy, rest: RestCatalogServer
+) -> TridentSettings:
+    """Remote signing with no static keys at all: every request must carry the catalog's signature."""
+    return _settings(
+        home, dsn, s3, gate, proxy, rest, s3_credentials="remote-signing", s3_access_key_id=None, s3_secret_access_key=None
+    )
+
+
 def _rows(n: int, start: int = 0) -> pa.Table:
     return pa.table({"k": pa.array(range(start, start + n), pa.int64()), "v": [f"v{i}" for i in range(start, start + n)]})
 
@@ -291,17 +300,7 @@ def test_remote_signing_aborts_incomplete_uploads_through_the_catalog_without_st
 ) -> None:
     moto = s3.boto3_client()  # behind the gate: plays the writer that was killed mid-file
     with _proxy(rest_catalog, gate, s3, "sign") as proxy:
-        settings = _settings(
-            trident_home,
-            pg_dsn,
-            s3,
-            gate,
-            proxy,
-            rest_catalog,
-            s3_credentials="remote-signing",
-            s3_access_key_id=None,
-            s3_secret_access_key=None,
-        )
+        settings = _signing_only(trident_home, pg_dsn, s3, gate, proxy, rest_catalog)
         with Trident(settings) as t:
             t.write("sign/up", _rows(10))
             ds = t.control.dataset(t.workspace, "sign/up")
@@ -327,17 +326,7 @@ def test_remote_signing_cleans_up_an_aborted_first_write_through_the_catalog(
 ) -> None:
     moto = s3.boto3_client()
     with _proxy(rest_catalog, gate, s3, "sign") as proxy:
-        settings = _settings(
-            trident_home,
-            pg_dsn,
-            s3,
-            gate,
-            proxy,
-            rest_catalog,
-            s3_credentials="remote-signing",
-            s3_access_key_id=None,
-            s3_secret_access_key=None,
-        )
+        settings = _signing_only(trident_home, pg_dsn, s3, gate, proxy, rest_catalog)
         with Trident(settings) as t:
             # lakana has no staged creation, so a first write creates the (empty) table first and its
             # cleanup signs through that table's FileIO before the table is dropped. With a catalog

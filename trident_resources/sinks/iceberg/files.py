@@ -506,15 +506,20 @@ class PartitionedDataFileWriter(_TxnFileWriter):
         while self._buffered > self._buffer_bytes and self._pending:
             self._flush(next(iter(self._pending.values())))
 
-    def _flush(self, st: _PartitionState) -> None:
-        if not st.buffer:
-            return
+    def _take_buffer(self, st: _PartitionState) -> pa.Table:
+        """The partition's buffered rows as one table in the write's schema; the buffer empties."""
         table = st.buffer[0] if len(st.buffer) == 1 else pa.concat_tables(st.buffer)
         if not table.schema.equals(self.arrow_schema, check_metadata=True):
             table = table.cast(self.arrow_schema)
         self._buffered -= st.buffered
         st.buffer, st.buffered = [], 0
         self._pending.pop(st.key, None)
+        return table
+
+    def _flush(self, st: _PartitionState) -> None:
+        if not st.buffer:
+            return
+        table = self._take_buffer(st)
         lane = st.lane
         if lane is not None and lane.bytes >= self._target_file_bytes:
             self._close(st)
@@ -555,12 +560,7 @@ class PartitionedDataFileWriter(_TxnFileWriter):
         """A partition with no open file and all its rows buffered (the end of the input): open,
         write and close its file in ONE task on the pool (a backfill of small partitions is mostly
         these; a task per step cost more in thread hand-offs than the file's own work)."""
-        table = st.buffer[0] if len(st.buffer) == 1 else pa.concat_tables(st.buffer)
-        if not table.schema.equals(self.arrow_schema, check_metadata=True):
-            table = table.cast(self.arrow_schema)
-        self._buffered -= st.buffered
-        st.buffer, st.buffered = [], 0
-        self._pending.pop(st.key, None)
+        table = self._take_buffer(st)
         lane, record = self._new_lane(), st.record
 
         def whole() -> DataFile:
