@@ -79,12 +79,17 @@ class DictionaryChoice:
         self._writer_kwargs = writer_kwargs
         self._lock = threading.Lock()
         self._columns: list[str] | None = None
+        self._undecided: list[str] | None = None  # every leaf but ``never``: for files too small to decide
 
     def columns(self, first: pa.Table) -> list[str]:
         with self._lock:
             if self._columns is None:
-                chosen = dictionary_columns(first, self._never, self._writer_kwargs)
                 if first.num_rows < TRIAL_MIN_ROWS:
-                    return chosen  # too small to decide for the whole transaction; ask again next time
-                self._columns = chosen
+                    # too small to decide for the whole transaction; ask again next time. A backfill
+                    # opens thousands of such files (one per small partition): their answer is the
+                    # same every time, so it is worked out once
+                    if self._undecided is None:
+                        self._undecided = leaf_paths(first.schema, self._never)
+                    return self._undecided
+                self._columns = dictionary_columns(first, self._never, self._writer_kwargs)
             return self._columns
