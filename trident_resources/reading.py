@@ -41,7 +41,10 @@ def guarded(key: str, open_reader: Callable[[], pa.RecordBatchReader]) -> pa.Rec
     try:
         reader = open_reader()
     except Exception as exc:
-        raise named(exc, key) from exc
+        err = named(exc, key)
+        if err is exc:  # already named: ``raise exc from exc`` would make it its own cause and lose the real one
+            raise
+        raise err from exc
 
     def batches() -> Iterator[pa.RecordBatch]:
         try:
