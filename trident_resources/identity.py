@@ -40,7 +40,9 @@ def refuse_reserved(schema: pa.Schema) -> None:
     (ReservedColumnError). The only ``__`` names accepted are the engine's lineage columns,
     which the Dagster layer writes through this same door. Empty names, names with NUL (neither
     DuckDB nor Postgres' jsonb can hold them) and duplicate names (a row could not say which
-    value a name means) are a SchemaMismatchError, nested struct fields included.
+    value a name means) are a SchemaMismatchError, nested struct fields included; so are names
+    that differ only in case ("A" and "a"): DuckDB resolves names case-insensitively, so ``sql``
+    over such a dataset failed as if its files were corrupt.
     """
     if not schema.names:  # a dataset of identity columns alone holds nothing a reader asked for
         raise SchemaMismatchError("the input has no columns; write at least one column")
@@ -52,6 +54,7 @@ def refuse_reserved(schema: pa.Schema) -> None:
 
 def _check_names(fields: list[pa.Field], parent: str) -> None:
     seen: set[str] = set()
+    folded: dict[str, str] = {}
     for f in fields:
         where = f"{parent}{f.name!r}"
         if f.name == "":
@@ -63,6 +66,11 @@ def _check_names(fields: list[pa.Field], parent: str) -> None:
         if f.name in seen:
             raise SchemaMismatchError(f"column name {where} appears more than once; each column needs its own name")
         seen.add(f.name)
+        other = folded.setdefault(f.name.lower(), f.name)
+        if other != f.name:  # SQL (DuckDB) matches names case-insensitively: the dataset could not be queried
+            raise SchemaMismatchError(
+                f"column names {parent}{other!r} and {where} differ only in case, which SQL cannot tell apart; rename one"
+            )
         for child in _children(f.type):
             _check_names(child, f"{where}.")
 
