@@ -134,7 +134,7 @@ def describe(key: str) -> None:
 
 @click.command("history")
 @click.argument("key")
-@click.option("--limit", type=int, default=20, show_default=True, help="Newest transactions to show.")
+@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True, help="Newest transactions to show.")
 def history(key: str, limit: int) -> None:
     """The ledger of a dataset, newest first (committed, aborted and open transactions)."""
     with _trident() as t:
@@ -161,7 +161,9 @@ def history(key: str, limit: int) -> None:
 
 @click.command("sql")
 @click.argument("query")
-@click.option("--max-rows", type=int, default=50, show_default=True, help="Rows to print (the count is always shown).")
+@click.option(
+    "--max-rows", type=click.IntRange(min=0), default=50, show_default=True, help="Rows to print (the count is always shown)."
+)
 @click.option("--staged", "staged", multiple=True, metavar="KEY=TXN", help="Read KEY's staged version TXN (audit); repeatable.")
 def sql(query: str, max_rows: int, staged: tuple[str, ...]) -> None:
     """Run read-only SQL (DuckDB) over datasets named by key, e.g. 'select count(*) from "sales/orders"'.

@@ -33,7 +33,7 @@ from .keys import iceberg_identifier, validate_key
 from .partitions import PartitionFilter
 from .results import Description, ReconcileReport, WriteResult
 from .router import RouteDecision, Router
-from .settings import TridentSettings
+from .settings import TridentSettings, settings_from_env
 from .sinks import open_sinks
 from .sinks.base import WRITE_MODES, AsOf, Maintenance, ScanPlan, Sink, WriteMode
 from .sql import SandboxCache
@@ -51,7 +51,7 @@ class Trident:
     """Open one per process (it owns a connection pool); ``close()`` or use it as a context manager."""
 
     def __init__(self, settings: TridentSettings | None = None) -> None:
-        self.settings = settings or TridentSettings()
+        self.settings = settings or settings_from_env()
         s = self.settings
         dsn = (
             s.pg_dsn.get_secret_value()
@@ -69,7 +69,7 @@ class Trident:
 
     @classmethod
     def from_env(cls) -> Trident:
-        return cls(TridentSettings())
+        return cls(settings_from_env())
 
     def close(self) -> None:
         self.sql_sandboxes.close()
@@ -145,6 +145,7 @@ class Trident:
         reader = None if data is None else to_reader(data)
         if reader is not None:
             refuse_reserved(reader.schema)
+        partition = validate.partition_filter(partition)
         units = partition.bind(reader.schema).units() if partition is not None and reader is not None else None
         txn = validate.txn_id(txn_id) or uuid.uuid4()
         existing = self.control.dataset(self.workspace, key)
@@ -402,7 +403,11 @@ class Trident:
         return ds, entry
 
     def staged(self, key: str | None = None) -> list[tuple[str, LedgerEntry]]:
-        """Staged versions waiting for publish or discard: (dataset key, ledger entry)."""
+        """Staged versions waiting for publish or discard: (dataset key, ledger entry). A ``key``
+        that is not a valid key, or names no dataset (not even one whose first version is staged),
+        is a named error: "0 staged versions" for a misspelt key read as "nothing to audit"."""
+        if key is not None and self.control.dataset(self.workspace, validate_key(key)) is None:
+            raise DatasetNotFoundError(key, self.workspace)
         out = []
         for entry in self.control.staged_entries():
             ds = self.control.dataset_by_id(entry.dataset_id)
@@ -450,6 +455,7 @@ class Trident:
 
     @staticmethod
     def _with_partition(sink: Sink, ds: DatasetRecord, row_filter: str | None, partition: PartitionFilter | None) -> str | None:
+        partition = validate.partition_filter(partition)
         if partition is None:
             return row_filter
         part = partition.bind(sink.schema(ds)).to_row_filter()
@@ -468,6 +474,7 @@ class Trident:
             return self._sink(ds.sink).arrow_source(ds, snapshot_id=entry.snapshot_id)
         ds = self._record(key)
         sink = self._sink(ds.sink)
+        partition = validate.partition_filter(partition)
         if partition is None:
             return sink.arrow_source(ds)
         bound = partition.bind(sink.schema(ds))
@@ -517,7 +524,7 @@ class Trident:
         ds = self.control.dataset(self.workspace, validate_key(key))
         if ds is None:
             raise DatasetNotFoundError(key, self.workspace)
-        return self.control.history(ds.dataset_id, limit)
+        return self.control.history(ds.dataset_id, validate.history_limit(limit))
 
     def set_provenance(self, key: str, provenance: Mapping[str, Any]) -> None:
         self.control.set_provenance(self._record(key).dataset_id, dict(provenance))
