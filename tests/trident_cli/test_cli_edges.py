@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import duckdb
@@ -132,3 +133,19 @@ def test_registering_the_cli_does_not_import_dagster() -> None:
         timeout=120,
     )
     assert helped.returncode == 0 and "check" in helped.stdout and "datasets" in helped.stdout, helped.stdout + helped.stderr
+
+
+def test_odd_arguments_and_settings_are_one_line_not_a_traceback(trident: Trident, settings: TridentSettings) -> None:
+    """A negative --limit reached Postgres (raw psycopg error), and a bad TRIDENT_* variable
+    printed pydantic's traceback."""
+    trident.write("h/x", pa.table({"a": [1]}))
+    res = CliRunner().invoke(cli, ["history", "h/x", "--limit", "-1"], env=cli_env(settings))
+    assert res.exit_code == 2 and "Traceback" not in res.output and "--limit" in res.output, res.output
+    res = CliRunner().invoke(cli, ["sql", "select 1", "--max-rows", "-1"], env=cli_env(settings))
+    assert res.exit_code == 2 and "--max-rows" in res.output, res.output
+    res = CliRunner().invoke(cli, ["datasets"], env={**cli_env(settings), "TRIDENT_WORKSPACE": "Bad Space"})
+    assert res.exit_code == 2, res.output
+    assert "TRIDENT_WORKSPACE" in _one_error_line(res.output)
+    # a misspelt key in --staged is named, not ignored (the query would read the published version)
+    res = CliRunner().invoke(cli, ["sql", 'select count(*) from "h/x"', "--staged", f"h/y={uuid.uuid4()}"], env=cli_env(settings))
+    assert res.exit_code == 2 and "h/y" in _one_error_line(res.output)
