@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 from rich.markup import escape
@@ -192,6 +193,8 @@ def export(key: str, fmt: str, out: Path, columns: str | None, where: str | None
     The file appears only when complete (written beside it, then renamed)."""
     if out.exists() and not force:
         raise click.UsageError(f"{out} exists; pass --force to overwrite")
+    if not out.parent.is_dir():
+        raise click.UsageError(f"{out.parent} is not a directory; create it first")
     cols = [c.strip() for c in columns.split(",")] if columns else None
     with _trident() as t:
         total = t.describe(key).row_count
@@ -201,6 +204,11 @@ def export(key: str, fmt: str, out: Path, columns: str | None, where: str | None
             if (clear := _where_error(where or "", exc)) is None:
                 raise
             raise clear from exc
+        if fmt == "csv" and (nested := [f.name for f in reader.schema if pa.types.is_nested(f.type)]):
+            raise click.UsageError(
+                f"CSV cannot hold the nested column(s) {nested} of {key}; export --format parquet, "
+                "or leave them out with --columns"
+            )
         tmp = out.with_name(f".{out.name}.partial-{os.getpid()}")
         done = 0
         try:
@@ -217,6 +225,8 @@ def export(key: str, fmt: str, out: Path, columns: str | None, where: str | None
                         done += batch.num_rows
                         bar.update(task, advance=batch.num_rows)
             os.replace(tmp, out)
+        except OSError as exc:  # the output side (disk full, no permission); the dataset side raises named errors
+            raise click.FileError(str(out), hint=str(exc)) from exc
         finally:
             tmp.unlink(missing_ok=True)
         console.print(f"wrote {done:,} rows of {key} to {out} ({fmt})")

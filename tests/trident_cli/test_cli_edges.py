@@ -149,3 +149,21 @@ def test_odd_arguments_and_settings_are_one_line_not_a_traceback(trident: Triden
     # a misspelt key in --staged is named, not ignored (the query would read the published version)
     res = CliRunner().invoke(cli, ["sql", 'select count(*) from "h/x"', "--staged", f"h/y={uuid.uuid4()}"], env=cli_env(settings))
     assert res.exit_code == 2 and "h/y" in _one_error_line(res.output)
+
+
+def test_export_faults_on_the_output_side_are_one_line(trident: Trident, settings: TridentSettings, tmp_path: Path) -> None:
+    """A missing directory, an unwritable place or a nested column in a CSV ended in a raw
+    FileNotFoundError/ArrowInvalid traceback."""
+    trident.write("e/nested", pa.table({"id": [1], "s": [{"a": 1}]}))
+    env = cli_env(settings)
+    res = CliRunner().invoke(cli, ["export", "e/nested", "--format", "csv", "--out", str(tmp_path / "no" / "x.csv")], env=env)
+    assert res.exit_code == 2 and "is not a directory" in res.output and "Traceback" not in res.output, res.output
+    res = CliRunner().invoke(cli, ["export", "e/nested", "--format", "csv", "--out", "/proc/x.csv", "--columns", "id"], env=env)
+    assert res.exit_code == 1 and "/proc/x.csv" in res.output and res.exception is not None, res.output
+    assert isinstance(res.exception, SystemExit), res.exception  # click's own error, not an escaping OSError
+    out = tmp_path / "x.csv"
+    res = CliRunner().invoke(cli, ["export", "e/nested", "--format", "csv", "--out", str(out)], env=env)
+    assert res.exit_code == 2 and "nested" in res.output and "['s']" in res.output, res.output
+    assert not out.exists() and not list(tmp_path.glob(".x.csv.partial-*"))
+    res = CliRunner().invoke(cli, ["export", "e/nested", "--format", "csv", "--out", str(out), "--columns", "id"], env=env)
+    assert res.exit_code == 0 and out.read_text().splitlines() == ['"id"', "1"], res.output
