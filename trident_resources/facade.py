@@ -27,7 +27,7 @@ from .errors import (
     UnsupportedBySinkError,
     WriterLockLostError,
 )
-from .identity import refuse_reserved
+from .identity import refuse_case_clash, refuse_reserved
 from .inputs import to_reader
 from .keys import iceberg_identifier, validate_key
 from .partitions import PartitionFilter
@@ -151,6 +151,8 @@ class Trident:
         existing = self.control.dataset(self.workspace, key)
         if mode == "delete" and (existing is None or not existing.exists):
             raise DatasetNotFoundError(key, self.workspace)
+        if reader is not None and existing is not None and existing.schema and (mode != "replace" or partition is not None):
+            refuse_case_clash((c["name"] for c in existing.schema), reader.schema)
         route = self._route(key, writer, existing)
         if partition is not None:
             self._partitionable(key, route.sink)

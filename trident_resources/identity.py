@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -50,6 +51,20 @@ def refuse_reserved(schema: pa.Schema) -> None:
     if reserved:
         raise ReservedColumnError(reserved)
     _check_names(list(schema), "")
+
+
+def refuse_case_clash(existing: Iterable[str], schema: pa.Schema) -> None:
+    """A write that keeps the dataset's columns (append, the keyed modes, a partition's replace)
+    must not add a column that differs from one of them only in case: the dataset would hold both
+    ("a" and "A"), which SQL cannot tell apart (see ``refuse_reserved``)."""
+    have = {n.lower(): n for n in existing}
+    for name in schema.names:
+        other = have.get(name.lower())
+        if other is not None and other != name:
+            raise SchemaMismatchError(
+                f"column {name!r} differs only in case from the dataset's column {other!r}, which SQL cannot "
+                f"tell apart; rename it to {other!r}"
+            )
 
 
 def _check_names(fields: list[pa.Field], parent: str) -> None:
