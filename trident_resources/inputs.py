@@ -52,6 +52,8 @@ def _from_pandas(frame: Any) -> pa.Table:
     each was. An unnamed index (0..n-1, or what is left of it after a filter) is position, not data,
     and is dropped. A frame pyarrow cannot convert (a column of mixed types, a Series) is an
     InvalidWriteError naming why, not a raw pyarrow error."""
+    if hasattr(frame, "to_frame") and not hasattr(frame, "columns"):  # a Series: one column, named as it is
+        frame = frame.to_frame()
     names = getattr(getattr(frame, "index", None), "names", None) or [None]
     try:
         return pa.Table.from_pandas(frame, preserve_index=any(n is not None for n in names))
