@@ -209,6 +209,8 @@ def run_sql(t: Trident, query: str, staged: Mapping[str, uuid.UUID | str] | None
         except duckdb.PermissionException as exc:
             raise SqlNotAllowedError(f"the query tried to reach outside the datasets: {exc}") from exc
         except duckdb.CatalogException as exc:  # e.g. FROM '/etc/hosts': not a dataset, and files are off limits
+            if "Function with name" in str(exc):  # an unknown (or disabled) function is not a missing dataset
+                raise SqlError(f"SQL failed: {_first_line(exc)}") from exc
             raise SqlNotAllowedError(
                 f"the query names something that is not a dataset of workspace {t.workspace!r} "
                 f"(datasets: {sorted(known)}); quote keys with '/' as \"a/b\". {_first_line(exc)}"
