@@ -23,6 +23,7 @@ from trident_resources.errors import (
     InvalidWriteError,
     PartitionError,
     SchemaMismatchError,
+    SqlError,
 )
 from trident_resources.settings import settings_from_env
 
@@ -136,3 +137,25 @@ def test_staged_of_a_misspelt_key_is_a_named_error(trident: Trident) -> None:
         trident.staged("w/firts")
     with pytest.raises(InvalidDatasetKeyError):
         trident.staged("../w")
+
+
+def test_a_column_differing_only_in_case_from_the_datasets_is_refused(trident: Trident) -> None:
+    trident.write("c/evolve", pa.table({"a": [1]}))
+    with pytest.raises(SchemaMismatchError, match="differs only in case"):
+        trident.write("c/evolve", pa.table({"A": [2]}), mode="append")
+    with pytest.raises(SchemaMismatchError, match="differs only in case"):
+        trident.write("c/evolve", pa.table({"A": [2], "k": [1]}), mode="upsert", keys=["k"])
+    assert trident.sql('select count(*) from "c/evolve"').column(0)[0].as_py() == 1  # still queryable
+    trident.write("c/evolve", pa.table({"A": [2]}))  # a whole replace takes the new schema: no clash
+    assert [n for n in trident.schema("c/evolve").names if not n.startswith("__")] == ["A"]
+
+
+def test_a_pandas_series_is_written_as_its_one_column(trident: Trident) -> None:
+    trident.write("p/series", pd.Series([1, 2], name="x"))
+    assert trident.read("p/series", columns=["x"]).column("x").to_pylist() == [1, 2]
+
+
+def test_an_unknown_sql_function_is_not_called_a_missing_dataset(trident: Trident) -> None:
+    with pytest.raises(SqlError, match="getenv") as caught:
+        trident.sql("select getenv('HOME')")
+    assert "not a dataset" not in str(caught.value)
