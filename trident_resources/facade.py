@@ -20,6 +20,7 @@ from .embedded_pg import ensure_embedded_postgres
 from .errors import (
     ConcurrentWriteError,
     DatasetNotFoundError,
+    InvalidArgumentError,
     InvalidReadError,
     InvalidWriteError,
     SinkMismatchError,
@@ -148,6 +149,9 @@ class Trident:
         partition = validate.partition_filter(partition)
         units = partition.bind(reader.schema).units() if partition is not None and reader is not None else None
         txn = validate.txn_id(txn_id) or uuid.uuid4()
+        # before the transaction opens: raised between its WRITE and COMMIT, a bad watermark left the
+        # transaction open with its data written, and the reconciler later committed the failed write
+        marks = self._watermark_rows(watermarks)
         existing = self.control.dataset(self.workspace, key)
         if mode == "delete" and (existing is None or not existing.exists):
             raise DatasetNotFoundError(key, self.workspace)
@@ -188,7 +192,7 @@ class Trident:
             outcome = transaction.write(reader, keys=key_cols, row_filter=row_filter, stage=stage, partition=partition)
             if stage:
                 return _result(ds.key, transaction.stage(outcome), outcome, route, staged=True)
-            done = transaction.commit(outcome, provenance=provenance, watermarks=self._watermark_rows(watermarks))
+            done = transaction.commit(outcome, provenance=provenance, watermarks=marks)
             return _result(ds.key, done, outcome, route)
 
     def _partitionable(self, key: str, sink: str) -> None:
@@ -210,7 +214,20 @@ class Trident:
         return self.driver.locked(ds)
 
     def _watermark_rows(self, watermarks: Mapping[str, tuple[datetime, uuid.UUID | None]] | None) -> Watermarks:
-        return [(self._record(key).dataset_id, mark, source_txn) for key, (mark, source_txn) in (watermarks or {}).items()]
+        """``watermarks`` as control-plane rows; InvalidWriteError for a malformed one, and
+        DatasetNotFoundError for a source key that is not a dataset."""
+        if watermarks is None:
+            return []
+        if not isinstance(watermarks, Mapping):
+            raise InvalidWriteError(f"watermarks must map source keys to (committed_at, source txn id), got {watermarks!r}")
+        rows: Watermarks = []
+        for key, value in watermarks.items():
+            if not isinstance(value, (tuple, list)) or len(value) != 2 or not isinstance(value[0], datetime):
+                raise InvalidWriteError(
+                    f"watermarks[{key!r}] must be (committed_at: datetime, source txn id or None), got {value!r}"
+                )
+            rows.append((self._record(key).dataset_id, value[0], validate.txn_id(value[1])))
+        return rows
 
     def _noop_result(self, key: str, txn: uuid.UUID, route: RouteDecision) -> WriteResult:
         prior = self.control.ledger_entry(txn)
@@ -529,6 +546,8 @@ class Trident:
         return self.control.history(ds.dataset_id, validate.history_limit(limit))
 
     def set_provenance(self, key: str, provenance: Mapping[str, Any]) -> None:
+        if not isinstance(provenance, Mapping):
+            raise InvalidArgumentError(f"provenance must be a mapping (a dict of governance fields), got {provenance!r}")
         self.control.set_provenance(self._record(key).dataset_id, dict(provenance))
 
     def watermarks(self, key: str) -> dict[str, datetime]:

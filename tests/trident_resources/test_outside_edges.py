@@ -5,6 +5,7 @@ index dropped, a staged audit that read the published version)."""
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime
 
 import pandas as pd
 import pyarrow as pa
@@ -159,3 +160,32 @@ def test_an_unknown_sql_function_is_not_called_a_missing_dataset(trident: Triden
     with pytest.raises(SqlError, match="getenv") as caught:
         trident.sql("select getenv('HOME')")
     assert "not a dataset" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("watermarks", "error"),
+    [
+        ({"no/such": (datetime.now(UTC), None)}, DatasetNotFoundError),
+        ({"w/src": "yesterday"}, InvalidWriteError),
+        ({"w/src": (datetime.now(UTC), "not-a-txn")}, InvalidWriteError),
+        (["w/src"], InvalidWriteError),
+    ],
+)
+def test_a_bad_watermark_fails_the_write_before_it_opens(trident: Trident, watermarks: object, error: type[Exception]) -> None:
+    """It was looked up between the transaction's WRITE and COMMIT: the write raised (a raw
+    ValueError for a malformed one) with its transaction left open and its data written, and the
+    reconciler then rolled the failed write forward."""
+    trident.write("w/src", pa.table({"a": [1]}))
+    trident.write("w/out", pa.table({"a": [1]}))
+    with pytest.raises(error):
+        trident.write("w/out", pa.table({"a": [2]}), mode="append", watermarks=watermarks)  # type: ignore[arg-type]
+    rec = trident.reconcile()
+    assert rec.rolled_forward == [] and rec.still_running == []
+    assert trident.read("w/out", columns=["a"]).column("a").to_pylist() == [1]
+    assert [e.status for e in trident.history("w/out")] == ["committed"] * len(trident.history("w/out"))
+
+
+def test_set_provenance_of_a_non_mapping_is_a_named_error(trident: Trident) -> None:
+    trident.write("w/prov", pa.table({"a": [1]}))
+    with pytest.raises(InvalidArgumentError, match="mapping"):
+        trident.set_provenance("w/prov", [1, 2])  # type: ignore[arg-type]
