@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 from rich.markup import escape
@@ -168,7 +169,7 @@ def _partitions(parts: list[dict[str, Any]], limit: int) -> None:
 
 @click.command("history")
 @click.argument("key")
-@click.option("--limit", type=int, default=20, show_default=True, help="Newest transactions to show.")
+@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True, help="Newest transactions to show.")
 def history(key: str, limit: int) -> None:
     """The ledger of a dataset, newest first (committed, aborted and open transactions)."""
     with _trident() as t:
@@ -195,7 +196,9 @@ def history(key: str, limit: int) -> None:
 
 @click.command("sql")
 @click.argument("query")
-@click.option("--max-rows", type=int, default=50, show_default=True, help="Rows to print (the count is always shown).")
+@click.option(
+    "--max-rows", type=click.IntRange(min=0), default=50, show_default=True, help="Rows to print (the count is always shown)."
+)
 @click.option("--staged", "staged", multiple=True, metavar="KEY=TXN", help="Read KEY's staged version TXN (audit); repeatable.")
 def sql(query: str, max_rows: int, staged: tuple[str, ...]) -> None:
     """Run read-only SQL (DuckDB) over datasets named by key, e.g. 'select count(*) from "sales/orders"'.
@@ -224,6 +227,8 @@ def export(key: str, fmt: str, out: Path, columns: str | None, where: str | None
     The file appears only when complete (written beside it, then renamed)."""
     if out.exists() and not force:
         raise click.UsageError(f"{out} exists; pass --force to overwrite")
+    if not out.parent.is_dir():
+        raise click.UsageError(f"{out.parent} is not a directory; create it first")
     cols = [c.strip() for c in columns.split(",")] if columns else None
     with _trident() as t:
         total = t.describe(key).row_count
@@ -233,6 +238,11 @@ def export(key: str, fmt: str, out: Path, columns: str | None, where: str | None
             if (clear := _where_error(where or "", exc)) is None:
                 raise
             raise clear from exc
+        if fmt == "csv" and (nested := [f.name for f in reader.schema if pa.types.is_nested(f.type)]):
+            raise click.UsageError(
+                f"CSV cannot hold the nested column(s) {nested} of {key}; export --format parquet, "
+                "or leave them out with --columns"
+            )
         tmp = out.with_name(f".{out.name}.partial-{os.getpid()}")
         done = 0
         try:
@@ -249,6 +259,8 @@ def export(key: str, fmt: str, out: Path, columns: str | None, where: str | None
                         done += batch.num_rows
                         bar.update(task, advance=batch.num_rows)
             os.replace(tmp, out)
+        except OSError as exc:  # the output side (disk full, no permission); the dataset side raises named errors
+            raise click.FileError(str(out), hint=str(exc)) from exc
         finally:
             tmp.unlink(missing_ok=True)
         console.print(f"wrote {done:,} rows of {key} to {out} ({fmt})")

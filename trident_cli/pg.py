@@ -32,7 +32,7 @@ from trident_resources.embedded_pg import (
     stop_embedded_postgres,
 )
 from trident_resources.errors import EmbeddedPostgresBusyError, NotEmbeddedPostgresError
-from trident_resources.settings import TridentSettings
+from trident_resources.settings import TridentSettings, settings_from_env
 
 from .render import console
 
@@ -139,7 +139,7 @@ def pg() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
 def status(as_json: bool) -> None:
     """Running or not, address, data dir, size, connected clients, writes in progress, idle policy."""
-    settings = TridentSettings()
+    settings = settings_from_env()
     if (msg := _external(settings)) is not None:
         click.echo(json.dumps({"embedded": False, "message": msg}) if as_json else msg)
         return
@@ -201,7 +201,7 @@ def status(as_json: bool) -> None:
 )
 def start(idle_minutes: float | None) -> None:
     """Start the embedded Postgres (every command starts it when needed; this is for symmetry)."""
-    settings = TridentSettings()
+    settings = settings_from_env()
     if (msg := _external(settings)) is not None:
         raise NotEmbeddedPostgresError(msg + "; nothing was started")
     root = _data_dir(settings)
@@ -226,7 +226,7 @@ def start(idle_minutes: float | None) -> None:
 @click.option("--force", is_flag=True, help="Stop even while a write is in progress (the write is aborted).")
 def stop(force: bool) -> None:
     """Fast shutdown of the embedded Postgres; refused while a write holds a dataset's writer lock."""
-    settings = TridentSettings()
+    settings = settings_from_env()
     if (msg := _external(settings)) is not None:
         raise NotEmbeddedPostgresError(msg + "; nothing was stopped")
     root = _data_dir(settings)

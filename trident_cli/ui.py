@@ -32,7 +32,7 @@ from typing import Any
 import click
 
 from trident_resources import TridentError
-from trident_resources.settings import TridentSettings
+from trident_resources.settings import TridentSettings, settings_from_env
 
 DAGSTER_DATABASE = "dagster"
 URL_VARIABLE = "TRIDENT_DAGSTER_PG_URL"  # Dagster reads it from dagster.yaml ({env: ...}); we only provide it
@@ -200,7 +200,7 @@ def _interruptible() -> None:
 )
 def ui(host: str, port: int, workspace: Path | None, module: str | None, file: Path | None) -> None:
     """Serve the Dagster UI (dagster dev) on a persistent instance under TRIDENT_HOME/dagster."""
-    settings = TridentSettings()
+    settings = settings_from_env()
     home = dagster_home(settings)
     config = write_instance_config(home)
     url, origin = instance_storage_url(settings)

@@ -113,7 +113,7 @@ def probe_connection(dsn: str, timeout_s: int = 10) -> None:
     try:
         psycopg.connect(dsn, connect_timeout=timeout_s).close()
     except psycopg.OperationalError as exc:
-        reason = _masked(str(exc).strip(), dsn)
+        reason = _masked(" ".join(str(exc).split()), dsn)  # libpq's hint is on a line of its own: one line here
         if any(marker in reason for marker in _AUTH_FAILURES):
             raise ControlPlaneUnavailableError(
                 f"authentication failed for the control-plane Postgres: {reason}. Check the user and "

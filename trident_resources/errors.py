@@ -186,3 +186,9 @@ class TableOwnershipError(TridentError):
     """The Iceberg table at a dataset's identifier was not created by this control plane (its
     ``trident.dataset-id`` property is missing or names another dataset); writing to it would stamp
     identity on rows Trident does not own. ``trident adopt KEY`` takes it over deliberately."""
+
+
+class InvalidSettingsError(TridentError, ValueError):
+    """A ``TRIDENT_*`` variable holds a value the settings refuse (a workspace that is not one
+    lowercase word, a number that is not a number...); the message names each variable and why,
+    and pydantic's error is the cause."""

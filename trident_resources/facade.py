@@ -20,6 +20,7 @@ from .embedded_pg import ensure_embedded_postgres
 from .errors import (
     ConcurrentWriteError,
     DatasetNotFoundError,
+    InvalidArgumentError,
     InvalidReadError,
     InvalidWriteError,
     SinkMismatchError,
@@ -27,13 +28,13 @@ from .errors import (
     UnsupportedBySinkError,
     WriterLockLostError,
 )
-from .identity import refuse_reserved
+from .identity import refuse_case_clash, refuse_reserved
 from .inputs import to_reader
 from .keys import iceberg_identifier, validate_key
 from .partitions import PartitionFilter
 from .results import Description, ReconcileReport, WriteResult
 from .router import RouteDecision, Router
-from .settings import TridentSettings
+from .settings import TridentSettings, settings_from_env
 from .sinks import open_sinks
 from .sinks.base import WRITE_MODES, AsOf, Maintenance, ScanPlan, Sink, WriteMode
 from .sql import SandboxCache
@@ -51,7 +52,7 @@ class Trident:
     """Open one per process (it owns a connection pool); ``close()`` or use it as a context manager."""
 
     def __init__(self, settings: TridentSettings | None = None) -> None:
-        self.settings = settings or TridentSettings()
+        self.settings = settings or settings_from_env()
         s = self.settings
         dsn = (
             s.pg_dsn.get_secret_value()
@@ -69,7 +70,7 @@ class Trident:
 
     @classmethod
     def from_env(cls) -> Trident:
-        return cls(TridentSettings())
+        return cls(settings_from_env())
 
     def close(self) -> None:
         self.sql_sandboxes.close()
@@ -145,14 +146,20 @@ class Trident:
         reader = None if data is None else to_reader(data)
         if reader is not None:
             refuse_reserved(reader.schema)
+        partition = validate.partition_filter(partition)
         bound = partition.bind(reader.schema) if partition is not None and reader is not None else None
         units = bound.units() if bound is not None else None
         # delta per partition: a partition write's watermarks are recorded per output partition
         marked = bound.watermark_keys() if bound is not None and watermarks else [""]
         txn = validate.txn_id(txn_id) or uuid.uuid4()
+        # before the transaction opens: raised between its WRITE and COMMIT, a bad watermark left the
+        # transaction open with its data written, and the reconciler later committed the failed write
+        marks = self._watermark_rows(watermarks, marked)
         existing = self.control.dataset(self.workspace, key)
         if mode == "delete" and (existing is None or not existing.exists):
             raise DatasetNotFoundError(key, self.workspace)
+        if reader is not None and existing is not None and existing.schema and (mode != "replace" or partition is not None):
+            refuse_case_clash((c["name"] for c in existing.schema), reader.schema)
         route = self._route(key, writer, existing)
         if partition is not None:
             self._partitionable(key, route.sink)
@@ -169,7 +176,6 @@ class Trident:
             meta = dict(metadata or {})
             if partition is not None:
                 meta[PARTITION_META] = partition.as_metadata()
-            marks = self._watermark_rows(watermarks, marked)
             if marks and not stage:  # a roll-forward by the reconciler records them too
                 meta[WATERMARK_META] = watermark_meta(marks)
             if stage:  # recorded by publish, with the version (a staged version changes nothing yet)
@@ -215,12 +221,22 @@ class Trident:
     def _watermark_rows(
         self, watermarks: Mapping[str, tuple[datetime, uuid.UUID | None]] | None, partition_keys: list[str]
     ) -> Watermarks:
-        """One row per source and output partition (``[""]``: the whole output)."""
-        return [
-            (self._record(key).dataset_id, part, mark, source_txn)
-            for key, (mark, source_txn) in (watermarks or {}).items()
-            for part in partition_keys
-        ]
+        """``watermarks`` as control-plane rows, one per source and output partition (``[""]``: the
+        whole output); InvalidWriteError for a malformed one, and DatasetNotFoundError for a source
+        key that is not a dataset."""
+        if watermarks is None:
+            return []
+        if not isinstance(watermarks, Mapping):
+            raise InvalidWriteError(f"watermarks must map source keys to (committed_at, source txn id), got {watermarks!r}")
+        rows: Watermarks = []
+        for key, value in watermarks.items():
+            if not isinstance(value, (tuple, list)) or len(value) != 2 or not isinstance(value[0], datetime):
+                raise InvalidWriteError(
+                    f"watermarks[{key!r}] must be (committed_at: datetime, source txn id or None), got {value!r}"
+                )
+            source = self._record(key).dataset_id
+            rows.extend((source, part, value[0], validate.txn_id(value[1])) for part in partition_keys)
+        return rows
 
     def _noop_result(self, key: str, txn: uuid.UUID, route: RouteDecision) -> WriteResult:
         prior = self.control.ledger_entry(txn)
@@ -415,7 +431,11 @@ class Trident:
         return ds, entry
 
     def staged(self, key: str | None = None) -> list[tuple[str, LedgerEntry]]:
-        """Staged versions waiting for publish or discard: (dataset key, ledger entry)."""
+        """Staged versions waiting for publish or discard: (dataset key, ledger entry). A ``key``
+        that is not a valid key, or names no dataset (not even one whose first version is staged),
+        is a named error: "0 staged versions" for a misspelt key read as "nothing to audit"."""
+        if key is not None and self.control.dataset(self.workspace, validate_key(key)) is None:
+            raise DatasetNotFoundError(key, self.workspace)
         out = []
         for entry in self.control.staged_entries():
             ds = self.control.dataset_by_id(entry.dataset_id)
@@ -466,6 +486,7 @@ class Trident:
 
     @staticmethod
     def _with_partition(sink: Sink, ds: DatasetRecord, row_filter: str | None, partition: PartitionFilter | None) -> str | None:
+        partition = validate.partition_filter(partition)
         if partition is None:
             return row_filter
         part = partition.bind(sink.schema(ds)).to_row_filter()
@@ -484,6 +505,7 @@ class Trident:
             return self._sink(ds.sink).arrow_source(ds, snapshot_id=entry.snapshot_id)
         ds = self._record(key)
         sink = self._sink(ds.sink)
+        partition = validate.partition_filter(partition)
         if partition is None:
             return sink.arrow_source(ds)
         bound = partition.bind(sink.schema(ds))
@@ -533,9 +555,11 @@ class Trident:
         ds = self.control.dataset(self.workspace, validate_key(key))
         if ds is None:
             raise DatasetNotFoundError(key, self.workspace)
-        return self.control.history(ds.dataset_id, limit)
+        return self.control.history(ds.dataset_id, validate.history_limit(limit))
 
     def set_provenance(self, key: str, provenance: Mapping[str, Any]) -> None:
+        if not isinstance(provenance, Mapping):
+            raise InvalidArgumentError(f"provenance must be a mapping (a dict of governance fields), got {provenance!r}")
         self.control.set_provenance(self._record(key).dataset_id, dict(provenance))
 
     def watermarks(self, key: str, partition: PartitionFilter | None = None) -> dict[str, datetime]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -40,7 +41,9 @@ def refuse_reserved(schema: pa.Schema) -> None:
     (ReservedColumnError). The only ``__`` names accepted are the engine's lineage columns,
     which the Dagster layer writes through this same door. Empty names, names with NUL (neither
     DuckDB nor Postgres' jsonb can hold them) and duplicate names (a row could not say which
-    value a name means) are a SchemaMismatchError, nested struct fields included.
+    value a name means) are a SchemaMismatchError, nested struct fields included; so are names
+    that differ only in case ("A" and "a"): DuckDB resolves names case-insensitively, so ``sql``
+    over such a dataset failed as if its files were corrupt.
     """
     if not schema.names:  # a dataset of identity columns alone holds nothing a reader asked for
         raise SchemaMismatchError("the input has no columns; write at least one column")
@@ -50,8 +53,23 @@ def refuse_reserved(schema: pa.Schema) -> None:
     _check_names(list(schema), "")
 
 
+def refuse_case_clash(existing: Iterable[str], schema: pa.Schema) -> None:
+    """A write that keeps the dataset's columns (append, the keyed modes, a partition's replace)
+    must not add a column that differs from one of them only in case: the dataset would hold both
+    ("a" and "A"), which SQL cannot tell apart (see ``refuse_reserved``)."""
+    have = {n.lower(): n for n in existing}
+    for name in schema.names:
+        other = have.get(name.lower())
+        if other is not None and other != name:
+            raise SchemaMismatchError(
+                f"column {name!r} differs only in case from the dataset's column {other!r}, which SQL cannot "
+                f"tell apart; rename it to {other!r}"
+            )
+
+
 def _check_names(fields: list[pa.Field], parent: str) -> None:
     seen: set[str] = set()
+    folded: dict[str, str] = {}
     for f in fields:
         where = f"{parent}{f.name!r}"
         if f.name == "":
@@ -63,6 +81,11 @@ def _check_names(fields: list[pa.Field], parent: str) -> None:
         if f.name in seen:
             raise SchemaMismatchError(f"column name {where} appears more than once; each column needs its own name")
         seen.add(f.name)
+        other = folded.setdefault(f.name.lower(), f.name)
+        if other != f.name:  # SQL (DuckDB) matches names case-insensitively: the dataset could not be queried
+            raise SchemaMismatchError(
+                f"column names {parent}{other!r} and {where} differ only in case, which SQL cannot tell apart; rename one"
+            )
         for child in _children(f.type):
             _check_names(child, f"{where}.")
 

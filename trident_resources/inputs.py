@@ -22,7 +22,8 @@ def to_reader(data: Any) -> pa.RecordBatchReader:
     pandas...), an iterable of batches, or a polars LazyFrame.
 
     pandas is taken before the protocol only because its ``__arrow_c_stream__`` exports a
-    non-default index as an extra column; a DataFrame's rows are its columns here.
+    non-default index as an extra column: a DataFrame's rows are its columns plus its *named*
+    index levels (see ``_from_pandas``).
     """
     if isinstance(data, pa.RecordBatchReader):
         return data
@@ -32,7 +33,7 @@ def to_reader(data: Any) -> pa.RecordBatchReader:
         return pa.RecordBatchReader.from_batches(data.schema, [data])
     module = type(data).__module__.split(".")[0]
     if module == "pandas":
-        return to_reader(pa.Table.from_pandas(data, preserve_index=False))
+        return to_reader(_from_pandas(data))
     if hasattr(data, "__arrow_c_stream__"):
         return pa.RecordBatchReader.from_stream(data)
     if module == "polars" and hasattr(data, "collect"):  # a LazyFrame runs its plan first
@@ -43,6 +44,24 @@ def to_reader(data: Any) -> pa.RecordBatchReader:
         f"cannot write a {type(data).__name__}: pass a pyarrow Table, RecordBatchReader, an object with "
         "__arrow_c_stream__ (polars, DuckDB...), an iterable of RecordBatches, or a pandas DataFrame"
     )
+
+
+def _from_pandas(frame: Any) -> pa.Table:
+    """A pandas DataFrame as Arrow. A named index holds data: ``df.groupby("region").sum()`` keeps
+    ``region`` only in its index, and dropping it wrote the sums with nothing saying which region
+    each was. An unnamed index (0..n-1, or what is left of it after a filter) is position, not data,
+    and is dropped. A frame pyarrow cannot convert (a column of mixed types, a Series) is an
+    InvalidWriteError naming why, not a raw pyarrow error."""
+    if hasattr(frame, "to_frame") and not hasattr(frame, "columns"):  # a Series: one column, named as it is
+        frame = frame.to_frame()
+    names = getattr(getattr(frame, "index", None), "names", None) or [None]
+    try:
+        return pa.Table.from_pandas(frame, preserve_index=any(n is not None for n in names))
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError, AttributeError) as exc:
+        raise InvalidWriteError(
+            f"cannot convert the {type(frame).__name__} to Arrow: {exc}; give each column one type "
+            "(e.g. df[col].astype(str)) or pass a pyarrow Table"
+        ) from exc
 
 
 def _reader_from_batches(batches: Iterator[Any]) -> pa.RecordBatchReader:

@@ -42,8 +42,8 @@ def guarded(key: str, open_reader: Callable[[], pa.RecordBatchReader]) -> pa.Rec
         reader = open_reader()
     except Exception as exc:
         err = named(exc, key)
-        if err is exc:
-            raise  # already named: keep its own cause chain
+        if err is exc:  # already named: ``raise exc from exc`` would make it its own cause and lose the real one
+            raise
         raise err from exc
 
     def batches() -> Iterator[pa.RecordBatch]:

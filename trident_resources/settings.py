@@ -10,9 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from .errors import InvalidSettingsError
 from .keys import validate_name
 
 CredentialMode = Literal["static", "vended", "remote-signing"]
@@ -171,3 +172,18 @@ class TridentSettings(BaseSettings):
     def redacted(self) -> dict[str, Any]:
         """What is safe to print: every field, secrets masked."""
         return {k: ("***" if isinstance(v, SecretStr) else v) for k, v in self.__dict__.items()}
+
+
+def settings_from_env() -> TridentSettings:
+    """The settings from ``TRIDENT_*`` variables, or an InvalidSettingsError naming each bad
+    variable on one line. pydantic's own report is a multi-line block with a documentation URL
+    per field, and reached a CLI user as a traceback. Values are not repeated (one may be a
+    secret); a validator's message says what it needs."""
+    try:
+        return TridentSettings()
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            name = "_".join(str(part) for part in err["loc"][:1]).upper()
+            problems.append(f"TRIDENT_{name}: {err['msg']}" if name else str(err["msg"]))
+        raise InvalidSettingsError("invalid settings: " + "; ".join(problems)) from exc

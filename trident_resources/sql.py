@@ -187,6 +187,10 @@ def run_sql(t: Trident, query: str, staged: Mapping[str, uuid.UUID | str] | None
     staged = dict(staged or {})
     known = {d.key for d in t.datasets()} | set(staged)
     plans = {key: t.scan_plan(key, staged=staged.get(key)) for key in referenced_keys(query, known)}
+    for unread in staged.keys() - plans.keys():
+        # not read by this query, but checked all the same: a misspelt key or id here would have
+        # left the query reading the published version while the caller believed it audited the staged one
+        t.scan_plan(unread, staged=staged[unread])
     cache: SandboxCache = t.sql_sandboxes
     key = sandbox_key(plans, t.settings)
     con = cache.take(key) if key is not None else None
@@ -205,6 +209,8 @@ def run_sql(t: Trident, query: str, staged: Mapping[str, uuid.UUID | str] | None
         except duckdb.PermissionException as exc:
             raise SqlNotAllowedError(f"the query tried to reach outside the datasets: {exc}") from exc
         except duckdb.CatalogException as exc:  # e.g. FROM '/etc/hosts': not a dataset, and files are off limits
+            if "Function with name" in str(exc):  # an unknown (or disabled) function is not a missing dataset
+                raise SqlError(f"SQL failed: {_first_line(exc)}") from exc
             raise SqlNotAllowedError(
                 f"the query names something that is not a dataset of workspace {t.workspace!r} "
                 f"(datasets: {sorted(known)}); quote keys with '/' as \"a/b\". {_first_line(exc)}"

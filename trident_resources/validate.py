@@ -9,7 +9,8 @@ from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
 
-from .errors import InvalidArgumentError, InvalidReadError, InvalidWriteError
+from .errors import InvalidArgumentError, InvalidReadError, InvalidWriteError, PartitionError
+from .partitions import PartitionFilter
 
 
 def write_keys(keys: Iterable[str] | str | None) -> tuple[str, ...]:
@@ -61,3 +62,24 @@ def maintenance_window(older_than: Any, retain_last: Any, uploads_older_than: An
             raise InvalidArgumentError(f"{name} must be a timedelta of zero or more, got {value!r}")
     if isinstance(retain_last, bool) or not isinstance(retain_last, int) or retain_last < 1:
         raise InvalidArgumentError(f"retain_last must be an integer of at least 1 (the current version), got {retain_last!r}")
+
+
+def partition_filter(partition: Any) -> PartitionFilter | None:
+    """``partition=`` is a ``PartitionFilter`` or None. A bare value (``partition='2024-01-01'``)
+    used to fail as "'str' object has no attribute 'bind'": it does not say which column it is of."""
+    if partition is None or isinstance(partition, PartitionFilter):
+        return partition
+    raise PartitionError(
+        f"partition must be a PartitionFilter, e.g. PartitionFilter.of_values('region', 'eu') or "
+        f"PartitionFilter.time_window('order_date', start, end), got a {type(partition).__name__}: {partition!r}"
+    )
+
+
+def history_limit(limit: Any) -> int | None:
+    """How many ledger entries to return: None (all) or a positive count. Zero or a negative
+    count reached Postgres' LIMIT as a raw psycopg error (or silently showed nothing)."""
+    if limit is None:
+        return None
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise InvalidArgumentError(f"limit must be a positive number of entries (or None for all), got {limit!r}")
+    return limit

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import duckdb
@@ -132,3 +133,37 @@ def test_registering_the_cli_does_not_import_dagster() -> None:
         timeout=120,
     )
     assert helped.returncode == 0 and "check" in helped.stdout and "datasets" in helped.stdout, helped.stdout + helped.stderr
+
+
+def test_odd_arguments_and_settings_are_one_line_not_a_traceback(trident: Trident, settings: TridentSettings) -> None:
+    """A negative --limit reached Postgres (raw psycopg error), and a bad TRIDENT_* variable
+    printed pydantic's traceback."""
+    trident.write("h/x", pa.table({"a": [1]}))
+    res = CliRunner().invoke(cli, ["history", "h/x", "--limit", "-1"], env=cli_env(settings))
+    assert res.exit_code == 2 and "Traceback" not in res.output and "--limit" in res.output, res.output
+    res = CliRunner().invoke(cli, ["sql", "select 1", "--max-rows", "-1"], env=cli_env(settings))
+    assert res.exit_code == 2 and "--max-rows" in res.output, res.output
+    res = CliRunner().invoke(cli, ["datasets"], env={**cli_env(settings), "TRIDENT_WORKSPACE": "Bad Space"})
+    assert res.exit_code == 2, res.output
+    assert "TRIDENT_WORKSPACE" in _one_error_line(res.output)
+    # a misspelt key in --staged is named, not ignored (the query would read the published version)
+    res = CliRunner().invoke(cli, ["sql", 'select count(*) from "h/x"', "--staged", f"h/y={uuid.uuid4()}"], env=cli_env(settings))
+    assert res.exit_code == 2 and "h/y" in _one_error_line(res.output)
+
+
+def test_export_faults_on_the_output_side_are_one_line(trident: Trident, settings: TridentSettings, tmp_path: Path) -> None:
+    """A missing directory, an unwritable place or a nested column in a CSV ended in a raw
+    FileNotFoundError/ArrowInvalid traceback."""
+    trident.write("e/nested", pa.table({"id": [1], "s": [{"a": 1}]}))
+    env = cli_env(settings)
+    res = CliRunner().invoke(cli, ["export", "e/nested", "--format", "csv", "--out", str(tmp_path / "no" / "x.csv")], env=env)
+    assert res.exit_code == 2 and "is not a directory" in res.output and "Traceback" not in res.output, res.output
+    res = CliRunner().invoke(cli, ["export", "e/nested", "--format", "csv", "--out", "/proc/x.csv", "--columns", "id"], env=env)
+    assert res.exit_code == 1 and "/proc/x.csv" in res.output and res.exception is not None, res.output
+    assert isinstance(res.exception, SystemExit), res.exception  # click's own error, not an escaping OSError
+    out = tmp_path / "x.csv"
+    res = CliRunner().invoke(cli, ["export", "e/nested", "--format", "csv", "--out", str(out)], env=env)
+    assert res.exit_code == 2 and "nested" in res.output and "['s']" in res.output, res.output
+    assert not out.exists() and not list(tmp_path.glob(".x.csv.partial-*"))
+    res = CliRunner().invoke(cli, ["export", "e/nested", "--format", "csv", "--out", str(out), "--columns", "id"], env=env)
+    assert res.exit_code == 0 and out.read_text().splitlines() == ['"id"', "1"], res.output

@@ -43,7 +43,7 @@ import pyarrow as pa
 from ..errors import DatasetNotFoundError, InvalidDatasetKeyError, InvalidWriteError, TridentError
 from ..facade import Trident
 from ..identity import IDENTITY_COLUMNS
-from ..keys import iceberg_identifier
+from ..keys import iceberg_identifier, validate_key
 from ..results import Description, WriteResult
 from ..schemas import describe_schema
 from ..sinks.base import WriteMode
@@ -70,6 +70,28 @@ class AssetReturnedNoneError(TridentError):
             "an empty dataset); for an asset that only has side effects, annotate it `-> None` or "
             "return dg.MaterializeResult(), and Dagster records it without the Trident IO manager"
         )
+
+
+class AssetKeyNotADatasetKeyError(InvalidDatasetKeyError):
+    """An asset handled by the Trident IO manager has a key that is not a valid dataset key (its
+    parts joined by '/'): the message names the asset, the key it became, and what to rename."""
+
+    def __init__(self, asset_key: dg.AssetKey) -> None:
+        TridentError.__init__(
+            self,
+            f"asset {asset_key.to_user_string()!r} is stored as dataset {asset_key_to_key(asset_key)!r}, which is not a "
+            "valid dataset key: give the asset a key of lowercase words of [a-z0-9_] (e.g. "
+            "key=['sales', 'orders'], or key_prefix='sales' with a lowercase function name), or give it another IO manager",
+        )
+
+
+def dataset_key(asset_key: dg.AssetKey) -> str:
+    """The dataset key of an asset this IO manager stores or loads, or AssetKeyNotADatasetKeyError."""
+    key = asset_key_to_key(asset_key)
+    try:
+        return validate_key(key)
+    except InvalidDatasetKeyError as exc:
+        raise AssetKeyNotADatasetKeyError(asset_key) from exc
 
 
 @dataclass
@@ -119,7 +141,7 @@ class TridentIOManager(dg.ConfigurableIOManager):
     trident: TridentResource
 
     def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
-        key = asset_key_to_key(context.asset_key)
+        key = dataset_key(context.asset_key)
         if obj is None:
             raise AssetReturnedNoneError(key)
         t = self.trident.get_client()
@@ -184,7 +206,7 @@ class TridentIOManager(dg.ConfigurableIOManager):
         )
 
     def load_input(self, context: dg.InputContext) -> Any:
-        key = asset_key_to_key(context.asset_key)
+        key = dataset_key(context.asset_key)
         meta = context.definition_metadata or {}
         t = self.trident.get_client()  # settles this run's gates first (a downstream reads what was published)
         staged = None
