@@ -240,3 +240,20 @@ def test_a_discarded_staged_partition_leaves_no_file_and_reconcile_leaves_it_alo
     assert _rows(t, "wap/r") == [(D0, 1), (D1, 10)]
     tbl = t.driver.sinks["iceberg_native"].table(t._record("wap/r"))  # type: ignore[attr-defined]
     assert not [ref for ref in tbl.metadata.refs if ref != "main"]
+
+
+def test_a_kill_mid_rebased_publish_is_rolled_forward(trident: Trident, settings: TridentSettings) -> None:
+    t = trident
+    t.write("wap/kp", _day(D0, [1]), partition=_on(D0))
+    staged = t.write("wap/kp", _day(D0, [2, 3]), partition=_on(D0), stage=True)
+    t.write("wap/kp", _day(D1, [10, 11]), partition=_on(D1))
+    child = _run_child(settings, "publish.before_ledger=exit", f"t.publish('wap/kp', '{staged.txn_id}')\n")
+    assert child.returncode == 137, child.stderr
+    assert staged.txn_id in t.reconcile().rolled_forward
+    assert _status(t, "wap/kp", staged.txn_id) == "committed"
+    assert _rows(t, "wap/kp") == [(D0, 2), (D0, 3), (D1, 10), (D1, 11)]
+    assert t.describe("wap/kp").row_count == 4
+    indexes = [r["__row_index"] for r in t.read("wap/kp").to_pylist()]
+    t.write("wap/kp", pa.table({"d": [D1], "v": [99]}), mode="append", partition=_on(D1))
+    new = [r["__row_index"] for r in t.read("wap/kp").to_pylist() if r["v"] == 99]
+    assert new[0] > max(indexes)  # the reservation survived the roll-forward

@@ -921,12 +921,15 @@ class IcebergSink(Sink):
             raise InvalidWriteError(f"transaction {txn_id} has no staged version of {ds.key!r} (discarded or expired?)")
         head = table.current_snapshot()
         now = head.snapshot_id if head is not None else None
-        if partition is not None and now is not None and now != staged.parent_snapshot_id:
+        # a partition write's base is the snapshot its audit branch forked from (other partitions'
+        # writers may have committed between its lock and its start; the ledger's base predates them)
+        fork = staged.parent_snapshot_id if partition is not None else base_snapshot_id
+        if now != fork and partition is not None and now is not None and fork is not None:
             return self._publish_rebased(ds, table, staged, partition)
-        if now != base_snapshot_id:
+        if now != fork:
             raise StagedVersionConflictError(
                 f"{ds.key!r} changed since transaction {txn_id} was staged (published version "
-                f"{now}, staged on {base_snapshot_id}); publishing would lose that "
+                f"{now}, staged on {fork}); publishing would lose that "
                 f"change. Discard it (`trident discard {ds.key} {txn_id}`) and write again"
             )
         try:
