@@ -31,6 +31,7 @@ import dagster as dg
 from trident_resources.dagster import TridentOutput, TridentResource, dataset_pool
 from trident_resources.dagster.gate import GATE_META, checks_failed, gate_checks, supersede
 from trident_resources.dagster.io_manager import AuditedVersion, asset_key_to_key, write_output
+from trident_resources.dagster.partitions import run_partition
 from trident_resources.keys import validate_key
 
 from .expectations import Expectation, check_key, check_result, check_specs
@@ -58,22 +59,17 @@ def checked_results(
 
 def gates(context: dg.AssetExecutionContext, trident: TridentResource, expectations: Mapping[str, Sequence[Expectation]]) -> bool:
     """Write-audit-publish applies to this step's outputs: a selected blocking check on one of
-    them, sinks that can hold a staged version, and no partition run (writers of other partitions
-    move the published version, and a staged version is only published onto the version it was
-    staged on; partition runs write directly, README "Write-audit-publish")."""
+    them and sinks that can hold a staged version. Partition runs are gated too: a staged
+    partition is published by re-basing its change onto whatever other partitions committed
+    meanwhile (refused only when its own partition changed; README "Write-audit-publish")."""
     selected = context.selected_asset_check_keys
     blocking = any(e.blocking and check_key(k, e) in selected for k, exps in expectations.items() for e in exps)
     if not blocking:
         return False
-    why = None
-    if context.has_partition_key or context.has_partition_key_range:
-        why = "a partition run"
-    else:
-        t = trident.get_client()
-        sinks = {k: t.resolve_sink(k) for k in expectations}
-        if any(s != "iceberg_native" for s in sinks.values()):
-            why = f"sinks {sinks}: only the trident (iceberg_native) holds staged versions"
-    if why is not None:
+    t = trident.get_client()
+    sinks = {k: t.resolve_sink(k) for k in expectations}
+    if any(s != "iceberg_native" for s in sinks.values()):
+        why = f"sinks {sinks}: only the trident (iceberg_native) holds staged versions"
         context.log.warning(f"{list(expectations)}: blocking checks do not gate this write ({why}); it is published directly")
         return False
     return True
@@ -97,6 +93,7 @@ def staged_write(context: dg.AssetExecutionContext, trident: TridentResource, ke
         run_id=context.run.run_id,
         definition_metadata=spec.metadata or {},
         upstream=[asset_key_to_key(d.asset_key) for d in spec.deps],
+        partition=run_partition(context, key),  # a partition run stages exactly its partition(s)
         gate=gate,
     )
     return AuditedVersion(result, provenance, out.metadata)

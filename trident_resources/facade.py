@@ -23,6 +23,7 @@ from .errors import (
     InvalidArgumentError,
     InvalidReadError,
     InvalidWriteError,
+    PartitionError,
     SinkMismatchError,
     TableOwnershipError,
     UnsupportedBySinkError,
@@ -453,9 +454,11 @@ class Trident:
     ) -> WriteResult:
         """Make a staged version the published one (metadata only, no data file rewritten) and
         record it as committed: row count, schema version, provenance and watermarks land now.
-        Refused (StagedVersionConflictError) when the dataset changed since it was staged."""
+        Refused (StagedVersionConflictError) when the dataset changed since it was staged; a
+        staged partition write is refused only when that partition changed (commits of other
+        partitions meanwhile are kept: its change is re-based onto them)."""
         ds, entry = self._staged_entry(key, txn_id)
-        with self.driver.locked(ds) as ds:
+        with self._publish_lock(ds, entry) as ds:
             ds, entry = self._staged_entry(key, txn_id)  # still staged now that we hold the lock
             pending = entry.metadata.get(STAGED_META) or {}
             if provenance is None:
@@ -476,6 +479,20 @@ class Trident:
             reason=entry.route_reason or "staged",
         )
         return _result(ds.key, done, outcome, route)
+
+    def _publish_lock(self, ds: DatasetRecord, entry: LedgerEntry) -> Any:
+        """A staged partition write publishes under its partitions' locks (like its write), so a
+        publish neither waits for nor blocks writers of other partitions; anything else under the
+        whole-dataset lock."""
+        meta = entry.metadata.get(PARTITION_META)
+        if not meta or not ds.exists:
+            return self.driver.locked(ds)
+        partition = PartitionFilter.from_metadata(meta)
+        try:
+            units = partition.bind(self._sink(ds.sink).schema(ds)).units()
+        except PartitionError:  # the partition column is new in the staged version: lock it all
+            return self.driver.locked(ds)
+        return self._lock(ds, partition, units)
 
     def discard(self, key: str, txn_id: uuid.UUID | str, *, reason: str = "discarded") -> None:
         """Drop a staged version: the ledger says ``rejected``; its branch and files are removed."""

@@ -150,6 +150,16 @@ def added_manifests_in_groups(producer: Any, groups: Callable[[list[DataFile]], 
     producer._manifests = manifests
 
 
+def remove_branch_in(txn: Transaction, branch: str) -> None:
+    """Remove ``branch`` in the same (not yet committed) transaction as its other changes, so a
+    publish moves main and drops the audit branch in ONE metadata commit. pyiceberg only offers
+    ``Table.manage_snapshots()`` (its own autocommit transaction); ``ManageSnapshots`` bound to
+    our transaction stages its ref update there instead."""
+    from pyiceberg.table.update.snapshot import ManageSnapshots
+
+    ManageSnapshots(transaction=txn).remove_branch(branch).commit()
+
+
 def name_commit_files(producer: Any, commit_uuid: uuid.UUID) -> None:
     """Name the manifests and the manifest list a snapshot producer writes after ``commit_uuid``
     (``<uuid>-m<n>.avro``, ``snap-<snapshot id>-<attempt>-<uuid>.avro``) instead of a random uuid,

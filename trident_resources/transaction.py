@@ -193,16 +193,32 @@ class TransactionDriver:
         self, ds: DatasetRecord, entry: LedgerEntry, *, provenance: Mapping[str, Any] | None, watermarks: Watermarks
     ) -> tuple[LedgerEntry, Outcome]:
         """Move the published version to a staged one, then record it committed (the caller holds
-        ``locked``). A crash between the two is rolled forward by ``reconcile``."""
-        outcome = self.sink(entry.sink).publish(ds, entry.txn_id, entry.base_snapshot_id)
-        failpoint("publish.before_ledger")
-        done = self.control.commit_txn(
-            entry,
-            outcome,
-            watermarks=list(watermarks),
-            provenance=dict(provenance) if provenance is not None else None,
-            conn=self.lock_session(ds),
-        )
+        ``locked``, or for a staged partition write ``partition_locked`` on its partitions: then
+        the dataset's commit lock is taken here, since writers of other partitions commit
+        alongside and the sink re-bases the change on their commits). A crash between the two is
+        rolled forward by ``reconcile``."""
+        meta = entry.metadata.get(PARTITION_META)
+        partition = PartitionFilter.from_metadata(meta) if meta else None
+        lock = self.lock_session(ds)
+        commit_locked = lock is not None and self.shares(ds)
+        if commit_locked:
+            assert lock is not None
+            self.control.acquire_commit_lock(lock, ds, self.settings.writer_wait_seconds)
+        try:
+            outcome = self.sink(entry.sink).publish(ds, entry.txn_id, entry.base_snapshot_id, partition)
+            failpoint("publish.before_ledger")
+            done = self.control.commit_txn(
+                entry,
+                outcome,
+                watermarks=list(watermarks),
+                provenance=dict(provenance) if provenance is not None else None,
+                conn=lock,
+                reserved_indexes=partition is not None,
+            )
+        finally:
+            if commit_locked:
+                assert lock is not None
+                self.control.release_commit_lock(lock, ds)
         return done, outcome
 
     def discard_staged(self, ds: DatasetRecord, entry: LedgerEntry, reason: str) -> None:
@@ -308,7 +324,7 @@ class TransactionDriver:
                 with self.control.writer_lock(ds, _LOCK_RELEASE_SECONDS if _writer_died_here(entry) else 1.0):
                     outcome = self.sink(entry.sink).find_committed(ds, entry.txn_id)
                     if outcome is not None:  # main moved to it, the ledger did not follow: a crash mid-publish
-                        self.control.commit_txn(entry, outcome)
+                        self.control.commit_txn(entry, outcome, reserved_indexes=PARTITION_META in entry.metadata)
                         forward.append(entry.txn_id)
             except TridentError:
                 continue

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from tests.dagster_support import materialize_nodes, materialized, resources_for
 from tests.trident_resources.test_transactions import _txn_files
 from trident_assets import expectations as ex
 from trident_assets.factories import split_asset, transform_asset
-from trident_resources import Trident, TridentSettings
+from trident_resources import PartitionFilter, Trident, TridentSettings
 from trident_resources.dagster import TridentResource
 from trident_resources.dagster.gate import GATE_META
 from trident_sensors.commits import trident_commits
@@ -358,3 +359,101 @@ def test_an_operator_publish_of_a_rejected_version_is_reported_by_the_ledger_sen
         assert isinstance(result, dg.SensorResult)
         reported = [e for e in result.asset_events or [] if e.asset_key == dg.AssetKey(["wap5", "out"])]
         assert [e.metadata["trident/txn_id"].value for e in reported] == [str(staged.txn_id)]
+
+
+# -- partition runs are gated too (issue 11 item 4) ------------------------------------------------
+DAILY = dg.DailyPartitionsDefinition(start_date="2024-01-01", end_date="2024-02-01")
+
+
+def _src_day(day: str, ks: list[int]) -> pa.Table:
+    return pa.table({"day": [date.fromisoformat(day)] * len(ks), "k": ks})
+
+
+def _by_day(t: Trident, key: str, **kw: object) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for r in t.read(key, **kw).to_pylist():  # type: ignore[arg-type]
+        out.setdefault(r["day"].isoformat(), []).append(r["k"])
+    return {d: sorted(v) for d, v in sorted(out.items())}
+
+
+def test_a_partition_run_is_staged_audited_and_published(settings: TridentSettings, trident: Trident) -> None:
+    t = trident
+    for day, ks in (("2024-01-01", [1, 2]), ("2024-01-02", [10, 11])):
+        t.write(
+            "wapp/src",
+            _src_day(day, ks),
+            partition=PartitionFilter.time_window("day", date.fromisoformat(day), date.fromisoformat(day) + timedelta(days=1)),
+        )
+    node = transform_asset(
+        "wapp/out",
+        "wapp/src",
+        "SELECT day, k FROM source",
+        expectations=[ex.unique("k")],
+        partitions_def=DAILY,
+        metadata={"partition_expr": "day"},
+    )
+
+    def run(day: str) -> dg.ExecuteInProcessResult:
+        return dg.materialize(
+            [node.assets_def, *node.checks], partition_key=day, resources=resources_for(settings), raise_on_error=False
+        )
+
+    for day in ("2024-01-01", "2024-01-02"):
+        ok = succeeded(run(day))
+        entry = t.history("wapp/out")[0]
+        assert entry.status == "committed" and "trident.staged" in entry.metadata  # staged, then published
+        assert t.describe("wapp/out").snapshot_id == entry.snapshot_id  # exactly the audited snapshot
+        shown = materialized(ok)["wapp/out"]
+        assert "trident/staged_txn" not in shown and shown["trident/partition"]
+    assert _by_day(t, "wapp/out") == {"2024-01-01": [1, 2], "2024-01-02": [10, 11]}
+    assert t.staged("wapp/out") == []
+
+    t.write("wapp/src", _src_day("2024-01-01", [2]), mode="append")  # a duplicate key in one partition
+    bad = run("2024-01-01")
+    assert not bad.success
+    errors = "\n".join(step_errors(bad))
+    [(_, staged)] = t.staged("wapp/out")
+    assert "unique_k" in errors and str(staged.txn_id) in errors
+    assert "wapp/out" not in materialized(bad)
+    assert _by_day(t, "wapp/out") == {"2024-01-01": [1, 2], "2024-01-02": [10, 11]}  # the previous rows still read
+    assert _by_day(t, "wapp/out", staged=staged.txn_id)["2024-01-01"] == [1, 2, 2]
+    assert staged.metadata["partition"]["spec"] == ["day(day)"]
+
+    t.write("wapp/src", _src_day("2024-01-02", [12]), mode="append")  # another partition runs and passes
+    succeeded(run("2024-01-02"))
+    assert _by_day(t, "wapp/out") == {"2024-01-01": [1, 2], "2024-01-02": [10, 11, 12]}
+    t.publish("wapp/out", staged.txn_id)  # an operator publishes the rejected one: re-based, nothing lost
+    assert _by_day(t, "wapp/out") == {"2024-01-01": [1, 2, 2], "2024-01-02": [10, 11, 12]}
+
+
+def _plain_daily(rows: dict[str, list[int]]) -> list[Any]:
+    @dg.asset(key="gated_daily", partitions_def=DAILY, metadata={"partition_expr": "day"})
+    def gated_daily(context) -> pa.Table:  # dagster refuses a string annotation
+        return _src_day(context.partition_key, rows[context.partition_key])
+
+    @dg.asset_check(asset=gated_daily, blocking=True)
+    def unique_k(gated_daily: pa.Table) -> dg.AssetCheckResult:
+        ks = gated_daily.column("k").to_pylist()
+        return dg.AssetCheckResult(passed=len(ks) == len(set(ks)))
+
+    return [gated_daily, unique_k]
+
+
+def test_a_partition_run_of_a_plain_asset_is_gated(settings: TridentSettings, trident: Trident) -> None:
+    t = trident
+    instance = dg.DagsterInstance.ephemeral()
+    good = {"2024-01-01": [1, 2], "2024-01-02": [10]}
+    for day in good:
+        succeeded(_run(settings, _plain_daily(good), instance, partition_key=day))
+        entry = t.history("gated_daily")[0]
+        assert entry.status == "committed" and entry.metadata[GATE_META] == ["unique_k"]
+        assert t.describe("gated_daily").snapshot_id == entry.snapshot_id
+    bad = _run(settings, _plain_daily({**good, "2024-01-01": [1, 1]}), instance, partition_key="2024-01-01")
+    assert not bad.success and "unique_k" in "\n".join(step_errors(bad))
+    [(_, staged)] = t.staged("gated_daily")
+    assert _by_day(t, "gated_daily") == {"2024-01-01": [1, 2], "2024-01-02": [10]}  # the previous rows still read
+    assert _by_day(t, "gated_daily", staged=staged.txn_id)["2024-01-01"] == [1, 1]
+    succeeded(_run(settings, _plain_daily({**good, "2024-01-02": [10, 11]}), instance, partition_key="2024-01-02"))
+    assert _by_day(t, "gated_daily") == {"2024-01-01": [1, 2], "2024-01-02": [10, 11]}
+    t.discard("gated_daily", staged.txn_id)
+    assert _txn_files(t, "gated_daily", staged.txn_id) == []

@@ -4,6 +4,7 @@ readable for audits, publishable in one metadata step, discardable without a tra
 from __future__ import annotations
 
 import uuid
+from datetime import date, timedelta
 
 import pyarrow as pa
 import pytest
@@ -12,6 +13,7 @@ from tests.helpers import table
 from tests.trident_resources.test_transactions import _run_child, _txn_files
 from trident_resources import (
     InvalidReadError,
+    PartitionFilter,
     StagedVersionConflictError,
     Trident,
     TridentSettings,
@@ -158,3 +160,100 @@ def test_publish_records_the_provenance_and_watermarks_given_when_staging(triden
     t.publish("wap/out", r.txn_id)
     assert t.describe("wap/out").provenance == {"contract": "c-2"}
     assert t.watermarks("wap/out") == {"wap/src": src.committed_at}
+
+
+# -- staged partition writes (issue 11 item 4): publish re-bases onto other partitions' commits ----
+D0 = date(2024, 1, 1)
+D1 = date(2024, 1, 2)
+
+
+def _day(d: date, values: list[int]) -> pa.Table:
+    return pa.table({"d": [d] * len(values), "v": values})
+
+
+def _on(d: date) -> PartitionFilter:
+    return PartitionFilter.time_window("d", d, d + timedelta(days=1), "day")
+
+
+def _status(t: Trident, key: str, txn_id: uuid.UUID) -> str:
+    return next(e.status for e in t.history(key) if e.txn_id == txn_id)
+
+
+def _rows(t: Trident, key: str, **kw: object) -> list[tuple[date, int]]:
+    return sorted((r["d"], r["v"]) for r in t.read(key, **kw).to_pylist())  # type: ignore[arg-type]
+
+
+def test_a_staged_partition_publishes_onto_other_partitions_committed_meanwhile(trident: Trident) -> None:
+    t = trident
+    t.write("wap/p", _day(D0, [1, 2]), partition=_on(D0))
+    t.write("wap/p", _day(D1, [10]), partition=_on(D1))
+    staged = t.write("wap/p", _day(D0, [3, 4, 5]), partition=_on(D0), stage=True)
+    assert staged.staged
+    assert _rows(t, "wap/p") == [(D0, 1), (D0, 2), (D1, 10)]  # readers see nothing new
+    assert _rows(t, "wap/p", staged=staged.txn_id) == [(D0, 3), (D0, 4), (D0, 5), (D1, 10)]
+    other = t.write("wap/p", _day(D1, [20, 21]), partition=_on(D1))  # another partition commits meanwhile
+    published = t.publish("wap/p", staged.txn_id)
+    assert _rows(t, "wap/p") == [(D0, 3), (D0, 4), (D0, 5), (D1, 20), (D1, 21)]  # both kept
+    d = t.describe("wap/p")
+    assert (d.row_count, d.snapshot_id, d.last_txn_id) == (5, published.snapshot_id, staged.txn_id)
+    assert published.row_count == 5 and published.rows_written == 3
+    assert t.history("wap/p")[0].status == "committed"
+    assert t.staged() == []
+    tbl = t.driver.sinks["iceberg_native"].table(t._record("wap/p"))  # type: ignore[attr-defined]
+    assert not [ref for ref in tbl.metadata.refs if ref != "main"]  # the audit branch went in the same commit
+    rows = t.read("wap/p").to_pylist()
+    indexes = [r["__row_index"] for r in rows]
+    assert len(set(indexes)) == len(indexes)  # each partition writer's reserved range, no reuse
+    after = t.write("wap/p", pa.table({"d": [D1], "v": [99]}), mode="append", partition=_on(D1))
+    new = [r["__row_index"] for r in t.read("wap/p").to_pylist() if r["v"] == 99]
+    assert after.rows_written == 1 and new[0] > max(indexes)
+    assert other.txn_id in {e.txn_id for e in t.history("wap/p") if e.status == "committed"}
+
+
+def test_a_staged_partition_is_refused_when_that_partition_changed(trident: Trident) -> None:
+    t = trident
+    t.write("wap/q", _day(D0, [1]), partition=_on(D0))
+    t.write("wap/q", _day(D1, [10]), partition=_on(D1))
+    staged = t.write("wap/q", _day(D0, [2]), partition=_on(D0), stage=True)
+    t.write("wap/q", _day(D0, [7, 8]), partition=_on(D0))  # the same partition, committed directly
+    with pytest.raises(StagedVersionConflictError, match="partition"):
+        t.publish("wap/q", staged.txn_id)
+    assert _rows(t, "wap/q") == [(D0, 7), (D0, 8), (D1, 10)]  # nothing lost
+    assert _status(t, "wap/q", staged.txn_id) == "staged"  # still there for an operator
+    assert _rows(t, "wap/q", staged=staged.txn_id) == [(D0, 2), (D1, 10)]
+    t.discard("wap/q", staged.txn_id)
+    assert _rows(t, "wap/q") == [(D0, 7), (D0, 8), (D1, 10)]
+
+
+def test_a_discarded_staged_partition_leaves_no_file_and_reconcile_leaves_it_alone(trident: Trident) -> None:
+    t = trident
+    t.write("wap/r", _day(D0, [1]), partition=_on(D0))
+    staged = t.write("wap/r", _day(D0, [2, 3]), partition=_on(D0), stage=True)
+    t.write("wap/r", _day(D1, [10]), partition=_on(D1))
+    report = t.reconcile()
+    assert staged.txn_id not in report.rolled_forward + report.aborted
+    assert _status(t, "wap/r", staged.txn_id) == "staged"
+    assert _rows(t, "wap/r", staged=staged.txn_id) == [(D0, 2), (D0, 3)]
+    assert _txn_files(t, "wap/r", staged.txn_id)
+    t.discard("wap/r", staged.txn_id)
+    assert _txn_files(t, "wap/r", staged.txn_id) == []
+    assert _rows(t, "wap/r") == [(D0, 1), (D1, 10)]
+    tbl = t.driver.sinks["iceberg_native"].table(t._record("wap/r"))  # type: ignore[attr-defined]
+    assert not [ref for ref in tbl.metadata.refs if ref != "main"]
+
+
+def test_a_kill_mid_rebased_publish_is_rolled_forward(trident: Trident, settings: TridentSettings) -> None:
+    t = trident
+    t.write("wap/kp", _day(D0, [1]), partition=_on(D0))
+    staged = t.write("wap/kp", _day(D0, [2, 3]), partition=_on(D0), stage=True)
+    t.write("wap/kp", _day(D1, [10, 11]), partition=_on(D1))
+    child = _run_child(settings, "publish.before_ledger=exit", f"t.publish('wap/kp', '{staged.txn_id}')\n")
+    assert child.returncode == 137, child.stderr
+    assert staged.txn_id in t.reconcile().rolled_forward
+    assert _status(t, "wap/kp", staged.txn_id) == "committed"
+    assert _rows(t, "wap/kp") == [(D0, 2), (D0, 3), (D1, 10), (D1, 11)]
+    assert t.describe("wap/kp").row_count == 4
+    indexes = [r["__row_index"] for r in t.read("wap/kp").to_pylist()]
+    t.write("wap/kp", pa.table({"d": [D1], "v": [99]}), mode="append", partition=_on(D1))
+    new = [r["__row_index"] for r in t.read("wap/kp").to_pylist() if r["v"] == 99]
+    assert new[0] > max(indexes)  # the reservation survived the roll-forward

@@ -146,12 +146,12 @@ class TridentIOManager(dg.ConfigurableIOManager):
             raise AssetReturnedNoneError(key)
         t = self.trident.get_client()
         if isinstance(obj, AuditedVersion):
-            self._report(context, t, key, obj.result, obj.provenance, obj.metadata, partition=None)
+            self._report(context, t, key, obj.result, obj.provenance, obj.metadata, partition=output_partition(context))
             return
         out = obj if isinstance(obj, TridentOutput) else TridentOutput(data=obj)
         partition = output_partition(context)  # partitions hook: PartitionError unless declared (partitions.py)
         gate = gate_checks(step_of(context), context.asset_key) if out.stage_txn is None else {}
-        if gate and not self._gateable(context, t, key, partition, list(gate)):
+        if gate and not self._gateable(context, t, key, list(gate)):
             gate = {}
         if gate:
             supersede(t, key, context.run_id)
@@ -168,14 +168,17 @@ class TridentIOManager(dg.ConfigurableIOManager):
         self._report(context, t, key, result, provenance, out.metadata, partition=partition)
 
     @staticmethod
-    def _gateable(context: dg.OutputContext, t: Trident, key: str, partition: Any, gate: Sequence[str]) -> bool:
-        """Staging needs a sink that holds staged versions and a whole-dataset write (writers of
-        other partitions move the published version, and a staged version is only published onto
-        the version it was staged on); otherwise the output is written directly, said loudly."""
-        if partition is None and t.resolve_sink(key) == "iceberg_native":
+    def _gateable(context: dg.OutputContext, t: Trident, key: str, gate: Sequence[str]) -> bool:
+        """Staging needs a sink that holds staged versions; otherwise the output is written
+        directly, said loudly. A partition run stages too: its publish re-bases the partition's
+        change onto what writers of other partitions committed meanwhile."""
+        sink = t.resolve_sink(key)
+        if sink == "iceberg_native":
             return True
-        why = "a partition run" if partition is not None else f"the {t.resolve_sink(key)!r} sink cannot stage"
-        context.log.warning(f"{key}: blocking check(s) {list(gate)} do not gate this write ({why}); it is published directly")
+        context.log.warning(
+            f"{key}: blocking check(s) {list(gate)} do not gate this write (the {sink!r} sink cannot stage); "
+            "it is published directly"
+        )
         return False
 
     def _report(
@@ -218,7 +221,11 @@ class TridentIOManager(dg.ConfigurableIOManager):
             schema = pa.schema(t.scan_plan(key, staged=staged).schema) if staged is not None else t.schema(key)
             columns = [n for n in schema.names if n not in IDENTITY_COLUMNS]
         if staged is not None:
-            context.add_input_metadata({"trident/staged_txn": str(staged), "trident/status": "audit of the staged version"})
+            note = {"trident/staged_txn": str(staged), "trident/status": "audit of the staged version"}
+            if not context.has_asset_partitions or len(context.asset_partition_keys) == 1:
+                context.add_input_metadata(note)  # Dagster can only record it for one partition
+            else:  # a check of a partitioned asset loads all its partitions
+                context.log.info(f"{key}: {note}")
             reader = t.stream(key, columns=list(columns) if columns else None, row_filter=meta.get("row_filter"), staged=staged)
             return convert_input(reader, context.dagster_type.typing_type, key)
         partition = input_partition(context)  # partitions hook: only the mapped upstream partitions

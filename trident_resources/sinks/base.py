@@ -227,7 +227,9 @@ class Sink(ABC):
         """The outcome of ``txn_id`` when its change is part of the dataset's current state."""
 
     # -- write-audit-publish (sinks with ``stages``) -----------------------------------------
-    def publish(self, ds: DatasetRecord, txn_id: uuid.UUID, base_snapshot_id: int | None) -> Outcome:
+    def publish(
+        self, ds: DatasetRecord, txn_id: uuid.UUID, base_snapshot_id: int | None, partition: PartitionFilter | None = None
+    ) -> Outcome:
         """Make a staged version the published one, metadata only. A sink that cannot stage
         never holds a staged version (``Trident.write(stage=True)`` refuses first), so reaching
         this is a named refusal, not a crash."""
