@@ -32,7 +32,8 @@ import dagster as dg
 from dagster._core.errors import DagsterInvariantViolationError
 from dagster._core.events import AssetObservationData, DagsterEvent, DagsterEventType
 
-from ..errors import ChecksFailedError, InvalidReadError, StagedVersionConflictError
+from ..control_plane import LedgerEntry
+from ..errors import ChecksFailedError, DatasetNotFoundError, InvalidReadError, StagedVersionConflictError
 from ..facade import Trident
 
 RUN_ID = "dagster_run_id"  # ledger metadata key: the commit came from this Dagster run
@@ -87,15 +88,24 @@ def audits(step_context: Any, asset_key: dg.AssetKey) -> bool:
 
 def staged_in_run(t: Trident, key: str, run_id: str) -> uuid.UUID | None:
     """The version of ``key`` this run staged and has not settled yet (the newest one)."""
-    mine = [e for _, e in t.staged(key) if (e.metadata or {}).get(RUN_ID) == run_id]
+    mine = [e for e in staged_of(t, key) if (e.metadata or {}).get(RUN_ID) == run_id]
     mine.sort(key=lambda e: e.staged_at or e.started_at)
     return mine[-1].txn_id if mine else None
+
+
+def staged_of(t: Trident, key: str) -> list[LedgerEntry]:
+    """The staged versions of ``key``; none for a key that names no dataset yet (a run's first
+    write), where ``Trident.staged`` refuses the key as a probable misspelling."""
+    try:
+        return [e for _, e in t.staged(key)]
+    except DatasetNotFoundError:
+        return []
 
 
 def supersede(t: Trident, key: str, run_id: str) -> None:
     """Discard the gated versions of ``key`` this run staged before (a retried step stages again):
     only the newest may ever be published by the run's checks."""
-    for _, e in t.staged(key):
+    for e in staged_of(t, key):
         if (e.metadata or {}).get(RUN_ID) == run_id and (e.metadata or {}).get(GATE_META):
             t.discard(key, e.txn_id, reason="superseded: the run's step staged a newer version")
 
