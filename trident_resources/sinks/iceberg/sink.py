@@ -789,16 +789,8 @@ class IcebergSink(Sink):
             if req.stage:  # an audit branch; a table with no version yet takes an unreferenced snapshot
                 branch = audit_branch(req.txn_id) if txn.table_metadata.current_snapshot() is not None else None
             update = txn.update_snapshot(snapshot_properties=props, branch=branch)
-            producer = update.overwrite() if to_delete else update.fast_append()
-            name_commit_files(producer, req.txn_id)  # so discard finds them if the commit never lands
-            if txn.table_metadata.spec().fields:
-                added_manifests_in_groups(producer, _manifest_groups)
-            with producer as p:
-                for f in to_delete:
-                    p.delete_data_file(f)
-                for f in files:
-                    p.append_data_file(f)
-            snapshot_id = producer.snapshot_id
+            # named after the txn, so discard finds them if the commit never lands
+            snapshot_id = _commit_files(txn, update, to_delete, files, name_for=req.txn_id)
             failpoint("commit.before_catalog")
             req.fence()
             committed = txn.commit_transaction()
@@ -979,15 +971,7 @@ class IcebergSink(Sink):
                 with txn.update_schema() as upd:
                     upd.union_by_name(ours)
             update = txn.update_snapshot(snapshot_properties=props, branch=MAIN_BRANCH)
-            producer = update.overwrite() if deleted else update.fast_append()
-            if txn.table_metadata.spec().fields:
-                added_manifests_in_groups(producer, _manifest_groups)
-            with producer as p:
-                for f in deleted:
-                    p.delete_data_file(f)
-                for f in added:
-                    p.append_data_file(f)
-            snapshot_id = producer.snapshot_id
+            snapshot_id = _commit_files(txn, update, deleted, added)
             if audit_branch(txn_id) in table.metadata.refs:
                 remove_branch_in(txn, audit_branch(txn_id))
             committed = txn.commit_transaction()
@@ -1230,3 +1214,23 @@ class IcebergSink(Sink):
         self._locations.pop(ds.dataset_id, None)
         with contextlib.suppress(NoSuchTableError):
             self.catalog.purge_table(self.identifier(ds))
+
+
+def _commit_files(
+    txn: Any, update: Any, deleted: Iterable[DataFile], added: Iterable[DataFile], *, name_for: uuid.UUID | None = None
+) -> int:
+    """One snapshot of ``update`` that deletes and adds exactly these data files (an overwrite when
+    anything goes, a fast append otherwise); a partitioned table's new files go into manifests of
+    partition ranges, so one-partition scans prune the rest. Returns the snapshot id."""
+    deleted = list(deleted)
+    producer = update.overwrite() if deleted else update.fast_append()
+    if name_for is not None:
+        name_commit_files(producer, name_for)
+    if txn.table_metadata.spec().fields:
+        added_manifests_in_groups(producer, _manifest_groups)
+    with producer as p:
+        for f in deleted:
+            p.delete_data_file(f)
+        for f in added:
+            p.append_data_file(f)
+    return int(producer.snapshot_id)
