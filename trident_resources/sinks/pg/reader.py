@@ -35,7 +35,7 @@ import psycopg
 import pyarrow as pa
 import pyarrow.compute as pc
 from psycopg import sql
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from ... import queries as q
 from ...errors import StorageUnavailableError
@@ -274,7 +274,7 @@ def _parallel(
         with contextlib.ExitStack() as stack:
             try:
                 conn = pool.getconn(timeout=HELPER_WAIT_S)
-            except Exception:  # PoolTimeout (busy), PoolClosed: the other fetchers take this one's share
+            except (PoolTimeout, PoolClosed):  # busy or closing: the other fetchers take this one's share
                 return
             stack.callback(pool.putconn, conn)
             working.set()
