@@ -9,7 +9,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -291,30 +291,61 @@ class ControlPlane:
                     log.warning("writer lock of %s was already gone at release: %s", dataset.key, exc)
 
     @contextmanager
-    def partition_lock(self, dataset: DatasetRecord, units: list[str], wait_s: float) -> Iterator[psycopg.Connection[Any]]:
-        """Hold the dataset's writer lock SHARED plus one lock per partition in ``units`` (taken in
-        sorted order, so two writers never deadlock), on one session that dies with the process.
+    def partition_lock(
+        self,
+        dataset: DatasetRecord,
+        items: Sequence[tuple[str, bool]],
+        wait_s: float,
+        *,
+        what: str = "its partitions",
+        overlapping: Callable[[LedgerEntry], bool] | None = None,
+    ) -> Iterator[psycopg.Connection[Any]]:
+        """Hold the dataset's writer lock SHARED plus the range locks ``items`` ((key, shared) in
+        the order every writer takes them, see ``range_locks``), on one session that dies with the
+        process.
 
-        Writers of different partitions proceed side by side; a writer of an overlapping partition
-        waits, and so does a whole-dataset writer (it takes the dataset lock exclusive)."""
+        Writers of non-overlapping slices proceed side by side; a writer of an overlapping slice
+        waits, and so does a whole-dataset writer (it takes the dataset lock exclusive). While
+        waiting, the locks already taken are kept: all writers take them in one order, so no two
+        wait on each other. ``overlapping`` picks, for the timeout's message, the open
+        transactions that may be the ones in the way."""
         ds_key = str(dataset.dataset_id)
-        held: list[tuple[str, str]] = []
+        keys = [f"{ds_key}|{key}" for key, _ in items]
+        modes = [shared for _, shared in items]
+        taken = 0
         with self.pool.connection() as conn:
             deadline = time.monotonic() + wait_s
+            shared_held = False
             try:
                 self._acquire(conn, q.TRY_WRITER_LOCK_SHARED, ds_key, deadline, dataset, wait_s, "the whole dataset")
-                held.append((q.WRITER_UNLOCK_SHARED, ds_key))
-                for unit in sorted(set(units)):
-                    self._acquire(conn, q.TRY_PARTITION_LOCK, f"{ds_key}|{unit}", deadline, dataset, wait_s, f"partition {unit}")
-                    held.append((q.PARTITION_UNLOCK, f"{ds_key}|{unit}"))
+                shared_held = True
+                delay = 0.02
+                while True:
+                    row = conn.execute(q.TRY_PARTITION_LOCKS, {"start": taken + 1, "keys": keys, "shared": modes}).fetchone()
+                    taken += int(cast(DictRow, row)["taken"])
+                    if taken >= len(keys):
+                        break
+                    if time.monotonic() >= deadline:
+                        raise ConcurrentWriteError(
+                            f"dataset {dataset.key!r}: {what} overlap a write in progress by "
+                            f"{self._holders(dataset, overlapping)}; waited {wait_s:.0f}s. "
+                            "Retry when it finishes, or raise TRIDENT_WRITER_WAIT_SECONDS"
+                        )
+                    time.sleep(delay)
+                    delay = min(delay * 2, 0.25)
                 yield conn
             finally:
-                for sql, key in reversed(held):
-                    try:
-                        conn.execute(sql, (key,))
-                    except psycopg.Error as exc:
-                        log.warning("partition lock of %s was already gone at release: %s", dataset.key, exc)
-                        break
+                try:
+                    if taken:
+                        conn.execute(q.PARTITION_UNLOCKS, (keys[:taken], modes[:taken]))
+                    if shared_held:
+                        conn.execute(q.WRITER_UNLOCK_SHARED, (ds_key,))
+                except psycopg.Error as exc:  # the session died, and its locks with it
+                    log.warning("partition locks of %s were already gone at release: %s", dataset.key, exc)
+
+    def _holders(self, dataset: DatasetRecord, overlapping: Callable[[LedgerEntry], bool] | None) -> str:
+        entries = [e for e in self.open_entries(dataset.dataset_id) if overlapping is None or overlapping(e)]
+        return ", ".join(f"{e.txn_id} ({e.writer}, pid {e.pid} on {e.host})" for e in entries) or "another writer"
 
     def _acquire(
         self, conn: psycopg.Connection[Any], sql: str, key: str, deadline: float, dataset: DatasetRecord, wait_s: float, what: str
@@ -322,11 +353,8 @@ class ControlPlane:
         delay = 0.02
         while not cast(DictRow, conn.execute(sql, (key,)).fetchone())["locked"]:
             if time.monotonic() >= deadline:
-                holders = ", ".join(
-                    f"{e.txn_id} ({e.writer}, pid {e.pid} on {e.host})" for e in self.open_entries(dataset.dataset_id)
-                )
                 raise ConcurrentWriteError(
-                    f"dataset {dataset.key!r}: {what} is being written by another writer ({holders or 'unknown'}); "
+                    f"dataset {dataset.key!r}: {what} is being written by another writer ({self._holders(dataset, None)}); "
                     f"waited {wait_s:.0f}s. Retry when it finishes, or raise TRIDENT_WRITER_WAIT_SECONDS"
                 )
             time.sleep(delay)

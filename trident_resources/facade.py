@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, cast
 import pyarrow as pa
 
 from . import queries as q
-from . import reading, validate
+from . import range_locks, reading, validate
 from .control_plane import ControlPlane, DatasetRecord, LedgerEntry, Outcome
 from .embedded_pg import ensure_embedded_postgres
 from .errors import (
@@ -32,7 +32,7 @@ from .errors import (
 from .identity import refuse_case_clash, refuse_reserved
 from .inputs import to_reader
 from .keys import iceberg_identifier, validate_key
-from .partitions import PartitionFilter
+from .partitions import BoundPartition, PartitionFilter
 from .results import Description, ReconcileReport, WriteResult
 from .router import RouteDecision, Router
 from .settings import TridentSettings, settings_from_env
@@ -149,7 +149,6 @@ class Trident:
             refuse_reserved(reader.schema)
         partition = validate.partition_filter(partition)
         bound = partition.bind(reader.schema) if partition is not None and reader is not None else None
-        units = bound.units() if bound is not None else None
         # delta per partition: a partition write's watermarks are recorded per output partition
         marked = bound.watermark_keys() if bound is not None and watermarks else [""]
         txn = validate.txn_id(txn_id) or uuid.uuid4()
@@ -166,7 +165,7 @@ class Trident:
             self._partitionable(key, route.sink)
         ident = ".".join(iceberg_identifier(self.settings.namespace_root, self.workspace, key))
         ds = existing or self.control.ensure_dataset(self.workspace, key, route.sink, ident)
-        with self._lock(ds, partition, units) as ds:
+        with self._lock(ds, bound) as ds:
             route = self._route(key, writer, ds)  # decided again: the dataset may have moved or been born meanwhile
             if partition is not None:
                 self._partitionable(key, route.sink)
@@ -208,15 +207,22 @@ class Trident:
                 f"move it to the trident first with `trident canary {key}`, then write partitions"
             )
 
-    def _lock(self, ds: DatasetRecord, partition: PartitionFilter | None, units: list[str] | None) -> Any:
+    def _lock(self, ds: DatasetRecord, bound: BoundPartition | None) -> Any:
         """The writer lock a write needs: a partition write of a dataset already partitioned that
-        way locks only its partitions (writers of other partitions run alongside); everything
-        else (whole-dataset writes, a dataset's first write or first partitioned write, a range
-        too wide to lock partition by partition) locks the whole dataset."""
-        if partition is not None and units is not None and ds.exists:
+        way locks only its slice (range locks: writers of slices that do not overlap it run
+        alongside, however wide either is); everything else (whole-dataset writes, a dataset's
+        first write or first partitioned write, a slice that cannot be locked by parts) locks the
+        whole dataset."""
+        items = range_locks.claim(bound) if bound is not None else None
+        if bound is not None and items is not None and ds.exists:
             have = self._sink(ds.sink).partitioning(ds)
-            if have is not None and set(have) == set(partition.spec):
-                return self.driver.partition_locked(ds, units)
+            if have is not None and set(have) == set(bound.filter.spec):
+                return self.driver.partition_locked(
+                    ds,
+                    items,
+                    what=f"partitions {bound.filter.describe()}",
+                    overlapping=lambda e: range_locks.overlaps(bound, e.metadata.get(PARTITION_META)),
+                )
         return self.driver.locked(ds)
 
     def _watermark_rows(
@@ -489,10 +495,10 @@ class Trident:
             return self.driver.locked(ds)
         partition = PartitionFilter.from_metadata(meta)
         try:
-            units = partition.bind(self._sink(ds.sink).schema(ds)).units()
+            bound = partition.bind(self._sink(ds.sink).schema(ds))
         except PartitionError:  # the partition column is new in the staged version: lock it all
             return self.driver.locked(ds)
-        return self._lock(ds, partition, units)
+        return self._lock(ds, bound)
 
     def discard(self, key: str, txn_id: uuid.UUID | str, *, reason: str = "discarded") -> None:
         """Drop a staged version: the ledger says ``rejected``; its branch and files are removed."""

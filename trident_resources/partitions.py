@@ -37,7 +37,6 @@ from .errors import PartitionError
 
 TransformName = Literal["identity", "hour", "day", "month"]
 TRANSFORMS: tuple[TransformName, ...] = get_args(TransformName)
-MAX_LOCKED_UNITS = 64  # a write spanning more partitions than this locks the whole dataset instead
 _EPOCH = date(1970, 1, 1)
 _US_PER = {"hour": 3_600_000_000, "day": 86_400_000_000}
 
@@ -227,9 +226,9 @@ class _BoundDim:
             return any(_same(value, v) for v in self.values)
         return _order(self.start) <= _order(value) < _order(self.end)
 
-    def units(self, limit: int | None = MAX_LOCKED_UNITS) -> list[str] | None:
-        """Lockable names of every partition the slice touches (None: not enumerable, or more
-        than ``limit``)."""
+    def units(self, limit: int | None = None) -> list[str] | None:
+        """Names of every partition the slice touches (None: not enumerable, or more than
+        ``limit``)."""
         if self.values is not None:
             return [f"{self.column}={_plain(v)}" for v in self.values]
         if self.transform == "identity":
@@ -295,19 +294,6 @@ class BoundPartition:
             else:
                 parts.append(f"{c} >= {_filter_literal(d.start)} and {c} < {_filter_literal(d.end)}")
         return " and ".join(f"({p})" for p in parts)
-
-    def units(self) -> list[str] | None:
-        """Names of every partition touched, for per-partition writer locks (None: too many or
-        not enumerable, so the writer locks the whole dataset)."""
-        per_dim = [d.units() for d in self.dims]
-        if any(u is None for u in per_dim):
-            return None
-        combos = 1
-        for u in per_dim:
-            combos *= len(u)  # type: ignore[arg-type]
-        if combos > MAX_LOCKED_UNITS:
-            return None
-        return ["/".join(c) for c in itertools.product(*per_dim)]  # type: ignore[arg-type]
 
     def watermark_keys(self) -> list[str]:
         """The name of every partition the slice covers, uncapped (dimensions in column order):

@@ -70,12 +70,25 @@ PENDING_CLEANUPS = f"""SELECT {_LEDGER_COLS} FROM trident_ledger
 
 TRY_WRITER_LOCK = "SELECT pg_try_advisory_lock(hashtextextended(%s, 7)) AS locked"
 WRITER_UNLOCK = "SELECT pg_advisory_unlock(hashtextextended(%s, 7))"
-# Partition writers hold the dataset lock SHARED (whole-dataset writers hold it exclusive), one lock
-# per partition they write (key: dataset id | partition) and, around COMMIT only, the commit lock.
+# Partition writers hold the dataset lock SHARED (whole-dataset writers hold it exclusive), the
+# range locks of their slice (range_locks.py; key: dataset id | lock item, exclusive or shared) and,
+# around COMMIT only, the commit lock.
 TRY_WRITER_LOCK_SHARED = "SELECT pg_try_advisory_lock_shared(hashtextextended(%s, 7)) AS locked"
 WRITER_UNLOCK_SHARED = "SELECT pg_advisory_unlock_shared(hashtextextended(%s, 7))"
-TRY_PARTITION_LOCK = "SELECT pg_try_advisory_lock(hashtextextended(%s, 8)) AS locked"
-PARTITION_UNLOCK = "SELECT pg_advisory_unlock(hashtextextended(%s, 8))"
+# Take range locks %(keys)s in order with modes %(shared)s, starting at 1-based position %(start)s,
+# stopping at the first one held by another session: one round trip, and the count taken so far
+# is kept (the caller waits for the next one holding those, always in the same order).
+TRY_PARTITION_LOCKS = """WITH RECURSIVE step (i, ok) AS (
+    SELECT %(start)s::int - 1, true
+  UNION ALL
+    SELECT s.i + 1, CASE WHEN (%(shared)s::bool[])[s.i + 1]
+        THEN pg_try_advisory_lock_shared(hashtextextended((%(keys)s::text[])[s.i + 1], 8))
+        ELSE pg_try_advisory_lock(hashtextextended((%(keys)s::text[])[s.i + 1], 8)) END
+    FROM step s WHERE s.ok AND s.i < cardinality(%(keys)s::text[]))
+SELECT count(*) FILTER (WHERE ok)::int - 1 AS taken FROM step"""
+PARTITION_UNLOCKS = """SELECT count(*) FILTER (WHERE CASE WHEN u.shared
+    THEN pg_advisory_unlock_shared(hashtextextended(u.key, 8)) ELSE pg_advisory_unlock(hashtextextended(u.key, 8)) END)::int
+    AS released FROM unnest(%s::text[], %s::bool[]) AS u (key, shared)"""
 TRY_COMMIT_LOCK = "SELECT pg_try_advisory_lock(hashtextextended(%s, 9)) AS locked"
 COMMIT_UNLOCK = "SELECT pg_advisory_unlock(hashtextextended(%s, 9))"
 

@@ -23,7 +23,7 @@ import os
 import shutil
 import socket
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -47,6 +47,7 @@ from .errors import (
 from .failpoints import failpoint
 from .partitions import PartitionFilter
 from .planner import WritePlanner
+from .range_locks import LockItem
 from .results import ReconcileReport
 from .router import RouteDecision
 from .settings import TridentSettings
@@ -125,13 +126,21 @@ class TransactionDriver:
                 self._locks.pop(ds.dataset_id, None)
 
     @contextmanager
-    def partition_locked(self, ds: DatasetRecord, units: list[str], wait_s: float | None = None) -> Iterator[DatasetRecord]:
-        """Hold the locks of the partitions in ``units`` (and the dataset's lock shared), so that
-        writers of other partitions of the same dataset run at the same time. Stale transactions
-        are not settled here (other open ones may be live); ``reconcile`` and the next
-        whole-dataset writer settle them."""
+    def partition_locked(
+        self,
+        ds: DatasetRecord,
+        items: Sequence[LockItem],
+        wait_s: float | None = None,
+        *,
+        what: str = "its partitions",
+        overlapping: Callable[[LedgerEntry], bool] | None = None,
+    ) -> Iterator[DatasetRecord]:
+        """Hold the range locks ``items`` of a slice of the dataset (and the dataset's lock
+        shared), so that writers of slices that do not overlap it run at the same time, however
+        wide either is. Stale transactions are not settled here (other open ones may be live);
+        ``reconcile`` and the next whole-dataset writer settle them."""
         wait = self.settings.writer_wait_seconds if wait_s is None else wait_s
-        with self.control.partition_lock(ds, units, wait) as lock:
+        with self.control.partition_lock(ds, items, wait, what=what, overlapping=overlapping) as lock:
             self._locks[ds.dataset_id] = lock
             self._shared.add(ds.dataset_id)
             try:
@@ -193,7 +202,7 @@ class TransactionDriver:
         self, ds: DatasetRecord, entry: LedgerEntry, *, provenance: Mapping[str, Any] | None, watermarks: Watermarks
     ) -> tuple[LedgerEntry, Outcome]:
         """Move the published version to a staged one, then record it committed (the caller holds
-        ``locked``, or for a staged partition write ``partition_locked`` on its partitions: then
+        ``locked``, or for a staged partition write ``partition_locked`` on its slice: then
         the dataset's commit lock is taken here, since writers of other partitions commit
         alongside and the sink re-bases the change on their commits). A crash between the two is
         rolled forward by ``reconcile``."""
