@@ -26,6 +26,7 @@ import pytest
 
 from tests.trident_resources.test_partitions import D0, days, window
 from trident_resources import ConcurrentWriteError, PartitionFilter, Trident, TridentSettings
+from trident_resources.partitions import PartitionDim
 from trident_resources.range_locks import LockItem, claim
 
 REPO = Path(__file__).resolve().parents[2]
@@ -102,7 +103,10 @@ def test_a_day_outside_a_wide_range_write_lands_while_one_inside_waits(settings:
     with Trident(settings) as t:
         seed(t)
     txn = uuid.uuid4()
-    with range_writer(settings, tmp_path, txn) as proc, Trident(settings.model_copy(update={"writer_wait_seconds": DEFAULT_WAIT})) as t:
+    with (
+        range_writer(settings, tmp_path, txn) as proc,
+        Trident(settings.model_copy(update={"writer_wait_seconds": DEFAULT_WAIT})) as t,
+    ):
         wait_until_writing(t, proc, tmp_path, txn)
         outside = t.write("rl/x", days(D0 + timedelta(days=100), 1, 5, base=5000), partition=window(D0 + timedelta(days=100)))
         assert outside.rows_written == 5
@@ -126,7 +130,7 @@ def test_a_day_outside_a_wide_range_write_lands_while_one_inside_waits(settings:
         assert len({r["__row_index"] for r in rows}) == len(rows)  # no index stamped twice
         history = t.history("rl/x")
         assert [e.status for e in history] == ["committed"] * 3
-        ended = {e.txn_id: e.ended_at for e in history}
+        ended = {e.txn_id: e.ended_at or datetime.min.replace(tzinfo=UTC) for e in history}
         assert ended[txn] > ended[outside.txn_id]  # the backfill, started first, committed after the outside day
 
 
@@ -135,7 +139,10 @@ def test_a_sigkilled_range_writer_blocks_nobody_and_is_reconciled(settings: Trid
         seed(t)
         before = t.describe("rl/x")
     txn = uuid.uuid4()
-    with range_writer(settings, tmp_path, txn) as proc, Trident(settings.model_copy(update={"writer_wait_seconds": DEFAULT_WAIT})) as t:
+    with (
+        range_writer(settings, tmp_path, txn) as proc,
+        Trident(settings.model_copy(update={"writer_wait_seconds": DEFAULT_WAIT})) as t,
+    ):
         wait_until_writing(t, proc, tmp_path, txn)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=60)
@@ -176,7 +183,9 @@ def test_day_ranges_conflict_exactly_when_they_overlap() -> None:
     rng = random.Random(10)
     for _ in range(3000):
         s1, n1 = rng.randint(-40_000, 40_000), rng.randint(1, 3000)
-        s2, n2 = (s1 + rng.randint(-3001, 3001), rng.randint(1, 3000)) if rng.random() < 0.7 else (rng.randint(-40_000, 40_000), 1)
+        s2, n2 = (
+            (s1 + rng.randint(-3001, 3001), rng.randint(1, 3000)) if rng.random() < 0.7 else (rng.randint(-40_000, 40_000), 1)
+        )
         overlap = s1 < s2 + n2 and s2 < s1 + n1
         assert _conflict(_claim(_days(s1, n1)), _claim(_days(s2, n2))) == overlap, (s1, n1, s2, n2)
     assert len(_claim(_days(0, 1))) <= 20 and len(_claim(_days(0, 90))) <= 40 and len(_claim(_days(0, 3650))) <= 50
@@ -201,4 +210,5 @@ def test_hour_and_month_ranges_and_values_per_dimension() -> None:
     # far outside the tree's span: clamped onto its edge, so they conflict more, never less
     assert _conflict(_claim(_days(-200_000, 1)), _claim(_days(-100_000, 1)))
     # a slice that cannot be locked by parts has no claim: its writer locks the whole dataset
-    assert claim(PartitionFilter.time_window("region", "a", "b", "identity").bind(SCHEMA)) is None
+    identity_range = PartitionFilter((PartitionDim("region", "identity", start="a", end="b"),))
+    assert claim(identity_range.bind(SCHEMA)) is None
