@@ -12,8 +12,8 @@ most two per level), each held EXCLUSIVE, and every strict ancestor of those blo
 (multi-granularity locking). Two ranges overlap iff a block of one equals or contains a block of
 the other; then one holds that node exclusive and the other holds it too (exclusive or shared),
 so they conflict. Disjoint ranges meet only on shared ancestors, which never conflict. A one-day
-write holds 18 locks, a 90-day write about 25, ten years about 30 — a count that grows with the
-log of the width, never a cliff.
+write holds 18 locks, a 90-day write 30, ten years 43 — a count that grows with the log of the
+width, never a cliff — taken in one round trip (``queries.TRY_PARTITION_LOCKS``).
 
 The locks are Postgres session advisory locks on the writer's lock session (see
 ``ControlPlane.partition_lock``), so they live exactly as long as the writer's process, like the
