@@ -212,3 +212,27 @@ def test_hour_and_month_ranges_and_values_per_dimension() -> None:
     # a slice that cannot be locked by parts has no claim: its writer locks the whole dataset
     identity_range = PartitionFilter((PartitionDim("region", "identity", start="a", end="b"),))
     assert claim(identity_range.bind(SCHEMA)) is None
+
+
+def _advisory_locks(t: Trident) -> int:
+    with t.control.pool.connection() as conn:
+        row = conn.execute("SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND granted").fetchone()
+    assert row is not None
+    return int(row["n"])
+
+
+def test_a_refused_overlapping_claim_keeps_no_lock_it_took_on_the_way(trident: Trident) -> None:
+    """Locks are taken in one round trip up to the first one held elsewhere; a writer that gives
+    up releases every one it took (they would otherwise outlive it on a pooled session)."""
+    seed(trident)
+    ds, schema = trident._record("rl/x"), trident.schema("rl/x")
+    baseline = _advisory_locks(trident)  # other tests' sessions may hold some
+    held = claim(window(D0, 90).bind(schema))
+    inside = claim(window(D0 + timedelta(days=45)).bind(schema))
+    assert held is not None and inside is not None
+    with trident.control.partition_lock(ds, held, 1):
+        assert _advisory_locks(trident) == baseline + len(held) + 1  # + the dataset's lock, shared
+        with pytest.raises(ConcurrentWriteError), trident.control.partition_lock(ds, inside, 0):
+            pass
+        assert _advisory_locks(trident) == baseline + len(held) + 1
+    assert _advisory_locks(trident) == baseline
