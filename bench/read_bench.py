@@ -276,7 +276,7 @@ with Trident(TridentSettings(home=sys.argv[2], pg_dsn=sys.argv[3], workspace=sys
     best, cpu = None, time.process_time()
     for _ in range(int(sys.argv[6])):
         t0 = time.perf_counter()
-        n = sum(b.num_rows for b in t.stream(sys.argv[5]))
+        n = sum(b.num_rows for b in t.stream(sys.argv[5], columns=sys.argv[7].split(",") if sys.argv[7] else None))
         s = time.perf_counter() - t0
         best = s if best is None else min(best, s)
     cpu = (time.process_time() - cpu) / int(sys.argv[6])
@@ -295,12 +295,12 @@ def _postmaster_cpu(home: Path) -> float | None:
     return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
-def _pg_child(code_root: Path, home: Path, dsn: str, workspace: str, key: str, repeat: int) -> dict[str, Any]:
+def _pg_child(code_root: Path, home: Path, dsn: str, workspace: str, key: str, repeat: int, columns: str = "") -> dict[str, Any]:
     """Stream ``key`` in a fresh process importing ``trident_resources`` from ``code_root``: the
     old readers and the new one run the same way, each with its own peak RSS and CPU."""
     server0 = _postmaster_cpu(home)
     out = subprocess.run(
-        [sys.executable, "-c", PG_CHILD, str(code_root), str(home), dsn, workspace, key, str(repeat)],
+        [sys.executable, "-c", PG_CHILD, str(code_root), str(home), dsn, workspace, key, str(repeat), columns],
         check=True,
         capture_output=True,
         text=True,
@@ -340,23 +340,28 @@ def pg_read(t: Trident, path: Path, n: int, home: Path, dsn: str, repeat: int, b
             "this tree": ROOT.parent,
         }
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name in roots}
+        narrow: dict[str, list[dict[str, Any]]] = {name: [] for name in roots}
+        two = "l_orderkey,l_shipdate"
         for _ in range(2):  # alternate, so that load on the shared machine hits all alike
             for name, root in roots.items():
                 runs[name].append(_pg_child(root, home, dsn, t.settings.workspace, "b/pg", repeat))
-    best_of = {name: min(r, key=lambda x: x["s"]) for name, r in runs.items()}
-    assert all(r["rows"] == n for r in best_of.values())
+                narrow[name].append(_pg_child(root, home, dsn, t.settings.workspace, "b/pg", repeat, two))
     s_ice, _ = best(lambda: sum(b.num_rows for b in t.stream("b/pg_ice")), repeat)
-    base = best_of[f"cursor reader ({baseline_rev})"]
-    print(f"\npg sink read of {n:,} lineitem rows (Trident.stream, every column; best of {2 * repeat} each; CPU per read)")
-    print(f"{'reader':<34}{'wall':>8}{'rows/s':>10}{'vs cursor':>11}{'client CPU':>12}{'server CPU':>12}{'peak RSS':>10}")
-    for name, r in best_of.items():
-        server = "n/a" if r["server_cpu"] is None else f"{r['server_cpu']:.2f}s"
-        print(
-            f"{name:<34}{r['s']:>7.3f}s{n / r['s'] / 1000:>9,.0f}k{base['s'] / r['s']:>10.2f}x"
-            f"{r['cpu']:>11.2f}s{server:>12}{r['peak_rss_mib']:>7.0f} MiB"
-        )
-    header("pg vs iceberg")
-    print(row("pg read (this tree) vs iceberg read", best_of["this tree"]["s"], s_ice))
+    for title, measured in (("every column", runs), (f"columns {two}", narrow)):
+        best_of = {name: min(r, key=lambda x: x["s"]) for name, r in measured.items()}
+        assert all(r["rows"] == n for r in best_of.values())
+        base = best_of[f"cursor reader ({baseline_rev})"]
+        print(f"\npg sink read of {n:,} lineitem rows (Trident.stream, {title}; best of {2 * repeat} each; CPU per read)")
+        print(f"{'reader':<34}{'wall':>8}{'rows/s':>10}{'vs cursor':>11}{'client CPU':>12}{'server CPU':>12}{'peak RSS':>10}")
+        for name, r in best_of.items():
+            server = "n/a" if r["server_cpu"] is None else f"{r['server_cpu']:.2f}s"
+            print(
+                f"{name:<34}{r['s']:>7.3f}s{n / r['s'] / 1000:>9,.0f}k{base['s'] / r['s']:>10.2f}x"
+                f"{r['cpu']:>11.2f}s{server:>12}{r['peak_rss_mib']:>7.0f} MiB"
+            )
+        if title == "every column":
+            header("pg vs iceberg")
+            print(row("pg read (this tree) vs iceberg read", best_of["this tree"]["s"], s_ice))
     t.drop("b/pg")
     t.drop("b/pg_ice")
 
