@@ -9,9 +9,11 @@
   stream RSS        peak RSS of a subprocess that drains Trident.stream() (bounded memory)
   small appends     N appends of M rows, full scan before vs after Trident.maintain (compaction),
                     vs the same rows written in one go
-  pg read           Trident.stream() of a pg-sink dataset, rows/s: the reader of --pg-baseline-rev
-                    (git archive, in a child process) vs this tree's, same data, alternating;
-                    peak RSS of each child (run with --pg-rows)
+  pg read           Trident.stream() of a pg-sink dataset, rows/s: the readers of --pg-baseline-rev
+                    (the cursor reader) and --pg-previous-rev (aggregated documents), each from
+                    git archive in a child process, vs this tree's, same data, alternating; peak
+                    RSS of each child, its CPU per read and the Postgres server's (the embedded
+                    postmaster's reaped backends and parallel workers) (run with --pg-rows)
 
 Each timing is the best of ``--repeat`` runs. Prints tables with ratios and peak RSS.
 
@@ -111,6 +113,7 @@ def main() -> None:
     ap.add_argument("--append-rows", type=int, default=1000)
     ap.add_argument("--pg-rows", type=int, default=0, help="rows of lineitem for the pg read (0: skip)")
     ap.add_argument("--pg-baseline-rev", default=PG_BASELINE_REV, help="git revision whose pg reader is the baseline")
+    ap.add_argument("--pg-previous-rev", default=PG_PREVIOUS_REV, help="git revision of the previous pg reader")
     ap.add_argument("--skip", default="", help="comma list of sections to skip: sql,read,stream,appends,pg")
     ap.add_argument("--stream-child", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -216,7 +219,7 @@ def main() -> None:
             small_appends(t, args.appends, args.append_rows, args.repeat)
 
         if "pg" not in skip and args.pg_rows:
-            pg_read(t, path, args.pg_rows, home, dsn, args.repeat, args.pg_baseline_rev)
+            pg_read(t, path, args.pg_rows, home, dsn, args.repeat, args.pg_baseline_rev, args.pg_previous_rev)
         t.drop("b/li")
     print(f"\npeak RSS of this process: {peak_rss_mib():.0f} MiB")
 
@@ -258,6 +261,7 @@ def small_appends(t: Trident, n: int, m: int, repeat: int) -> None:
 
 
 PG_BASELINE_REV = "d64b9fa"  # the last commit with the cursor reader (issue 12's "today")
+PG_PREVIOUS_REV = "9a6998d"  # the last commit reading whole documents as aggregated text
 
 PG_CHILD = """
 import json, sys, time
@@ -269,32 +273,59 @@ def rss():
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
 with Trident(TridentSettings(home=sys.argv[2], pg_dsn=sys.argv[3], workspace=sys.argv[4])) as t:
-    best = None
+    best, cpu = None, time.process_time()
     for _ in range(int(sys.argv[6])):
         t0 = time.perf_counter()
-        n = sum(b.num_rows for b in t.stream(sys.argv[5]))
+        n = sum(b.num_rows for b in t.stream(sys.argv[5], columns=sys.argv[7].split(",") if sys.argv[7] else None))
         s = time.perf_counter() - t0
         best = s if best is None else min(best, s)
-    print(json.dumps({"rows": n, "s": best, "peak_rss_mib": rss()}))
+    cpu = (time.process_time() - cpu) / int(sys.argv[6])
+print(json.dumps({"rows": n, "s": best, "cpu": cpu, "peak_rss_mib": rss()}))
 """
 
 
-def _pg_child(code_root: Path, home: Path, dsn: str, workspace: str, key: str, repeat: int) -> dict[str, Any]:
+def _postmaster_cpu(home: Path) -> float | None:
+    """CPU seconds of the embedded Postgres: the postmaster and its reaped children (backends and
+    parallel workers of connections that have closed), or None when it cannot be read."""
+    try:
+        pid = int(next((home / "pg").rglob("postmaster.pid")).read_text().split()[0])
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (StopIteration, OSError, ValueError):
+        return None
+    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def _pg_child(code_root: Path, home: Path, dsn: str, workspace: str, key: str, repeat: int, columns: str = "") -> dict[str, Any]:
     """Stream ``key`` in a fresh process importing ``trident_resources`` from ``code_root``: the
-    old reader and the new one run the same way, each with its own peak RSS."""
+    old readers and the new one run the same way, each with its own peak RSS and CPU."""
+    server0 = _postmaster_cpu(home)
     out = subprocess.run(
-        [sys.executable, "-c", PG_CHILD, str(code_root), str(home), dsn, workspace, key, str(repeat)],
+        [sys.executable, "-c", PG_CHILD, str(code_root), str(home), dsn, workspace, key, str(repeat), columns],
         check=True,
         capture_output=True,
         text=True,
         env={**os.environ, "PYTHONPATH": str(code_root)},
     ).stdout
-    return dict(json.loads(out.strip().splitlines()[-1]))
+    time.sleep(0.5)  # the child's backends exit and are reaped
+    server1 = _postmaster_cpu(home)
+    result = dict(json.loads(out.strip().splitlines()[-1]))
+    result["server_cpu"] = None if server0 is None or server1 is None else (server1 - server0) / repeat
+    return result
 
 
-def pg_read(t: Trident, path: Path, n: int, home: Path, dsn: str, repeat: int, baseline_rev: str) -> None:
-    """pg-sink read rows/s: the reader at ``baseline_rev`` (exported with ``git archive``, no
-    checkout of this tree) vs this tree's, on the same dataset in the same Postgres, alternating."""
+def _archive(rev: str, into: Path) -> Path:
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT.parent), "archive", rev, "trident_resources"], check=True, capture_output=True
+    ).stdout
+    into.mkdir()
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into
+
+
+def pg_read(t: Trident, path: Path, n: int, home: Path, dsn: str, repeat: int, baseline_rev: str, previous_rev: str) -> None:
+    """pg-sink read rows/s: the readers at ``baseline_rev`` and ``previous_rev`` (exported with
+    ``git archive``, no checkout of this tree) vs this tree's, on the same dataset in the same
+    Postgres, alternating."""
     import tempfile
 
     f = pq.ParquetFile(path)
@@ -302,30 +333,35 @@ def pg_read(t: Trident, path: Path, n: int, home: Path, dsn: str, repeat: int, b
     t.router.set_pin("b/pg", "pg")
     t.write("b/pg", data)
     t.write("b/pg_ice", data)
-    with tempfile.TemporaryDirectory(prefix="pg_baseline_") as old:
-        archive = subprocess.run(
-            ["git", "-C", str(ROOT.parent), "archive", baseline_rev, "trident_resources"], check=True, capture_output=True
-        ).stdout
-        subprocess.run(["tar", "-x", "-C", old], input=archive, check=True)
-        runs: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
-        for _ in range(2):  # alternate, so that load on the shared machine hits both alike
-            runs["before"].append(_pg_child(Path(old), home, dsn, t.settings.workspace, "b/pg", repeat))
-            runs["after"].append(_pg_child(ROOT.parent, home, dsn, t.settings.workspace, "b/pg", repeat))
-    before = min(runs["before"], key=lambda r: r["s"])
-    after = min(runs["after"], key=lambda r: r["s"])
-    assert before["rows"] == after["rows"] == n
+    with tempfile.TemporaryDirectory(prefix="pg_baseline_") as tmp:
+        roots = {
+            f"cursor reader ({baseline_rev})": _archive(baseline_rev, Path(tmp) / "baseline"),
+            f"documents reader ({previous_rev})": _archive(previous_rev, Path(tmp) / "previous"),
+            "this tree": ROOT.parent,
+        }
+        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in roots}
+        narrow: dict[str, list[dict[str, Any]]] = {name: [] for name in roots}
+        two = "l_orderkey,l_shipdate"
+        for _ in range(2):  # alternate, so that load on the shared machine hits all alike
+            for name, root in roots.items():
+                runs[name].append(_pg_child(root, home, dsn, t.settings.workspace, "b/pg", repeat))
+                narrow[name].append(_pg_child(root, home, dsn, t.settings.workspace, "b/pg", repeat, two))
     s_ice, _ = best(lambda: sum(b.num_rows for b in t.stream("b/pg_ice")), repeat)
-    header(f"pg sink read of {n:,} lineitem rows (Trident.stream, every column; best of {2 * repeat} each)")
-    print(
-        row(
-            f"pg read after vs before ({baseline_rev})",
-            after["s"],
-            before["s"],
-            f"{n / after['s'] / 1000:,.0f}k vs {n / before['s'] / 1000:,.0f}k rows/s = "
-            f"{before['s'] / after['s']:.2f}x faster; peak RSS {after['peak_rss_mib']:.0f} vs {before['peak_rss_mib']:.0f} MiB",
-        )
-    )
-    print(row("pg read (after) vs iceberg read", after["s"], s_ice))
+    for title, measured in (("every column", runs), (f"columns {two}", narrow)):
+        best_of = {name: min(r, key=lambda x: x["s"]) for name, r in measured.items()}
+        assert all(r["rows"] == n for r in best_of.values())
+        base = best_of[f"cursor reader ({baseline_rev})"]
+        print(f"\npg sink read of {n:,} lineitem rows (Trident.stream, {title}; best of {2 * repeat} each; CPU per read)")
+        print(f"{'reader':<34}{'wall':>8}{'rows/s':>10}{'vs cursor':>11}{'client CPU':>12}{'server CPU':>12}{'peak RSS':>10}")
+        for name, r in best_of.items():
+            server = "n/a" if r["server_cpu"] is None else f"{r['server_cpu']:.2f}s"
+            print(
+                f"{name:<34}{r['s']:>7.3f}s{n / r['s'] / 1000:>9,.0f}k{base['s'] / r['s']:>10.2f}x"
+                f"{r['cpu']:>11.2f}s{server:>12}{r['peak_rss_mib']:>7.0f} MiB"
+            )
+        if title == "every column":
+            header("pg vs iceberg")
+            print(row("pg read (this tree) vs iceberg read", best_of["this tree"]["s"], s_ice))
     t.drop("b/pg")
     t.drop("b/pg_ice")
 

@@ -154,12 +154,15 @@ PG_SCAN_PLAN = """SELECT count(*) AS rows, min(row_index) AS lo, max(row_index) 
         WHERE dataset_id = %(ds)s AND gen = %(gen)s ORDER BY row_index LIMIT 1000) s)::bigint AS sample_bytes,
     least(count(*), 1000) AS sample_rows
     FROM trident_rows WHERE dataset_id = %(ds)s AND gen = %(gen)s"""
-_PG_RANGE = """COPY (SELECT string_agg(int8send(row_index), ''::bytea), string_agg(row_id::text, ''),
-    string_agg(timestamptz_send(created_at), ''::bytea), {data}
+# A range's user columns: ``{fields}`` is one ``string_agg(ROW(0, <member>, ..., 0)::text, E'\\n')``
+# per group of columns (sinks/pg/columns.py), each member PG_MEMBER_TEXT or PG_MEMBER_JSON of one key.
+PG_COPY_RANGE = """COPY (SELECT string_agg(int8send(row_index), ''::bytea), string_agg(row_id::text, ''),
+    string_agg(timestamptz_send(created_at), ''::bytea){fields}
     FROM trident_rows WHERE dataset_id = %s AND gen = %s AND row_index >= %s AND row_index < %s)
     TO STDOUT (FORMAT binary)"""
-PG_COPY_RANGE = _PG_RANGE.format(data="string_agg(data::text, E'\\n')")
-PG_COPY_RANGE_IDS = _PG_RANGE.format(data="NULL::text")
+PG_RANGE_GROUP = "string_agg(ROW(0, {members}, 0)::text, E'\\n')"
+PG_MEMBER_TEXT = "data->>{key}"  # a JSON string unescaped, a number's or boolean's text; SQL NULL for JSON null or no key
+PG_MEMBER_JSON = "data->{key}"  # the member's own JSON text (lists, structs, timestamps...); SQL NULL when absent
 PG_DROP_ROWS = "DELETE FROM trident_rows WHERE dataset_id = %s"
 PG_DROP_UNDO = "DELETE FROM trident_rows_undo WHERE dataset_id = %s"
 PG_DROP_COMMITS = "DELETE FROM trident_pg_commits WHERE dataset_id = %s"

@@ -25,6 +25,7 @@ class TcpProxy:
         self._accepting = threading.Event()
         self._thread: threading.Thread | None = None
         self.connections = 0  # accepted so far, so a test can tell traffic went through
+        self.received = 0  # bytes the upstream server sent through the proxy, so a test can tell what a client fetched
 
     @property
     def endpoint(self) -> str:
@@ -92,13 +93,16 @@ class TcpProxy:
                     return
                 self._conns |= {client, server}
                 self.connections += 1
-            for a, b in ((client, server), (server, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True, name="tcp-proxy-pump").start()
+            for a, b, count in ((client, server, False), (server, client, True)):
+                threading.Thread(target=self._pump, args=(a, b, count), daemon=True, name="tcp-proxy-pump").start()
 
-    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+    def _pump(self, src: socket.socket, dst: socket.socket, count: bool) -> None:
         try:
             while chunk := src.recv(65536):
                 dst.sendall(chunk)
+                if count:
+                    with self._lock:
+                        self.received += len(chunk)
         except OSError:
             pass
         finally:

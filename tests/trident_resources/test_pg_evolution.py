@@ -58,8 +58,9 @@ def test_every_kind_of_added_column_reads_as_null(trident: Trident, typ: pa.Data
 
 
 def test_a_stored_value_of_the_wrong_type_still_fails_loudly(trident: Trident) -> None:
-    """Only absence reads as null: a value that does not fit the recorded type is an error, in
-    the fast path and in the member-by-member path taken for rows that lack a key."""
+    """Only absence reads as null: a value that does not fit the recorded type is an error, both
+    for pyarrow's typed CSV reader and for the DuckDB cast a range falls back to when pyarrow
+    refuses its text (rows that lack a key are in the same range)."""
     from trident_resources import SchemaMismatchError
 
     t = trident

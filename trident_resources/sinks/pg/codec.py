@@ -3,14 +3,14 @@
 jsonb has no types of its own beyond JSON's, so every value is written in a form that casts back
 exactly to the column's Arrow type recorded with the commit: decimals as JSON numbers (jsonb keeps
 numeric text exactly), floats in shortest round-trip form with NaN/Infinity as strings (JSON has
-no such numbers), binary as base64, temporal types as ISO strings. Reading casts through
-``json_transform_strict`` with the recorded schema, so a value that does not fit fails loudly; a
-key that is absent (the row was written before its column was added) reads as null, as in Iceberg.
+no such numbers), binary as base64, temporal types as ISO strings. Reading (``columns.py``)
+extracts each wanted member server side and types it with the recorded schema, so a value that
+does not fit fails loudly; a key that is absent (the row was written before its column was
+added) reads as null, as in Iceberg.
 """
 
 from __future__ import annotations
 
-import json
 import uuid
 
 import duckdb
@@ -20,8 +20,9 @@ import pyarrow as pa
 from ...errors import SchemaMismatchError
 from ...identity import CREATED_AT, ROW_ID, ROW_INDEX
 from ...merge import quote
-from ...schemas import conform, user_fields
-from .reader import RawChunk
+from ...schemas import user_fields
+from .columns import ColumnReader
+from .reader import RangeQuery
 
 
 def _sql_literal(text: str) -> str:
@@ -94,63 +95,8 @@ class JsonCodec:
         return memoryview(col.buffers()[2])[int(offsets[0]) : int(offsets[-1])]
 
     # -- decode -----------------------------------------------------------------------------
-    def needs_documents(self, target: pa.Schema) -> bool:
-        """Whether decoding to ``target`` reads any user column (else the documents need not be fetched)."""
-        return any(f.name in self.user_schema.names for f in target)
-
-    def decode(self, chunk: RawChunk, target: pa.Schema) -> pa.RecordBatch:
-        """One range's rows (identity arrays + documents' text) -> a batch in ``target`` (a
-        projection of identity + user columns, in the caller's order)."""
-        wanted_user = [f for f in target if f.name in self.user_schema.names]
-        columns: dict[str, pa.Array] = {ROW_INDEX: chunk.row_index, ROW_ID: chunk.row_id, CREATED_AT: chunk.created_at}
-        if wanted_user:
-            assert chunk.data is not None
-            columns["__data"] = chunk.data
-        fetched = pa.table(columns)
-        if not len(target):
-            return pa.RecordBatch.from_arrays([], schema=target)
-        if not wanted_user:
-            return conform(fetched.select(target.names).combine_chunks().to_batches()[0], target)
-        structure = {f.name: ("VARCHAR" if _is_binary(f.type) else self._duck_types[f.name]) for f in wanted_user}
-        parts = []
-        for f in target:
-            if f.name in (ROW_INDEX, ROW_ID, CREATED_AT):
-                parts.append(quote(f.name))
-            elif _is_binary(f.type):
-                parts.append(f"from_base64(s.{quote(f.name)}) AS {quote(f.name)}")
-            else:
-                parts.append(f"s.{quote(f.name)} AS {quote(f.name)}")
-        inner = f"json_transform_strict(__data, {_sql_literal(json.dumps(structure))}) AS s"
-        sql = f"SELECT {', '.join(parts)} FROM (SELECT *, {inner} FROM fetched)"
-        try:
-            out = self.con.sql(sql).to_arrow_table()
-        except duckdb.Error:
-            # Rows written before a column was added lack its key: decode member by member.
-            out = self._decode_tolerant(fetched, parts, structure)
-        batch = out.combine_chunks().to_batches()[0] if out.num_rows else pa.RecordBatch.from_pylist([], schema=out.schema)
-        return conform(batch, target)
-
-    def _decode_tolerant(self, fetched: pa.Table, parts: list[str], structure: dict[str, str]) -> pa.Table:
-        """Decode ``fetched`` (read by DuckDB's replacement scan) where a stored row may lack keys: a missing key is null.
-
-        A pg dataset's rows are never rewritten when a column is added (an append only adds
-        rows), so older rows' jsonb has no key for it; Iceberg reads such rows as null, and so
-        must this sink. The single-struct ``json_transform_strict`` (the fast path) refuses a
-        missing key, so this slower path, taken only for chunks that need it, extracts every
-        member with one JSON-pointer list (parsed once per row) and casts each one strictly: a
-        value of the wrong type still fails loudly; only absence becomes null.
-        """
-        names = list(structure)
-        pointers = ", ".join(_sql_literal("/" + n.replace("~", "~0").replace("/", "~1")) for n in names)
-        members = ", ".join(
-            f"{quote(n)} := json_transform_strict(__m[{i + 1}], {_sql_literal(json.dumps(structure[n]))})"
-            for i, n in enumerate(names)
-        )
-        sql = (
-            f"SELECT {', '.join(parts) or '1 AS __none'} FROM (SELECT *, struct_pack({members}) AS s "
-            f"FROM (SELECT *, json_extract(__data, [{pointers}]) AS __m FROM fetched))"
-        )
-        try:
-            return self.con.sql(sql).to_arrow_table()
-        except duckdb.Error as exc:
-            raise SchemaMismatchError(f"a stored row does not decode with the dataset's recorded schema: {exc}") from exc
+    def reader(self, target: pa.Schema) -> RangeQuery:
+        """How a read into ``target`` (a projection of identity + user columns, in the caller's
+        order) fetches and decodes each range: only the wanted members, typed (``columns.py``)."""
+        columns = ColumnReader(self.con, {f.name: self._duck_types[f.name] for f in self.user_schema}, target)
+        return RangeQuery(columns.fields(), len(columns.groups), columns.decode)

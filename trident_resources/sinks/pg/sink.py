@@ -5,8 +5,9 @@
   txn id, the Arrow schema and the outcome) become visible together or not at all; a killed
   process leaves nothing because Postgres rolls its transaction back.
 - Bulk writes use COPY with lines built in DuckDB; reads are row-index ranges read by aggregated
-  binary COPYs on a few connections sharing one snapshot (``reader.py``); both run in bounded
-  memory whatever the size.
+  binary COPYs on a few connections sharing one snapshot (``reader.py``), each wanted member
+  extracted by Postgres and typed by pyarrow (``columns.py``); both run in bounded memory
+  whatever the size.
 - Keyed modes reuse the sink-neutral ``KeyedMerge``; identity rules are the lakehouse's.
 - A replace writes a new generation; the old one (and the undo log of keyed writes) is purged by
   the next write, so ``undo`` of a write whose ledger COMMIT failed is exact and cheap.
@@ -303,9 +304,7 @@ class PgSink(Sink):
         def batches() -> Iterator[pa.RecordBatch]:
             codec = JsonCodec(state.user_schema)
             try:
-                chunks = read_ranges(pool, ds.dataset_id, gen, with_data=codec.needs_documents(decode_to))
-                for chunk in chunks:
-                    batch = codec.decode(chunk, decode_to)
+                for batch in read_ranges(pool, ds.dataset_id, gen, codec.reader(decode_to)):
                     if expr is not None:
                         for b in pa.Table.from_batches([batch]).filter(expr).select(wanted.names).to_batches():
                             yield conform(b, wanted)
