@@ -22,6 +22,7 @@ import pyarrow as pa
 from . import reading
 from .errors import SqlError, SqlNotAllowedError, SqlResultTooLargeError, SqlTimeoutError
 from .sinks.base import ScanPlan
+from .sql_guard import check_reads_only
 
 if TYPE_CHECKING:
     from .facade import Trident
@@ -48,6 +49,19 @@ def check_read_only(query: str) -> None:
     kind = statements[0].type
     if kind != duckdb.StatementType.SELECT:
         raise SqlNotAllowedError(f"only SELECT queries are allowed (read-only); this is a {kind.name} statement")
+
+
+_parsers = threading.local()
+
+
+def parser() -> duckdb.DuckDBPyConnection:
+    """This thread's DuckDB connection for ``sql_guard``'s parse of a query (a connection is not
+    shared between threads; it runs only ``json_serialize_sql``, never the query)."""
+    con: duckdb.DuckDBPyConnection | None = getattr(_parsers, "con", None)
+    if con is None:
+        con = _parsers.con = sandbox("64MB", 1)
+        con.execute("SET lock_configuration = true")
+    return con
 
 
 def referenced_keys(query: str, known: set[str]) -> set[str]:
@@ -79,6 +93,12 @@ def sandbox(memory_limit: str, threads: int, allowed_paths: Iterable[str] = ()) 
         paths = sorted(set(allowed_paths))
         if paths:
             con.execute("SET allowed_paths = ?", [paths])
+            # a kept sandbox re-binds its views at every query: without the cache each bind
+            # re-reads every file's footer (the setting needs the built-in parquet reader loaded)
+            con.execute("LOAD parquet")
+            con.execute("SET parquet_metadata_cache = true")
+        # a bare name the query uses must never resolve to a Python variable of the caller's frame
+        con.execute("SET python_enable_replacements = false")
         con.execute("SET enable_external_access = false")
         con.execute("SET TimeZone = 'UTC'")
     except BaseException:
@@ -113,12 +133,37 @@ def register_dataset(con: duckdb.DuckDBPyConnection, name: str, plan: ScanPlan, 
 
 def _read_parquet_sql(con: duckdb.DuckDBPyConnection, plan: ScanPlan) -> str:
     types = [str(t) for t in con.from_arrow(pa.Table.from_batches([], schema=plan.schema)).types]
+    files = ", ".join(_lit(f) for f in plan.files)
+    plain = f"read_parquet([{files}])"
+    if _files_match_schema(con, plan, plain, types):
+        return plain
     cols = ", ".join(
         f"{fid}: {{name: {_lit(f.name)}, type: {_lit(t)}, default_value: NULL}}"
         for fid, f, t in zip(plan.field_ids, plan.schema, types, strict=True)
     )
-    files = ", ".join(_lit(f) for f in plan.files)
     return f"read_parquet([{files}], schema = MAP {{{cols}}})"
+
+
+def _files_match_schema(con: duckdb.DuckDBPyConnection, plan: ScanPlan, plain: str, types: list[str]) -> bool:
+    """Whether every file holds exactly the version's columns, in order, with the same field ids,
+    and a plain ``read_parquet`` binds them to the same types: then matching by name IS matching
+    by field id, and the view can skip the field-id schema map (which cost a few ms on every
+    query, issue 12). Nested columns keep the map (their inner field ids are not compared here);
+    so does any file written before a column was added, dropped or re-typed."""
+    if any(pa.types.is_nested(f.type) for f in plan.schema):
+        return False
+    want = [(f.name, fid) for f, fid in zip(plan.schema, plan.field_ids, strict=True)]
+    rows = con.execute(
+        f"SELECT file_name, name, field_id FROM parquet_schema([{', '.join(_lit(f) for f in plan.files)}]) "
+        "WHERE num_children IS NULL OR num_children = 0"
+    ).fetchall()
+    per_file: dict[str, list[tuple[str, int | None]]] = {f: [] for f in plan.files}
+    for file_name, name, field_id in rows:
+        per_file.setdefault(file_name, []).append((name, field_id))
+    if any(cols != want for cols in per_file.values()):
+        return False
+    bound = con.sql(f"SELECT * FROM {plain}")
+    return bound.columns == plan.schema.names and [str(t) for t in bound.types] == types
 
 
 def _lit(text: str) -> str:
@@ -191,6 +236,7 @@ def run_sql(t: Trident, query: str, staged: Mapping[str, uuid.UUID | str] | None
         # not read by this query, but checked all the same: a misspelt key or id here would have
         # left the query reading the published version while the caller believed it audited the staged one
         t.scan_plan(unread, staged=staged[unread])
+    check_reads_only(parser(), query, plans.keys())  # the views only: never their files directly
     cache: SandboxCache = t.sql_sandboxes
     key = sandbox_key(plans, t.settings)
     con = cache.take(key) if key is not None else None

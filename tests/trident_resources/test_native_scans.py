@@ -44,9 +44,10 @@ def test_a_query_cannot_read_a_data_file_of_a_dataset_it_did_not_name(trident: T
     t.write("n/secret", pa.table({"s": ["hidden"]}))
     secret = _files(t, "n/secret")[0]
     mine = _files(t, "n/mine")[0]
-    # its own files are allowed (they are the dataset it named) ...
-    assert t.sql(f"select count(*) as n from \"n/mine\", read_parquet('{mine}')").column("n").to_pylist() == [1]
-    # ... another dataset's file is not, even when the query names a dataset too
+    # not even its own files: only through the view (test_sql_direct_files.py) ...
+    with pytest.raises(SqlNotAllowedError):
+        t.sql(f"select count(*) as n from \"n/mine\", read_parquet('{mine}')")
+    # ... nor another dataset's file, even when the query names a dataset too
     with pytest.raises(SqlNotAllowedError):
         t.sql(f"select * from \"n/mine\", read_parquet('{secret}')")
     with pytest.raises(SqlNotAllowedError):
