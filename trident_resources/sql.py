@@ -10,8 +10,11 @@ same query works whichever sink a dataset lives in.
 
 from __future__ import annotations
 
+import heapq
+import logging
 import re
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -29,6 +32,7 @@ if TYPE_CHECKING:
     from .settings import TridentSettings
 
 RESULT_BATCH_ROWS = 65_536
+log = logging.getLogger(__name__)
 
 _NAME = re.compile(r'"([a-z0-9_]+(?:/[a-z0-9_]+)*)"|\b([a-z0-9_]+)\b')
 
@@ -276,7 +280,7 @@ def bounded_result(
 ) -> pa.Table:
     """Run ``query`` on ``con`` under the statement timeout and the result caps.
 
-    DuckDB has no statement timeout of its own, so a timer thread calls ``con.interrupt()`` after
+    DuckDB has no statement timeout of its own, so the watchdog thread calls ``con.interrupt()`` after
     ``sql_timeout_seconds`` (the query then fails with an InterruptException, named here as
     SqlTimeoutError; ``interrupted`` is set when the timer fired, even after the query ended, so
     that a caller reusing the connection knows). The result is read in batches and refused as soon as it passes
@@ -290,9 +294,7 @@ def bounded_result(
         fired.set()
         con.interrupt()
 
-    timer = threading.Timer(timeout, stop)
-    timer.daemon = True
-    timer.start()
+    alarm = WATCHDOG.arm(timeout, stop)
     try:
         reader = con.sql(query).to_arrow_reader(RESULT_BATCH_ROWS)
         batches: list[pa.RecordBatch] = []
@@ -311,7 +313,61 @@ def bounded_result(
             "fewer joins) or raise TRIDENT_SQL_TIMEOUT_SECONDS"
         ) from exc
     finally:
-        timer.cancel()
+        WATCHDOG.disarm(alarm)
+
+
+class Watchdog:
+    """One daemon thread that fires the statement timeouts of every query in the process.
+
+    A ``threading.Timer`` per query started (and joined the start of) a new thread every time:
+    about a millisecond of a small query's fixed cost on a loaded machine (issue 12). Here arming
+    is a heap push under a lock; the thread starts on first use and sleeps until the earliest
+    deadline. A callback runs on the watchdog thread, so it must be quick (``con.interrupt()``)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int, Callable[[], None]]] = []
+        self._live: set[int] = set()
+        self._seq = 0
+        self._thread: threading.Thread | None = None
+
+    def arm(self, seconds: float, callback: Callable[[], None]) -> int:
+        with self._cond:
+            self._seq += 1
+            heapq.heappush(self._heap, (time.monotonic() + seconds, self._seq, callback))
+            self._live.add(self._seq)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="trident-sql-watchdog", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+            return self._seq
+
+    def disarm(self, alarm: int) -> None:
+        with self._cond:
+            self._live.discard(alarm)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while self._heap and self._heap[0][1] not in self._live:
+                    heapq.heappop(self._heap)  # disarmed: dropped lazily
+                if not self._heap:
+                    self._cond.wait()
+                    continue
+                deadline, alarm, callback = self._heap[0]
+                wait = deadline - time.monotonic()
+                if wait > 0:
+                    self._cond.wait(wait)
+                    continue
+                heapq.heappop(self._heap)
+                self._live.discard(alarm)
+            try:
+                callback()
+            except Exception:  # a closed connection: the query it guarded is over anyway
+                log.debug("sql watchdog callback failed", exc_info=True)
+
+
+WATCHDOG = Watchdog()
 
 
 def _check_caps(rows: int, size: int, settings: TridentSettings) -> None:

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Collection, Iterator
 from typing import Any
 
@@ -33,11 +35,32 @@ INTERNAL_PREFIX = "__trident"
 _PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
+_PASSED: OrderedDict[tuple[str, frozenset[str]], None] = OrderedDict()
+_PASSED_LOCK = threading.Lock()
+PASSED_KEPT = 256
+
+
 def check_reads_only(con: duckdb.DuckDBPyConnection, query: str, exposed: Collection[str]) -> None:
     """Refuse ``query`` unless every table it reads is a name in ``exposed`` (or a CTE of its
     own) and it calls no table function that reads files, URLs, settings or other SQL.
 
-    ``con`` only parses (``json_serialize_sql`` runs no part of the query)."""
+    ``con`` only parses (``json_serialize_sql`` runs no part of the query). The verdict depends
+    on nothing but the query text and the exposed names, so a query repeated over the same names
+    (a dashboard's, a check's) is checked once: walking the tree in Python cost about as much as
+    a small query's scan."""
+    key = (query, frozenset(exposed))
+    with _PASSED_LOCK:
+        if key in _PASSED:
+            _PASSED.move_to_end(key)
+            return
+    _check(con, query, exposed)
+    with _PASSED_LOCK:
+        _PASSED[key] = None
+        while len(_PASSED) > PASSED_KEPT:
+            _PASSED.popitem(last=False)
+
+
+def _check(con: duckdb.DuckDBPyConnection, query: str, exposed: Collection[str]) -> None:
     try:
         raw = con.execute("SELECT json_serialize_sql(?)", [query]).fetchone()
     except duckdb.Error as exc:
