@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 RESULT_BATCH_ROWS = 65_536
 log = logging.getLogger(__name__)
+PLAIN_CHECK_MAX_FILES = 500  # beyond this many files a view keeps the field-id map (see _files_match_schema)
 
 _NAME = re.compile(r'"([a-z0-9_]+(?:/[a-z0-9_]+)*)"|\b([a-z0-9_]+)\b')
 
@@ -138,7 +139,7 @@ def register_dataset(con: duckdb.DuckDBPyConnection, name: str, plan: ScanPlan, 
 def _read_parquet_sql(con: duckdb.DuckDBPyConnection, plan: ScanPlan) -> str:
     types = [str(t) for t in con.from_arrow(pa.Table.from_batches([], schema=plan.schema)).types]
     files = ", ".join(_lit(f) for f in plan.files)
-    plain = f"read_parquet([{files}])"
+    plain = f"read_parquet([{files}], hive_partitioning = false)"
     if _files_match_schema(con, plan, plain, types):
         return plain
     cols = ", ".join(
@@ -154,8 +155,8 @@ def _files_match_schema(con: duckdb.DuckDBPyConnection, plan: ScanPlan, plain: s
     by field id, and the view can skip the field-id schema map (which cost a few ms on every
     query, issue 12). Nested columns keep the map (their inner field ids are not compared here);
     so does any file written before a column was added, dropped or re-typed."""
-    if any(pa.types.is_nested(f.type) for f in plan.schema):
-        return False
+    if len(plan.files) > PLAIN_CHECK_MAX_FILES or any(pa.types.is_nested(f.type) for f in plan.schema):
+        return False  # (thousands of files: reading every footer up front would cost more than the map)
     want = [(f.name, fid) for f, fid in zip(plan.schema, plan.field_ids, strict=True)]
     rows = con.execute(
         f"SELECT file_name, name, field_id FROM parquet_schema([{', '.join(_lit(f) for f in plan.files)}]) "
