@@ -18,9 +18,10 @@ from datetime import datetime
 import duckdb
 import pyarrow as pa
 
-from trident_resources import PartitionFilter, Trident, TridentError
+from trident_resources import PartitionFilter, SqlNotAllowedError, Trident, TridentError
 from trident_resources.identity import CREATED_AT, IDENTITY_COLUMNS, ROW_INDEX
-from trident_resources.sql import native_paths, register_dataset, sandbox
+from trident_resources.sql import native_paths, parser, register_dataset, sandbox
+from trident_resources.sql_guard import check_reads_only
 
 from .strategies import Plan, Strategy, _open_write, plan_output, wait_for_quiet_sources
 
@@ -35,7 +36,16 @@ class Session:
     sources: dict[str, str]  # SQL name -> dataset key
 
     def stream(self, sql: str, batch_rows: int = DEFAULT_BATCH_ROWS) -> pa.RecordBatchReader:
-        """Run ``sql`` and stream its result; a bad query fails here, before anything is written."""
+        """Run ``sql`` and stream its result; a bad query fails here, before anything is written.
+
+        The query may read only the views named as the node names its sources: the sandbox
+        allows their data files (DuckDB opens them at every bind), so a direct ``read_parquet``
+        of one, or the raw ``__trident_src_*`` view, would skip the delta window and show the
+        hidden identity columns; ``check_reads_only`` refuses both before anything runs."""
+        try:
+            check_reads_only(parser(), sql, self.sources.keys())
+        except SqlNotAllowedError as exc:
+            raise SqlNotAllowedError(f"the node's SQL failed: {exc}\nSQL:\n{sql}") from exc
         try:
             rel = self.con.sql(sql)
         except duckdb.Error as exc:

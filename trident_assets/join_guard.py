@@ -119,7 +119,10 @@ class _Estimator:
         return JoinEstimate(rows=rows, steps=[s for _, s in self.steps], largest=what if worst >= final else "the query's result")
 
     def _plan(self, sql: str, output: str) -> list[dict[str, Any]]:
-        guard = duckdb.connect()
+        # only planned, never run, but binding a table function opens its file: no external access
+        guard = duckdb.connect(
+            config={"enable_external_access": False, "autoload_known_extensions": False, "autoinstall_known_extensions": False}
+        )
         try:
             guard.execute(f"SET disabled_optimizers = '{_GUARD_DISABLED_OPTIMIZERS}'")
             for name in self.sources:

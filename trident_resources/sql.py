@@ -10,8 +10,11 @@ same query works whichever sink a dataset lives in.
 
 from __future__ import annotations
 
+import heapq
+import logging
 import re
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -22,12 +25,15 @@ import pyarrow as pa
 from . import reading
 from .errors import SqlError, SqlNotAllowedError, SqlResultTooLargeError, SqlTimeoutError
 from .sinks.base import ScanPlan
+from .sql_guard import check_reads_only
 
 if TYPE_CHECKING:
     from .facade import Trident
     from .settings import TridentSettings
 
 RESULT_BATCH_ROWS = 65_536
+log = logging.getLogger(__name__)
+PLAIN_CHECK_MAX_FILES = 500  # beyond this many files a view keeps the field-id map (see _files_match_schema)
 
 _NAME = re.compile(r'"([a-z0-9_]+(?:/[a-z0-9_]+)*)"|\b([a-z0-9_]+)\b')
 
@@ -48,6 +54,19 @@ def check_read_only(query: str) -> None:
     kind = statements[0].type
     if kind != duckdb.StatementType.SELECT:
         raise SqlNotAllowedError(f"only SELECT queries are allowed (read-only); this is a {kind.name} statement")
+
+
+_parsers = threading.local()
+
+
+def parser() -> duckdb.DuckDBPyConnection:
+    """This thread's DuckDB connection for ``sql_guard``'s parse of a query (a connection is not
+    shared between threads; it runs only ``json_serialize_sql``, never the query)."""
+    con: duckdb.DuckDBPyConnection | None = getattr(_parsers, "con", None)
+    if con is None:
+        con = _parsers.con = sandbox("64MB", 1)
+        con.execute("SET lock_configuration = true")
+    return con
 
 
 def referenced_keys(query: str, known: set[str]) -> set[str]:
@@ -79,6 +98,12 @@ def sandbox(memory_limit: str, threads: int, allowed_paths: Iterable[str] = ()) 
         paths = sorted(set(allowed_paths))
         if paths:
             con.execute("SET allowed_paths = ?", [paths])
+            # a kept sandbox re-binds its views at every query: without the cache each bind
+            # re-reads every file's footer (the setting needs the built-in parquet reader loaded)
+            con.execute("LOAD parquet")
+            con.execute("SET parquet_metadata_cache = true")
+        # a bare name the query uses must never resolve to a Python variable of the caller's frame
+        con.execute("SET python_enable_replacements = false")
         con.execute("SET enable_external_access = false")
         con.execute("SET TimeZone = 'UTC'")
     except BaseException:
@@ -113,12 +138,37 @@ def register_dataset(con: duckdb.DuckDBPyConnection, name: str, plan: ScanPlan, 
 
 def _read_parquet_sql(con: duckdb.DuckDBPyConnection, plan: ScanPlan) -> str:
     types = [str(t) for t in con.from_arrow(pa.Table.from_batches([], schema=plan.schema)).types]
+    files = ", ".join(_lit(f) for f in plan.files)
+    plain = f"read_parquet([{files}], hive_partitioning = false)"
+    if _files_match_schema(con, plan, plain, types):
+        return plain
     cols = ", ".join(
         f"{fid}: {{name: {_lit(f.name)}, type: {_lit(t)}, default_value: NULL}}"
         for fid, f, t in zip(plan.field_ids, plan.schema, types, strict=True)
     )
-    files = ", ".join(_lit(f) for f in plan.files)
     return f"read_parquet([{files}], schema = MAP {{{cols}}})"
+
+
+def _files_match_schema(con: duckdb.DuckDBPyConnection, plan: ScanPlan, plain: str, types: list[str]) -> bool:
+    """Whether every file holds exactly the version's columns, in order, with the same field ids,
+    and a plain ``read_parquet`` binds them to the same types: then matching by name IS matching
+    by field id, and the view can skip the field-id schema map (which cost a few ms on every
+    query, issue 12). Nested columns keep the map (their inner field ids are not compared here);
+    so does any file written before a column was added, dropped or re-typed."""
+    if len(plan.files) > PLAIN_CHECK_MAX_FILES or any(pa.types.is_nested(f.type) for f in plan.schema):
+        return False  # (thousands of files: reading every footer up front would cost more than the map)
+    want = [(f.name, fid) for f, fid in zip(plan.schema, plan.field_ids, strict=True)]
+    rows = con.execute(
+        f"SELECT file_name, name, field_id FROM parquet_schema([{', '.join(_lit(f) for f in plan.files)}]) "
+        "WHERE num_children IS NULL OR num_children = 0"
+    ).fetchall()
+    per_file: dict[str, list[tuple[str, int | None]]] = {f: [] for f in plan.files}
+    for file_name, name, field_id in rows:
+        per_file.setdefault(file_name, []).append((name, field_id))
+    if any(cols != want for cols in per_file.values()):
+        return False
+    bound = con.sql(f"SELECT * FROM {plain}")
+    return bound.columns == plan.schema.names and [str(t) for t in bound.types] == types
 
 
 def _lit(text: str) -> str:
@@ -191,6 +241,7 @@ def run_sql(t: Trident, query: str, staged: Mapping[str, uuid.UUID | str] | None
         # not read by this query, but checked all the same: a misspelt key or id here would have
         # left the query reading the published version while the caller believed it audited the staged one
         t.scan_plan(unread, staged=staged[unread])
+    check_reads_only(parser(), query, plans.keys())  # the views only: never their files directly
     cache: SandboxCache = t.sql_sandboxes
     key = sandbox_key(plans, t.settings)
     con = cache.take(key) if key is not None else None
@@ -230,7 +281,7 @@ def bounded_result(
 ) -> pa.Table:
     """Run ``query`` on ``con`` under the statement timeout and the result caps.
 
-    DuckDB has no statement timeout of its own, so a timer thread calls ``con.interrupt()`` after
+    DuckDB has no statement timeout of its own, so the watchdog thread calls ``con.interrupt()`` after
     ``sql_timeout_seconds`` (the query then fails with an InterruptException, named here as
     SqlTimeoutError; ``interrupted`` is set when the timer fired, even after the query ended, so
     that a caller reusing the connection knows). The result is read in batches and refused as soon as it passes
@@ -244,9 +295,7 @@ def bounded_result(
         fired.set()
         con.interrupt()
 
-    timer = threading.Timer(timeout, stop)
-    timer.daemon = True
-    timer.start()
+    alarm = WATCHDOG.arm(timeout, stop)
     try:
         reader = con.sql(query).to_arrow_reader(RESULT_BATCH_ROWS)
         batches: list[pa.RecordBatch] = []
@@ -265,7 +314,61 @@ def bounded_result(
             "fewer joins) or raise TRIDENT_SQL_TIMEOUT_SECONDS"
         ) from exc
     finally:
-        timer.cancel()
+        WATCHDOG.disarm(alarm)
+
+
+class Watchdog:
+    """One daemon thread that fires the statement timeouts of every query in the process.
+
+    A ``threading.Timer`` per query started (and joined the start of) a new thread every time:
+    about a millisecond of a small query's fixed cost on a loaded machine (issue 12). Here arming
+    is a heap push under a lock; the thread starts on first use and sleeps until the earliest
+    deadline. A callback runs on the watchdog thread, so it must be quick (``con.interrupt()``)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int, Callable[[], None]]] = []
+        self._live: set[int] = set()
+        self._seq = 0
+        self._thread: threading.Thread | None = None
+
+    def arm(self, seconds: float, callback: Callable[[], None]) -> int:
+        with self._cond:
+            self._seq += 1
+            heapq.heappush(self._heap, (time.monotonic() + seconds, self._seq, callback))
+            self._live.add(self._seq)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="trident-sql-watchdog", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+            return self._seq
+
+    def disarm(self, alarm: int) -> None:
+        with self._cond:
+            self._live.discard(alarm)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while self._heap and self._heap[0][1] not in self._live:
+                    heapq.heappop(self._heap)  # disarmed: dropped lazily
+                if not self._heap:
+                    self._cond.wait()
+                    continue
+                deadline, alarm, callback = self._heap[0]
+                wait = deadline - time.monotonic()
+                if wait > 0:
+                    self._cond.wait(wait)
+                    continue
+                heapq.heappop(self._heap)
+                self._live.discard(alarm)
+            try:
+                callback()
+            except Exception:  # a closed connection: the query it guarded is over anyway
+                log.debug("sql watchdog callback failed", exc_info=True)
+
+
+WATCHDOG = Watchdog()
 
 
 def _check_caps(rows: int, size: int, settings: TridentSettings) -> None:

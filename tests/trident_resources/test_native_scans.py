@@ -44,9 +44,10 @@ def test_a_query_cannot_read_a_data_file_of_a_dataset_it_did_not_name(trident: T
     t.write("n/secret", pa.table({"s": ["hidden"]}))
     secret = _files(t, "n/secret")[0]
     mine = _files(t, "n/mine")[0]
-    # its own files are allowed (they are the dataset it named) ...
-    assert t.sql(f"select count(*) as n from \"n/mine\", read_parquet('{mine}')").column("n").to_pylist() == [1]
-    # ... another dataset's file is not, even when the query names a dataset too
+    # not even its own files: only through the view (test_sql_direct_files.py) ...
+    with pytest.raises(SqlNotAllowedError):
+        t.sql(f"select count(*) as n from \"n/mine\", read_parquet('{mine}')")
+    # ... nor another dataset's file, even when the query names a dataset too
     with pytest.raises(SqlNotAllowedError):
         t.sql(f"select * from \"n/mine\", read_parquet('{secret}')")
     with pytest.raises(SqlNotAllowedError):
@@ -152,3 +153,33 @@ def test_read_in_parallel_gives_what_stream_gives(trident: Trident) -> None:
         assert got.equals(want), kwargs
     first = t.history("n/r")[-1].txn_id
     assert t.read("n/r", as_of=first).column("id").to_pylist() == [1, 2, 3]
+
+
+def _view_sql(t: Trident, key: str) -> str:
+    from trident_resources.sql import register_dataset, sandbox
+
+    plan = t.scan_plan(key)
+    con = sandbox("256MB", 1, plan.files)
+    try:
+        register_dataset(con, "v", plan, lambda: None)
+        return str(con.execute("select sql from duckdb_views() where view_name = 'v'").fetchall()[0][0])
+    finally:
+        con.close()
+
+
+def test_the_field_id_map_is_skipped_only_when_every_file_holds_exactly_the_versions_columns(trident: Trident) -> None:
+    """The schema map cost a few ms on every query (issue 12); a plain read_parquet matches by
+    name, which is matching by id only while every file has the version's columns and ids."""
+    t = trident
+    t.write("n/plain", pa.table({"id": [1, 2], "a": ["p", "q"]}))
+    t.write("n/plain", pa.table({"id": [3], "a": ["r"]}), mode="append")
+    assert "default_value" not in _view_sql(t, "n/plain")
+    assert t.sql('select sum(id) as s from "n/plain"').column("s").to_pylist() == [6]
+    t.write("n/plain", pa.table({"id": [4], "a": ["s"], "b": [1.5]}), mode="append")  # older files lack b
+    assert "default_value" in _view_sql(t, "n/plain")
+    assert t.sql('select b from "n/plain" order by id').column("b").to_pylist() == [None, None, None, 1.5]
+    t.write("n/plain", pa.table({"id": [9]}))  # a replace drops a and b: one new file, plain again
+    assert "default_value" not in _view_sql(t, "n/plain")
+    t.write("n/plain", pa.table({"id": [10], "a": [7]}), mode="append")  # 'a' again, a new field id
+    assert "default_value" in _view_sql(t, "n/plain")
+    assert t.sql('select id, a from "n/plain" order by id').to_pydict() == {"id": [9, 10], "a": [None, 7]}
