@@ -29,7 +29,7 @@ from .errors import (
     UnsupportedBySinkError,
     WriterLockLostError,
 )
-from .identity import refuse_case_clash, refuse_reserved
+from .identity import ROW_INDEX, refuse_case_clash, refuse_reserved
 from .inputs import to_reader
 from .keys import iceberg_identifier, validate_key
 from .partitions import PartitionFilter
@@ -346,6 +346,9 @@ class Trident:
         prunes by partition and only their files are opened. ``staged=txn_id`` reads a staged
         (not yet published) version, for audits."""
         columns = validate.read_columns(columns)
+        if columns == []:  # no user columns, as pyarrow's columns=[]: batches that carry only their row counts
+            rows = self.stream(key, [ROW_INDEX], row_filter, as_of, partition, staged=staged)
+            return pa.RecordBatchReader.from_batches(pa.schema([]), (b.select([]) for b in rows))
         if staged is not None:
             if as_of is not None:
                 raise InvalidReadError("read either a staged version or a past one (as_of), not both")
@@ -403,12 +406,16 @@ class Trident:
         staged: uuid.UUID | str | None = None,
     ) -> pa.Table:
         """The whole result in memory, so the sink may read its files in parallel (``stream``
-        stays bounded: one file and one batch in flight)."""
+        stays bounded: one file and one batch in flight). ``columns=[]`` selects no column and keeps
+        the matching rows' count (``num_rows``), as pyarrow's ``read_table(columns=[])`` does: a
+        count without moving any value; None reads every column."""
         if staged is not None:
             return self.stream(
                 key, columns=columns, row_filter=row_filter, as_of=as_of, partition=partition, staged=staged
             ).read_all()
         columns = validate.read_columns(columns)
+        if columns == []:  # as pyarrow's read_table(columns=[]): no columns, the matching rows' count kept
+            return self.read(key, [ROW_INDEX], row_filter, as_of, partition).select([])
         ds = self._record(key)
         sink = self._sink(ds.sink)
         row_filter = self._with_partition(sink, ds, row_filter, partition)

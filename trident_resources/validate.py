@@ -50,6 +50,9 @@ def read_columns(columns: Any) -> list[str] | None:
     bad = [c for c in columns if not isinstance(c, str)]
     if bad:
         raise InvalidReadError(f"columns must be column names (strings); got {bad!r}")
+    twice = sorted({c for c in columns if columns.count(c) > 1})
+    if twice:  # a table with two columns of one name cannot be written back, nor read by name
+        raise InvalidReadError(f"columns= lists {twice} more than once; name each column once")
     return list(columns)
 
 

@@ -1,0 +1,46 @@
+"""Outside-in probe, round three (real Postgres, real warehouse): each case was a misleading
+message, a silent no-op or a raw engine error before its fix."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from trident_resources import Trident
+from trident_resources.errors import InvalidReadError, NullKeyError
+
+
+def test_update_rows_with_a_null_key_is_a_null_key_error(trident: Trident) -> None:
+    """It said KeyNotFoundError "no row with key None": a null key names no row at all."""
+    trident.write("pe/edit", pa.table({"id": [1, 2], "v": ["a", "b"]}))
+    with pytest.raises(NullKeyError, match="'id'"):
+        trident.update_rows("pe/edit", pa.table({"id": pa.array([None, 2], pa.int64()), "v": ["x", "y"]}), keys=["id"])
+    assert trident.read("pe/edit", columns=["id", "v"]).sort_by("id").to_pylist() == [
+        {"id": 1, "v": "a"},
+        {"id": 2, "v": "b"},
+    ]
+
+
+def test_reading_no_columns_keeps_the_row_count_and_no_column(trident: Trident) -> None:
+    """``columns=[]`` returned every column, identity included; pyarrow's ``columns=[]`` returns
+    none and keeps ``num_rows``."""
+    trident.write("pe/cols", pa.table({"id": [1, 2, 3], "v": ["a", "b", "c"]}))
+    got = trident.read("pe/cols", columns=[])
+    assert got.num_columns == 0
+    assert got.num_rows == 3
+    assert trident.read("pe/cols", columns=[], row_filter="id > 1").num_rows == 2
+    streamed = trident.stream("pe/cols", columns=[])
+    assert streamed.schema.names == []
+    assert streamed.read_all().num_rows == 3
+    first = trident.history("pe/cols")[0].txn_id
+    assert trident.read("pe/cols", columns=[], as_of=first).shape == (3, 0)
+
+
+def test_reading_a_column_twice_is_refused(trident: Trident) -> None:
+    """``columns=['id', 'id']`` returned two columns named ``id``: a table that cannot be written
+    back nor selected by name."""
+    trident.write("pe/twice", pa.table({"id": [1]}))
+    with pytest.raises(InvalidReadError, match="'id'"):
+        trident.read("pe/twice", columns=["id", "id"])
+    with pytest.raises(InvalidReadError, match="'id'"):
+        trident.stream("pe/twice", columns=["id", "id"])
