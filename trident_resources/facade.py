@@ -655,6 +655,10 @@ class Trident:
                 if not (cleanups.cleaned or cleanups.pending):
                     raise DatasetNotFoundError(key, self.workspace)
                 done = Maintenance(key=ds.key, expired_snapshots=0, deleted_files=0)
+            elif self._sink(ds.sink).no_maintenance is not None:
+                reason = self._sink(ds.sink).no_maintenance
+                log.info("trident maintain %s: skipped, %s", key, reason)
+                done = Maintenance(key=ds.key, expired_snapshots=0, deleted_files=0, skipped=reason)
             else:
                 now = datetime.now(UTC)
                 cutoff = now - timedelta(days=self.settings.staged_max_age_days)

@@ -167,3 +167,24 @@ def test_export_faults_on_the_output_side_are_one_line(trident: Trident, setting
     assert not out.exists() and not list(tmp_path.glob(".x.csv.partial-*"))
     res = CliRunner().invoke(cli, ["export", "e/nested", "--format", "csv", "--out", str(out), "--columns", "id"], env=env)
     assert res.exit_code == 0 and out.read_text().splitlines() == ['"id"', "1"], res.output
+
+
+def test_pin_clear_of_a_key_without_a_pin_is_one_error_line(trident: Trident, settings: TridentSettings) -> None:
+    """It printed "pin of KEY cleared" and exited 0 when KEY had no pin (a typo left the real pin in force)."""
+    trident.router.set_pin("c/pinned", "pg")
+    res = CliRunner().invoke(cli, ["pin", "clear", "c/pinnd"], env=cli_env(settings))
+    assert res.exit_code == 2, res.output
+    assert "nothing was cleared" in _one_error_line(res.output)
+    res = CliRunner().invoke(cli, ["flag", "clear", "sync.full"], env=cli_env(settings))
+    assert res.exit_code == 2, res.output
+    assert "no flag" in _one_error_line(res.output)
+    res = CliRunner().invoke(cli, ["pin", "clear", "c/pinned"], env=cli_env(settings))
+    assert res.exit_code == 0 and "cleared" in res.output, res.output
+
+
+def test_maintain_of_a_pg_dataset_prints_skipped(trident: Trident, settings: TridentSettings) -> None:
+    trident.router.set_pin("c/rows", "pg")
+    trident.write("c/rows", pa.table({"a": [1]}))
+    res = CliRunner().invoke(cli, ["maintain", "c/rows"], env=cli_env(settings))
+    assert res.exit_code == 0, res.output
+    assert "skipped" in res.output and "pg sink" in res.output, res.output

@@ -7,7 +7,7 @@ import pyarrow as pa
 import pytest
 
 from trident_resources import Trident
-from trident_resources.errors import InvalidReadError, NullKeyError
+from trident_resources.errors import FlagNotFoundError, InvalidReadError, NullKeyError, PinNotFoundError
 
 
 def test_update_rows_with_a_null_key_is_a_null_key_error(trident: Trident) -> None:
@@ -44,3 +44,30 @@ def test_reading_a_column_twice_is_refused(trident: Trident) -> None:
         trident.read("pe/twice", columns=["id", "id"])
     with pytest.raises(InvalidReadError, match="'id'"):
         trident.stream("pe/twice", columns=["id", "id"])
+
+
+def test_clearing_a_pin_or_flag_that_is_not_there_is_a_named_error(trident: Trident) -> None:
+    """Both said nothing and returned: ``trident pin clear sales/ordrs`` printed "cleared" while the
+    real pin (sales/orders) stayed in force."""
+    trident.router.set_pin("pe/pinned", "pg")
+    with pytest.raises(PinNotFoundError, match=r"'pe/pinnd'.*nothing was cleared.*pe/pinned"):
+        trident.router.clear_pin("pe/pinnd")
+    assert trident.router.pins() == {"pe/pinned": "pg"}
+    trident.router.clear_pin("pe/pinned")
+    assert trident.router.pins() == {}
+    with pytest.raises(PinNotFoundError):
+        trident.router.clear_pin("pe/pinned")  # twice: the second has nothing to clear
+    with pytest.raises(FlagNotFoundError, match="'sync.full'"):
+        trident.router.clear_flag("sync.full")
+    trident.router.set_flag("sync.full", "pg")
+    trident.router.clear_flag("sync.full")
+    assert trident.router.flags() == {}
+
+
+def test_maintaining_a_pg_dataset_says_it_was_skipped_and_why(trident: Trident) -> None:
+    """It reported zero files compacted and zero versions expired, which reads as "done"."""
+    trident.router.set_pin("pe/rows", "pg")
+    trident.write("pe/rows", pa.table({"id": [1, 2]}))
+    report = trident.maintain("pe/rows")
+    assert report.skipped is not None and "pg sink" in report.skipped and "no data files" in report.skipped
+    assert trident.read("pe/rows", columns=["id"]).to_pylist() == [{"id": 1}, {"id": 2}]
