@@ -78,9 +78,14 @@ class PartitionDim:
 
 @dataclass(frozen=True)
 class PartitionFilter:
-    """The partition(s) one write replaces: dimensions combined with AND (see module docstring)."""
+    """The partition(s) one write replaces: dimensions combined with AND (see module docstring).
+
+    ``declared_in`` is where the caller declared it, so that an error tells them what to change in
+    their own terms: a plain ``read``/``write`` caller built a ``PartitionFilter`` and never saw
+    Dagster's ``partition_expr``; the Dagster layer sets ``"dagster"``. It takes no part in equality."""
 
     dims: tuple[PartitionDim, ...]
+    declared_in: Literal["python", "dagster"] = field(default="python", compare=False)
 
     def __post_init__(self) -> None:
         if not self.dims:
@@ -100,7 +105,7 @@ class PartitionFilter:
         return cls((PartitionDim(column, "identity", values=tuple(values)),))
 
     def __and__(self, other: PartitionFilter) -> PartitionFilter:
-        return PartitionFilter(self.dims + other.dims)
+        return PartitionFilter(self.dims + other.dims, declared_in=self.declared_in)
 
     @property
     def columns(self) -> list[str]:
@@ -135,7 +140,13 @@ class PartitionFilter:
 
     def bind(self, schema: pa.Schema) -> BoundPartition:
         """Check the filter against the rows' Arrow schema and type its values like the columns."""
-        return BoundPartition(self, tuple(_bind_dim(d, schema) for d in self.dims))
+        return BoundPartition(self, tuple(_bind_dim(d, schema, self.declared_in) for d in self.dims))
+
+    def redeclare_hint(self) -> str:
+        """What to change when this filter's partitioning is not the dataset's, in the caller's terms."""
+        if self.declared_in == "dagster":
+            return "declare the dataset's partitioning (partitions_def and partition_expr)"
+        return "write with a PartitionFilter on the dataset's partition columns and transforms"
 
     @classmethod
     def from_metadata(cls, meta: dict[str, Any]) -> PartitionFilter:
@@ -447,12 +458,14 @@ def _months(col: pa.Array) -> pa.Array:
     return pc.cast(pc.add(pc.multiply(pc.subtract(pc.year(col), 1970), 12), pc.subtract(pc.month(col), 1)), pa.int32())
 
 
-def _bind_dim(d: PartitionDim, schema: pa.Schema) -> _BoundDim:
+def _bind_dim(d: PartitionDim, schema: pa.Schema, declared_in: str) -> _BoundDim:
     if d.column not in schema.names:
-        raise PartitionError(
-            f"partition column {d.column!r} is not in the rows (columns: {schema.names}); "
+        fix = (
             "declare partition_expr as a column the asset returns"
+            if declared_in == "dagster"
+            else "build the PartitionFilter on one of these columns"
         )
+        raise PartitionError(f"partition column {d.column!r} is not in the rows (columns: {schema.names}); {fix}")
     t = schema.field(d.column).type
     if d.transform != "identity" and not (pa.types.is_date(t) or pa.types.is_timestamp(t)):
         raise PartitionError(f"partition column {d.column!r} is {t}: a {d.transform} partition needs a date or timestamp column")

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from trident_resources import Trident
-from trident_resources.errors import FlagNotFoundError, InvalidReadError, NullKeyError, PinNotFoundError
+from trident_resources import PartitionFilter, Trident
+from trident_resources.errors import FlagNotFoundError, InvalidReadError, NullKeyError, PartitionError, PinNotFoundError
 
 
 def test_update_rows_with_a_null_key_is_a_null_key_error(trident: Trident) -> None:
@@ -71,3 +71,18 @@ def test_maintaining_a_pg_dataset_says_it_was_skipped_and_why(trident: Trident) 
     report = trident.maintain("pe/rows")
     assert report.skipped is not None and "pg sink" in report.skipped and "no data files" in report.skipped
     assert trident.read("pe/rows", columns=["id"]).to_pylist() == [{"id": 1}, {"id": 2}]
+
+
+def test_partition_errors_of_plain_calls_speak_of_partition_filters_not_dagster(trident: Trident) -> None:
+    """A plain read/write caller built a PartitionFilter and never saw ``partition_expr`` or
+    ``partitions_def``; the errors told them to declare those."""
+    trident.write("pe/part", pa.table({"id": [1], "v": ["x"]}), partition=PartitionFilter.of_values("id", 1))
+    with pytest.raises(PartitionError) as missing:
+        trident.read("pe/part", partition=PartitionFilter.of_values("nope", 1))
+    with pytest.raises(PartitionError) as other:
+        trident.write("pe/part", pa.table({"id": [1], "v": ["x"]}), partition=PartitionFilter.of_values("v", "x"))
+    for caught in (missing, other):
+        text = str(caught.value)
+        assert "partition_expr" not in text and "partitions_def" not in text, text
+        assert "PartitionFilter" in text, text
+    assert trident.read("pe/part", columns=["id", "v"]).to_pylist() == [{"id": 1, "v": "x"}]

@@ -366,3 +366,18 @@ def test_a_source_rewrite_of_another_partition_does_not_force_a_delta_rebuild(
     rebuilt = run("2024-01-01")
     assert rebuilt["trident/mode"] == "replace" and rebuilt["dagster/row_count"] == 2
     assert sorted(r["v"] for r in trident.read("dps/out").to_pylist()) == [200, 201]
+
+
+def test_a_partition_column_missing_from_the_output_is_named_in_dagster_terms(
+    settings: TridentSettings, trident: Trident
+) -> None:
+    """The Dagster wording (partition_expr) stays for Dagster users, whose filter the layer built."""
+
+    @dg.asset(key=["dp", "misnamed"], partitions_def=DAILY, metadata={"partition_expr": "shipdate"})
+    def misnamed(context: dg.AssetExecutionContext) -> pa.Table:
+        return _rows(context.partition_key, 2)
+
+    result = dg.materialize([misnamed], partition_key="2024-01-01", resources=resources_for(settings), raise_on_error=False)
+    assert not result.success
+    assert any("'shipdate'" in e and "partition_expr" in e for e in step_errors(result)), step_errors(result)
+    assert not trident.exists("dp/misnamed")
