@@ -86,3 +86,18 @@ def test_partition_errors_of_plain_calls_speak_of_partition_filters_not_dagster(
         assert "partition_expr" not in text and "partitions_def" not in text, text
         assert "PartitionFilter" in text, text
     assert trident.read("pe/part", columns=["id", "v"]).to_pylist() == [{"id": 1, "v": "x"}]
+
+
+def test_an_ingest_stream_of_an_empty_table_commits_like_write_does(trident: Trident) -> None:
+    """An empty table has no batches: the session never opened a transaction and created nothing,
+    where ``write`` of the same table creates the (empty) dataset in one committed transaction."""
+    empty = pa.table({"id": pa.array([], pa.int64())})
+    with trident.ingest_stream("pe/stream") as s:
+        s.append(empty)
+    assert s.result is not None and s.result.rows_written == 0
+    assert trident.read("pe/stream").num_rows == 0
+    assert trident.read("pe/stream").schema.names[-1] == "id"
+    with trident.ingest_stream("pe/stream") as s:  # into an existing dataset: a committed no-op append
+        s.append(empty)
+    assert s.result is not None and s.result.row_count == 0
+    assert [e.status for e in trident.history("pe/stream")] == ["committed", "committed"]
