@@ -3,6 +3,9 @@ message, a silent no-op or a raw engine error before its fix."""
 
 from __future__ import annotations
 
+import uuid
+from decimal import Decimal
+
 import pyarrow as pa
 import pytest
 
@@ -57,7 +60,7 @@ def test_clearing_a_pin_or_flag_that_is_not_there_is_a_named_error(trident: Trid
     assert trident.router.pins() == {}
     with pytest.raises(PinNotFoundError):
         trident.router.clear_pin("pe/pinned")  # twice: the second has nothing to clear
-    with pytest.raises(FlagNotFoundError, match="'sync.full'"):
+    with pytest.raises(FlagNotFoundError, match=r"'sync\.full'"):
         trident.router.clear_flag("sync.full")
     trident.router.set_flag("sync.full", "pg")
     trident.router.clear_flag("sync.full")
@@ -101,3 +104,28 @@ def test_an_ingest_stream_of_an_empty_table_commits_like_write_does(trident: Tri
         s.append(empty)
     assert s.result is not None and s.result.row_count == 0
     assert [e.status for e in trident.history("pe/stream")] == ["committed", "committed"]
+
+
+@pytest.mark.parametrize(
+    "column",
+    [
+        pa.array([1.0, 2.0], pa.float64()).cast(pa.float16()),
+        pa.array([Decimal("1.50"), Decimal("2.25")], pa.decimal256(20, 2)),
+        pa.array([uuid.UUID(int=1).bytes, uuid.UUID(int=2).bytes], pa.binary(16)).cast(pa.uuid()),
+    ],
+    ids=["float16", "decimal256", "uuid"],
+)
+def test_keyed_writes_take_every_type_a_replace_stores(trident: Trident, column: pa.Array) -> None:
+    """A replace stored float16 as float and decimal256 as decimal128, but upsert/append_new of the
+    same table failed inside DuckDB's merge (WriteFailedError), and a uuid column came back from
+    the merge as text that its own column refused (SchemaMismatchError)."""
+    rows = pa.table({"id": [1, 2], "c": column})
+    trident.write("pe/typed", rows)
+    r = trident.write("pe/typed", rows.slice(1), mode="upsert", keys=["id"])
+    assert (r.rows_written, r.row_count) == (1, 2)
+    trident.write("pe/typed_new", rows, mode="append_new", keys=["c"])
+    got = trident.read("pe/typed", columns=["id", "c"]).sort_by("id")
+    assert got.column("c").cast(trident.schema("pe/typed").field("c").type).equals(
+        rows.column("c").cast(trident.schema("pe/typed").field("c").type)
+    )
+    assert trident.read("pe/typed_new").num_rows == 2
