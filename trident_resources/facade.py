@@ -35,7 +35,7 @@ from .keys import iceberg_identifier, validate_key
 from .partitions import PartitionFilter
 from .results import Description, ReconcileReport, WriteResult
 from .router import RouteDecision, Router
-from .settings import TridentSettings, settings_from_env
+from .settings import TridentSettings, settings_from_env, usable_home
 from .sinks import open_sinks
 from .sinks.base import WRITE_MODES, AsOf, Maintenance, ScanPlan, Sink, WriteMode
 from .sql import SandboxCache
@@ -55,6 +55,7 @@ class Trident:
     def __init__(self, settings: TridentSettings | None = None) -> None:
         self.settings = settings or settings_from_env()
         s = self.settings
+        usable_home(s.home)
         dsn = (
             s.pg_dsn.get_secret_value()
             if s.pg_dsn

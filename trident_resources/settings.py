@@ -7,11 +7,12 @@ Secrets are ``SecretStr`` so they never leak through reprs, logs or error messag
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from .errors import InvalidSettingsError
 from .keys import validate_name
@@ -143,6 +144,19 @@ class TridentSettings(BaseSettings):
     def _absolute_home(cls, v: Path) -> Path:
         return v.expanduser().resolve()
 
+    @field_validator("duckdb_memory_limit")
+    @classmethod
+    def _duckdb_memory(cls, v: str) -> str:
+        """Checked by DuckDB's own parser (an in-memory database, no file): a value it refuses
+        ("lots", "0") surfaced at the first merge or query as a raw ``duckdb.ParserException``."""
+        import duckdb
+
+        try:
+            duckdb.connect(config={"memory_limit": v}).close()
+        except duckdb.Error as exc:
+            raise ValueError(f"DuckDB refuses it ({str(exc).splitlines()[0]}); use e.g. 1GB, 512MiB or 80%") from exc
+        return v
+
     @property
     def warehouse(self) -> str:
         """Where table bytes live: the S3 bucket/prefix when configured, else a local folder."""
@@ -181,9 +195,28 @@ def settings_from_env() -> TridentSettings:
     secret); a validator's message says what it needs."""
     try:
         return TridentSettings()
+    except SettingsError as exc:  # a structured value (catalog properties) that is not JSON
+        field_name = re.search(r'field "(\w+)"', str(exc))
+        name = f"TRIDENT_{field_name.group(1).upper()}" if field_name else "a TRIDENT_* variable"
+        raise InvalidSettingsError(
+            f"invalid settings: {name}: not valid JSON; it takes a JSON object such as '{{\"key\": \"value\"}}'"
+        ) from exc
     except ValidationError as exc:
         problems = []
         for err in exc.errors():
             name = "_".join(str(part) for part in err["loc"][:1]).upper()
             problems.append(f"TRIDENT_{name}: {err['msg']}" if name else str(err["msg"]))
         raise InvalidSettingsError("invalid settings: " + "; ".join(problems)) from exc
+
+
+def usable_home(home: Path) -> None:
+    """Create ``TRIDENT_HOME`` (embedded Postgres, local warehouse, spill files all live there) or
+    say in one line why it cannot be: a path under a file or a read-only place reached the
+    caller as a raw ``FileNotFoundError``/``PermissionError`` from deep inside the first use."""
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InvalidSettingsError(
+            f"invalid settings: TRIDENT_HOME: cannot create or use {str(home)!r} ({exc.strerror or exc}); "
+            "point it at a writable folder"
+        ) from exc

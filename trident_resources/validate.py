@@ -12,6 +12,8 @@ from typing import Any
 from .errors import InvalidArgumentError, InvalidReadError, InvalidWriteError, PartitionError
 from .partitions import PartitionFilter
 
+_BIGINT_MAX = 2**63 - 1
+
 
 def write_keys(keys: Iterable[str] | str | None) -> tuple[str, ...]:
     """Key column names as a tuple: ``None``, one name, or an iterable of non-empty names."""
@@ -85,4 +87,4 @@ def history_limit(limit: Any) -> int | None:
         return None
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise InvalidArgumentError(f"limit must be a positive number of entries (or None for all), got {limit!r}")
-    return limit
+    return None if limit > _BIGINT_MAX else limit  # more than any ledger holds is all (Postgres' LIMIT is a bigint)

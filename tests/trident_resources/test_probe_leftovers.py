@@ -5,12 +5,21 @@ from __future__ import annotations
 
 import uuid
 from decimal import Decimal
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
-from trident_resources import PartitionFilter, Trident
-from trident_resources.errors import FlagNotFoundError, InvalidReadError, NullKeyError, PartitionError, PinNotFoundError
+from trident_resources import PartitionFilter, Trident, TridentSettings
+from trident_resources.errors import (
+    FlagNotFoundError,
+    InvalidReadError,
+    InvalidSettingsError,
+    NullKeyError,
+    PartitionError,
+    PinNotFoundError,
+)
+from trident_resources.settings import settings_from_env
 
 
 def test_update_rows_with_a_null_key_is_a_null_key_error(trident: Trident) -> None:
@@ -125,7 +134,43 @@ def test_keyed_writes_take_every_type_a_replace_stores(trident: Trident, column:
     assert (r.rows_written, r.row_count) == (1, 2)
     trident.write("pe/typed_new", rows, mode="append_new", keys=["c"])
     got = trident.read("pe/typed", columns=["id", "c"]).sort_by("id")
-    assert got.column("c").cast(trident.schema("pe/typed").field("c").type).equals(
-        rows.column("c").cast(trident.schema("pe/typed").field("c").type)
+    assert (
+        got.column("c")
+        .cast(trident.schema("pe/typed").field("c").type)
+        .equals(rows.column("c").cast(trident.schema("pe/typed").field("c").type))
     )
     assert trident.read("pe/typed_new").num_rows == 2
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "needle"),
+    [
+        ("TRIDENT_DUCKDB_MEMORY_LIMIT", "lots", "DuckDB refuses it"),
+        ("TRIDENT_CATALOG_PROPERTIES", "notjson", "not valid JSON"),
+    ],
+)
+def test_settings_refused_by_duckdb_or_json_are_invalid_settings(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str, needle: str
+) -> None:
+    """A memory limit DuckDB cannot parse surfaced at the first query as a raw ParserException;
+    a non-JSON catalog_properties as pydantic_settings' SettingsError traceback."""
+    monkeypatch.setenv(name, value)
+    with pytest.raises(InvalidSettingsError, match=f"{name}: .*{needle}") as caught:
+        settings_from_env()
+    assert caught.value.__cause__ is not None
+
+
+def test_a_home_that_cannot_be_created_is_invalid_settings(tmp_path: Path, pg_dsn: str) -> None:
+    """A TRIDENT_HOME under a file was a raw FileNotFoundError/NotADirectoryError from deep inside."""
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    with pytest.raises(InvalidSettingsError, match="TRIDENT_HOME") as caught:
+        Trident(TridentSettings(home=blocker / "home", pg_dsn=pg_dsn, workspace="w"))  # type: ignore[arg-type]
+    assert isinstance(caught.value.__cause__, OSError)
+
+
+def test_a_history_limit_beyond_postgres_bigint_reads_all(trident: Trident) -> None:
+    """``history(limit=2**70)`` (and ``trident history --limit`` with a huge number) was a raw
+    psycopg NumericValueOutOfRange."""
+    trident.write("pe/hist", pa.table({"id": [1]}))
+    assert len(trident.history("pe/hist", limit=2**70)) == 1
