@@ -656,10 +656,9 @@ class Trident:
                 if not (cleanups.cleaned or cleanups.pending):
                     raise DatasetNotFoundError(key, self.workspace)
                 done = Maintenance(key=ds.key, expired_snapshots=0, deleted_files=0)
-            elif self._sink(ds.sink).no_maintenance is not None:
-                reason = self._sink(ds.sink).no_maintenance
-                log.info("trident maintain %s: skipped, %s", key, reason)
-                done = Maintenance(key=ds.key, expired_snapshots=0, deleted_files=0, skipped=reason)
+            elif (nothing_to_do := self._sink(ds.sink).no_maintenance) is not None:
+                log.info("trident maintain %s: skipped, %s", key, nothing_to_do)
+                done = Maintenance(key=ds.key, expired_snapshots=0, deleted_files=0, skipped=nothing_to_do)
             else:
                 now = datetime.now(UTC)
                 cutoff = now - timedelta(days=self.settings.staged_max_age_days)

@@ -199,7 +199,7 @@ def settings_from_env() -> TridentSettings:
         field_name = re.search(r'field "(\w+)"', str(exc))
         name = f"TRIDENT_{field_name.group(1).upper()}" if field_name else "a TRIDENT_* variable"
         raise InvalidSettingsError(
-            f"invalid settings: {name}: not valid JSON; it takes a JSON object such as '{{\"key\": \"value\"}}'"
+            f'invalid settings: {name}: not valid JSON; it takes a JSON object such as \'{{"key": "value"}}\''
         ) from exc
     except ValidationError as exc:
         problems = []

@@ -165,7 +165,7 @@ def test_a_home_that_cannot_be_created_is_invalid_settings(tmp_path: Path, pg_ds
     blocker = tmp_path / "a_file"
     blocker.write_text("")
     with pytest.raises(InvalidSettingsError, match="TRIDENT_HOME") as caught:
-        Trident(TridentSettings(home=blocker / "home", pg_dsn=pg_dsn, workspace="w"))  # type: ignore[arg-type]
+        Trident(TridentSettings(home=blocker / "home", pg_dsn=pg_dsn, workspace="w"))
     assert isinstance(caught.value.__cause__, OSError)
 
 
