@@ -497,7 +497,7 @@ def _coerce(v: Any, t: pa.DataType, column: str) -> Any:
                 return v.astimezone(UTC).replace(tzinfo=None) if v.tzinfo else v
             return v if v.tzinfo else v.replace(tzinfo=UTC)
         return pa.scalar(v).cast(t).as_py()
-    except (ValueError, TypeError, pa.ArrowInvalid) as exc:
+    except (ValueError, TypeError, OverflowError, pa.ArrowException) as exc:  # a value no column value can equal
         raise PartitionError(f"partition value {v!r} does not fit column {column!r} of type {t}: {exc}") from exc
 
 

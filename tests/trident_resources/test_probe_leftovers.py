@@ -174,3 +174,15 @@ def test_a_history_limit_beyond_postgres_bigint_reads_all(trident: Trident) -> N
     psycopg NumericValueOutOfRange."""
     trident.write("pe/hist", pa.table({"id": [1]}))
     assert len(trident.history("pe/hist", limit=2**70)) == 1
+
+
+@pytest.mark.parametrize("value", [2**70, [1], {"a": 1}], ids=["beyond-int64", "list", "dict"])
+def test_a_partition_value_that_cannot_be_the_columns_type_is_a_partition_error(trident: Trident, value: object) -> None:
+    """2**70 for an int64 column was a raw OverflowError, a list or dict a raw ArrowNotImplementedError."""
+    trident.write("pe/pv", pa.table({"p": [1], "v": [1]}), partition=PartitionFilter.of_values("p", 1))
+    with pytest.raises(PartitionError, match="does not fit column 'p'"):
+        trident.write("pe/pv", pa.table({"p": [1], "v": [2]}), partition=PartitionFilter.of_values("p", value))
+    with pytest.raises(PartitionError, match="does not fit column 'p'"):
+        trident.read("pe/pv", partition=PartitionFilter.of_values("p", value))
+    assert trident.read("pe/pv", columns=["v"]).to_pylist() == [{"v": 1}]
+    assert "open" not in [e.status for e in trident.history("pe/pv")]  # a refused write never leaves the ledger open
