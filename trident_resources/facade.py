@@ -143,6 +143,8 @@ class Trident:
         validate_key(key)
         key_cols = _keys(keys)
         _check_mode(mode, key_cols, row_filter, data)
+        refs, metadata = validate.source_refs(source_refs), validate.metadata(metadata)
+        provenance = validate.metadata(provenance, "provenance") if provenance is not None else None
         if partition is not None and mode == "delete":
             raise InvalidWriteError("a delete takes row_filter=... (a partition is a filter like any other), not partition=")
         reader = None if data is None else to_reader(data)
@@ -175,7 +177,7 @@ class Trident:
                 self.control.set_dataset_sink(ds.dataset_id, route.sink, ident)
                 ds = self.control.dataset_by_id(ds.dataset_id) or ds
             log.info("trident write %s mode=%s writer=%s sink=%s", key, mode, writer, route.describe())
-            meta = dict(metadata or {})
+            meta = dict(metadata)
             if partition is not None:
                 meta[PARTITION_META] = partition.as_metadata()
             if marks and not stage:  # a roll-forward by the reconciler records them too
@@ -188,7 +190,7 @@ class Trident:
                 writer=writer,
                 sink=route.sink,
                 route=route,
-                source_refs=list(source_refs or []),
+                source_refs=refs,
                 metadata=meta,
             )
             if stage and not self._sink(route.sink).stages:
@@ -583,9 +585,8 @@ class Trident:
         return self.control.history(ds.dataset_id, validate.history_limit(limit))
 
     def set_provenance(self, key: str, provenance: Mapping[str, Any]) -> None:
-        if not isinstance(provenance, Mapping):
-            raise InvalidArgumentError(f"provenance must be a mapping (a dict of governance fields), got {provenance!r}")
-        self.control.set_provenance(self._record(key).dataset_id, dict(provenance))
+        checked = validate.metadata(provenance, "provenance (a dict of governance fields)", InvalidArgumentError)
+        self.control.set_provenance(self._record(key).dataset_id, checked)
 
     def watermarks(self, key: str, partition: PartitionFilter | None = None) -> dict[str, datetime]:
         """Per source key, how far the output ``key`` has consumed it (delta strategies).
@@ -613,7 +614,7 @@ class Trident:
         ``staged={key: txn_id}`` reads those datasets' staged versions instead (audits, checks)."""
         from .sql import run_sql
 
-        return run_sql(self, query, staged=dict(staged or {}))
+        return run_sql(self, query, staged=validate.sql_arguments(query, staged))
 
     def maintain(
         self,

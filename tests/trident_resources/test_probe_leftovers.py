@@ -13,8 +13,11 @@ import pytest
 from trident_resources import PartitionFilter, Trident, TridentSettings
 from trident_resources.errors import (
     FlagNotFoundError,
+    InvalidArgumentError,
+    InvalidFilterError,
     InvalidReadError,
     InvalidSettingsError,
+    InvalidWriteError,
     NullKeyError,
     PartitionError,
     PinNotFoundError,
@@ -186,3 +189,56 @@ def test_a_partition_value_that_cannot_be_the_columns_type_is_a_partition_error(
         trident.read("pe/pv", partition=PartitionFilter.of_values("p", value))
     assert trident.read("pe/pv", columns=["v"]).to_pylist() == [{"v": 1}]
     assert "open" not in [e.status for e in trident.history("pe/pv")]  # a refused write never leaves the ledger open
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"metadata": 5}, "metadata must be a mapping"),
+        ({"provenance": ["a"]}, "provenance must be a mapping"),
+        ({"metadata": {"x": float("nan")}}, "NaN"),
+        ({"metadata": {"x": "a\x00b"}}, "NUL"),
+        ({"provenance": {"x": "a\x00b"}}, "NUL"),
+        ({"source_refs": [""]}, "source_refs"),
+        ({"source_refs": 5}, "source_refs"),
+    ],
+    ids=["metadata-int", "provenance-list", "metadata-nan", "metadata-nul", "provenance-nul", "empty-ref", "refs-int"],
+)
+def test_write_arguments_postgres_cannot_hold_are_refused_before_the_transaction(
+    trident: Trident, kwargs: dict[str, object], needle: str
+) -> None:
+    """Each was a raw TypeError/ValueError/psycopg error, and a NUL in provenance, met at COMMIT,
+    was reported as ControlPlaneUnavailableError ("Postgres failed")."""
+    trident.write("pe/args", pa.table({"id": [1]}))
+    with pytest.raises(InvalidWriteError, match=needle):
+        trident.write("pe/args", pa.table({"id": [2]}), **kwargs)  # type: ignore[arg-type]
+    assert [e.status for e in trident.history("pe/args")] == ["committed"]  # no transaction was even opened
+    assert trident.read("pe/args", columns=["id"]).to_pylist() == [{"id": 1}]
+
+
+def test_a_single_source_ref_is_recorded_whole(trident: Trident) -> None:
+    """``source_refs="raw/orders"`` was recorded letter by letter: ['r', 'a', 'w', '/', ...]."""
+    trident.write("pe/refs", pa.table({"id": [1]}), source_refs="raw/orders")
+    assert trident.history("pe/refs")[0].source_refs == ["raw/orders"]
+
+
+@pytest.mark.parametrize(
+    ("row_filter", "needle"),
+    [(5, "must be a string"), ("id in ()", "does not parse at column 1"), ("id = 1 or", "does not parse at its end")],
+)
+def test_row_filters_that_are_not_filters_say_so_in_one_line(trident: Trident, row_filter: object, needle: str) -> None:
+    """A number failed as "'int' object has no attribute 'expandtabs'"; a filter that does not
+    parse dumped pyparsing's whole grammar ("Expected {{{W:(A-Z_a-z, ...") into the message."""
+    trident.write("pe/filt", pa.table({"id": [1]}))
+    with pytest.raises(InvalidFilterError, match=needle) as caught:
+        trident.read("pe/filt", row_filter=row_filter)  # type: ignore[arg-type]
+    assert "W:(A-Z" not in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_sql_arguments_of_the_wrong_type_are_named_errors(trident: Trident) -> None:
+    """``sql(5)`` was a raw TypeError from DuckDB's parser, ``staged=['k']`` a raw ValueError."""
+    trident.write("pe/q", pa.table({"id": [1]}))
+    with pytest.raises(InvalidArgumentError, match="query must be a string"):
+        trident.sql(5)  # type: ignore[arg-type]
+    with pytest.raises(InvalidReadError, match="staged must map"):
+        trident.sql('select * from "pe/q"', staged=["pe/q"])  # type: ignore[arg-type]
