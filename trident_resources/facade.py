@@ -680,7 +680,10 @@ class Trident:
                     raise err from exc
                 log.info("trident maintain %s: %s", key, compacted)
                 done = sink.maintain(
-                    ds, older_than=now - older_than, retain_last=retain_last, uploads_before=now - uploads_older_than
+                    ds,
+                    older_than=_before(now, older_than),
+                    retain_last=retain_last,
+                    uploads_before=_before(now, uploads_older_than),
                 )
                 done = replace(
                     done,
@@ -845,6 +848,15 @@ class Trident:
         made it; the Dagster ledger sensor reports them as materializations."""
         rows = self.control.execute(q.COMMITS_SINCE, (self.workspace, after, limit))
         return [(r.pop("seq"), r.pop("dataset_key"), LedgerEntry(**r)) for r in rows]
+
+
+def _before(now: datetime, age: timedelta) -> datetime:
+    """``now - age``, or the earliest instant when ``age`` reaches past year 1 (``timedelta.max``
+    means "keep everything", and was a raw OverflowError)."""
+    try:
+        return now - age
+    except OverflowError:
+        return datetime.min.replace(tzinfo=UTC)
 
 
 def _keys(keys: Iterable[str] | str | None) -> tuple[str, ...]:

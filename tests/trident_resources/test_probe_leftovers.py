@@ -4,6 +4,7 @@ message, a silent no-op or a raw engine error before its fix."""
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
 
@@ -242,3 +243,13 @@ def test_sql_arguments_of_the_wrong_type_are_named_errors(trident: Trident) -> N
         trident.sql(5)  # type: ignore[arg-type]
     with pytest.raises(InvalidReadError, match="staged must map"):
         trident.sql('select * from "pe/q"', staged=["pe/q"])  # type: ignore[arg-type]
+
+
+def test_maintain_with_an_age_reaching_past_year_one_keeps_everything(trident: Trident) -> None:
+    """``older_than=timedelta.max`` ("keep every version") was a raw OverflowError from now - age."""
+    trident.write("pe/keep", pa.table({"id": [1]}))
+    trident.write("pe/keep", pa.table({"id": [2]}), mode="append")
+    report = trident.maintain("pe/keep", older_than=timedelta.max, uploads_older_than=timedelta.max, retain_last=1)
+    assert report.expired_snapshots == 0
+    first = trident.history("pe/keep")[-1].txn_id
+    assert trident.read("pe/keep", columns=["id"], as_of=first).to_pylist() == [{"id": 1}]
