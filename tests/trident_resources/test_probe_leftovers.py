@@ -253,3 +253,18 @@ def test_maintain_with_an_age_reaching_past_year_one_keeps_everything(trident: T
     assert report.expired_snapshots == 0
     first = trident.history("pe/keep")[-1].txn_id
     assert trident.read("pe/keep", columns=["id"], as_of=first).to_pylist() == [{"id": 1}]
+
+
+def test_a_uuid_column_in_the_pg_sink_reads_back_as_uuid(trident: Trident) -> None:
+    """It was written, then every read (read, stream, sql, the canary) failed with
+    SchemaMismatchError "cannot store string as extension<arrow.uuid>": the dataset was stuck."""
+    ids = pa.array([uuid.UUID(int=i).bytes for i in (1, 2)], pa.binary(16)).cast(pa.uuid())
+    trident.router.set_pin("pe/pgu", "pg")
+    trident.write("pe/pgu", pa.table({"id": [1, 2], "u": ids}))
+    assert trident.read("pe/pgu", columns=["u"]).column("u").to_pylist() == [uuid.UUID(int=1), uuid.UUID(int=2)]
+    assert trident.stream("pe/pgu", columns=["u"]).read_all().num_rows == 2
+    assert trident.sql('select count(u) n from "pe/pgu"').column("n").to_pylist() == [2]
+    trident.write("pe/pgu", pa.table({"id": [2], "u": ids.slice(0, 1)}), mode="upsert", keys=["id"])
+    trident.router.clear_pin("pe/pgu")
+    assert trident.migrate("pe/pgu", "iceberg_native").flipped
+    assert sorted(trident.read("pe/pgu", columns=["u"]).column("u").to_pylist()) == [uuid.UUID(int=1)] * 2
