@@ -596,6 +596,7 @@ class Trident:
         (a range whose days were consumed to different points has no single mark, so a delta run
         of it rebuilds it instead of reading some rows twice)."""
         ds = self.control.dataset(self.workspace, validate_key(key))
+        partition = validate.partition_filter(partition)  # a bare value was "'str' object has no attribute 'bind'"
         if ds is None or (partition is not None and not ds.exists):
             return {}
         parts = [""] if partition is None else partition.bind(self._sink(ds.sink).schema(ds)).watermark_keys()

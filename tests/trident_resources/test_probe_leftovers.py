@@ -268,3 +268,11 @@ def test_a_uuid_column_in_the_pg_sink_reads_back_as_uuid(trident: Trident) -> No
     trident.router.clear_pin("pe/pgu")
     assert trident.migrate("pe/pgu", "iceberg_native").flipped
     assert sorted(trident.read("pe/pgu", columns=["u"]).column("u").to_pylist()) == [uuid.UUID(int=1)] * 2
+
+
+def test_watermarks_with_a_partition_that_is_not_a_filter_is_a_partition_error(trident: Trident) -> None:
+    """The sibling of an earlier fix for read/write: ``watermarks(key, partition='2024-01-01')`` was
+    a raw AttributeError ("'str' object has no attribute 'bind'")."""
+    trident.write("pe/wm", pa.table({"id": [1]}))
+    with pytest.raises(PartitionError, match="PartitionFilter"):
+        trident.watermarks("pe/wm", partition="2024-01-01")  # type: ignore[arg-type]
