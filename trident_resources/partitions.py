@@ -54,6 +54,7 @@ class PartitionDim:
     end: Any = None
 
     def __post_init__(self) -> None:
+        _filter_column(self.column)  # refused before any write: its partitions could never be read one by one
         if self.transform not in TRANSFORMS:
             raise PartitionError(f"unknown partition transform {self.transform!r}; use one of {list(TRANSFORMS)}")
         has_range = self.start is not None or self.end is not None
@@ -300,7 +301,7 @@ class BoundPartition:
         ``row_filter`` (so pyiceberg prunes by partition and only those files are opened)."""
         parts = []
         for d in self.dims:
-            c = d.column
+            c = _filter_column(d.column)
             if d.values is not None:
                 parts.append(f"{c} in ({', '.join(_filter_literal(v) for v in d.values)})")
             else:
@@ -540,6 +541,20 @@ def _evaluate(table: pa.Table, expr: pc.Expression) -> pa.ChunkedArray:
 
 def _literal_value(v: Any) -> Any:
     return v
+
+
+def _filter_column(name: str) -> str:
+    """``name`` as a column reference in pyiceberg's filter syntax. Always quoted, segment by
+    segment (the parser joins dotted segments back into one name): unquoted, a column named
+    ``a b``, ``ünï``, ``it's`` or ``and`` made the partition's filter unparsable, so reading a
+    partition of such a dataset failed. A ``"`` or an empty dotted segment cannot be written at all."""
+    segments = name.split(".")
+    if any(not s or '"' in s for s in segments):
+        raise PartitionError(
+            f"partition column {name!r} cannot be named in a row filter (pyiceberg's filter syntax has no way to "
+            "write a '\"' or an empty dotted segment), so its partitions cannot be read one by one; rename the column"
+        )
+    return ".".join(f'"{s}"' for s in segments)
 
 
 def _filter_literal(v: Any) -> str:
