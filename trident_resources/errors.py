@@ -140,6 +140,11 @@ class PinNotFoundError(TridentError, LookupError):
     typo'd key used to be reported as "cleared" while the real pin stayed in force)."""
 
 
+class TridentClosedError(TridentError):
+    """The ``Trident`` was closed (``close()``, or the end of its ``with`` block) and then used: its
+    connection pool is gone. Open a new one; nothing was read or written."""
+
+
 class FlagNotFoundError(TridentError, LookupError):
     """``clear_flag`` of a writer that has no flag in this workspace: nothing was cleared."""
 

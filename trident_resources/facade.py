@@ -22,6 +22,7 @@ from .errors import (
     DatasetNotFoundError,
     InvalidArgumentError,
     InvalidReadError,
+    InvalidSettingsError,
     InvalidWriteError,
     PartitionError,
     SinkMismatchError,
@@ -53,6 +54,10 @@ class Trident:
     """Open one per process (it owns a connection pool); ``close()`` or use it as a context manager."""
 
     def __init__(self, settings: TridentSettings | None = None) -> None:
+        if settings is not None and not isinstance(settings, TridentSettings):  # a dict failed as "no attribute 'home'"
+            raise InvalidSettingsError(
+                f"settings must be a TridentSettings (e.g. TridentSettings(workspace='x')), got a {type(settings).__name__}"
+            )
         self.settings = settings or settings_from_env()
         s = self.settings
         usable_home(s.home)

@@ -22,6 +22,7 @@ from trident_resources.errors import (
     NullKeyError,
     PartitionError,
     PinNotFoundError,
+    TridentClosedError,
 )
 from trident_resources.settings import settings_from_env
 
@@ -276,3 +277,39 @@ def test_watermarks_with_a_partition_that_is_not_a_filter_is_a_partition_error(t
     trident.write("pe/wm", pa.table({"id": [1]}))
     with pytest.raises(PartitionError, match="PartitionFilter"):
         trident.watermarks("pe/wm", partition="2024-01-01")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("column", ["a b", "ünï", "it's", "and", "a.b"])
+def test_a_partition_of_a_column_with_an_unusual_name_can_be_read(trident: Trident, column: str) -> None:
+    """The partition's row filter named the column unquoted, so reading a partition of a dataset
+    partitioned by ``a b`` (or ``ünï``, ``it's``, ``and``) failed as an unparsable filter."""
+    part = PartitionFilter.of_values(column, 1)
+    trident.write("pe/odd", pa.table({column: [1], "v": [1]}), partition=part)
+    trident.write("pe/odd", pa.table({column: [2], "v": [2]}), partition=PartitionFilter.of_values(column, 2))
+    assert trident.read("pe/odd", columns=["v"], partition=part).to_pylist() == [{"v": 1}]
+    assert trident.stream("pe/odd", columns=["v"], partition=part).read_all().num_rows == 1
+
+
+def test_a_partition_column_no_filter_can_name_is_refused_before_writing(trident: Trident) -> None:
+    """``q"t`` cannot be written in pyiceberg's filter syntax: the write succeeded and every later
+    read of one of its partitions failed."""
+    with pytest.raises(PartitionError, match="rename the column"):
+        trident.write("pe/quote", pa.table({'q"t': [1]}), partition=PartitionFilter.of_values('q"t', 1))
+    assert not trident.exists("pe/quote")
+
+
+def test_a_closed_trident_says_so(settings: TridentSettings) -> None:
+    """Used after its with-block, every call was psycopg_pool's raw PoolClosed."""
+    with Trident(settings) as t:
+        t.write("pe/closed", pa.table({"id": [1]}))
+    for call in (lambda: t.read("pe/closed"), lambda: t.write("pe/closed", pa.table({"id": [2]})), lambda: t.sql("select 1")):
+        with pytest.raises(TridentClosedError, match="open a new one"):
+            call()
+    with Trident(settings) as again:
+        assert again.read("pe/closed", columns=["id"]).to_pylist() == [{"id": 1}]
+
+
+def test_settings_that_are_not_trident_settings_are_refused() -> None:
+    """``Trident(settings={...})`` failed as AttributeError "'dict' object has no attribute 'home'"."""
+    with pytest.raises(InvalidSettingsError, match="TridentSettings"):
+        Trident(settings={"workspace": "x"})  # type: ignore[arg-type]
