@@ -779,6 +779,7 @@ class Trident:
         _check_mode(mode, key_cols, None, object())
         if mode == "delete":
             raise InvalidWriteError("an ingest stream adds rows; use delete_rows() or write(mode='delete')")
+        validate.stream_session(schema, max_queued)
         self._route(key, writer, self.control.dataset(self.workspace, key))  # refuse before the producer sends anything
         return IngestStream(
             self,

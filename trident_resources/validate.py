@@ -10,6 +10,8 @@ from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from typing import Any
 
+import pyarrow as pa
+
 from .errors import InvalidArgumentError, InvalidReadError, InvalidWriteError, PartitionError, TridentError
 from .partitions import PartitionFilter
 
@@ -141,3 +143,13 @@ def sql_arguments(query: Any, staged: Any) -> dict[str, Any]:
             f"staged must map dataset keys to staged transaction ids, e.g. {{'sales/orders': txn_id}}, got {staged!r}"
         )
     return dict(staged)
+
+
+def stream_session(schema: Any, max_queued: Any) -> None:
+    """An ingest stream's knobs: ``schema`` a pyarrow Schema (a dict failed as "no attribute
+    'names'"), ``max_queued`` a count of at least one: 0 or less made the queue unbounded, which
+    breaks the session's bounded-memory promise, and a string failed at the first append."""
+    if schema is not None and not isinstance(schema, pa.Schema):
+        raise InvalidWriteError(f"schema must be a pyarrow Schema, e.g. pa.schema([('id', pa.int64())]), got {schema!r}")
+    if isinstance(max_queued, bool) or not isinstance(max_queued, int) or max_queued < 1:
+        raise InvalidWriteError(f"max_queued must be a number of batches of at least 1, got {max_queued!r}")

@@ -313,3 +313,21 @@ def test_settings_that_are_not_trident_settings_are_refused() -> None:
     """``Trident(settings={...})`` failed as AttributeError "'dict' object has no attribute 'home'"."""
     with pytest.raises(InvalidSettingsError, match="TridentSettings"):
         Trident(settings={"workspace": "x"})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"schema": {"a": "int64"}}, "schema must be a pyarrow Schema"),
+        ({"max_queued": 0}, "max_queued"),
+        ({"max_queued": -1}, "max_queued"),
+        ({"max_queued": "4"}, "max_queued"),
+    ],
+    ids=["schema-dict", "queue-0", "queue-negative", "queue-str"],
+)
+def test_ingest_stream_knobs_are_checked_when_it_opens(trident: Trident, kwargs: dict[str, object], needle: str) -> None:
+    """A dict schema was a raw AttributeError; max_queued 0 or -1 made the queue unbounded (no
+    back-pressure, so no bounded memory), and "4" failed only at the first append."""
+    with pytest.raises(InvalidWriteError, match=needle):
+        trident.ingest_stream("pe/knobs", **kwargs)  # type: ignore[arg-type]
+    assert not trident.exists("pe/knobs")
