@@ -231,6 +231,10 @@ def export(key: str, fmt: str, out: Path, columns: str | None, where: str | None
     if not out.parent.is_dir():
         raise click.UsageError(f"{out.parent} is not a directory; create it first")
     cols = [c.strip() for c in columns.split(",")] if columns else None
+    if cols is not None and not all(cols):  # "a,,b" or "," was "unknown column ''" / "lists [''] more than once"
+        raise click.BadParameter(
+            f"{columns!r} names an empty column (two commas in a row, or one at an end)", param_hint="--columns"
+        )
     with _trident() as t:
         total = t.describe(key).row_count
         try:

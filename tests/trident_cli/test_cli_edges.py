@@ -241,3 +241,18 @@ def test_check_with_a_workspace_file_that_is_not_a_mapping_is_one_error_line(tmp
     res = CliRunner().invoke(cli, ["check", "-w", str(not_yaml_mapping)])
     assert res.exit_code == 2, res.output
     assert "is not a Dagster workspace.yaml" in res.output and "Traceback" not in res.output
+
+
+@pytest.mark.parametrize("columns", [",", "a,,b", "a,"])
+def test_export_columns_with_an_empty_name_is_a_usage_error(
+    trident: Trident, settings: TridentSettings, tmp_path: Path, columns: str
+) -> None:
+    """``--columns ,`` said "columns= lists [''] more than once", ``a,,b`` "unknown column ''"."""
+    trident.write("c/cols", pa.table({"a": [1], "b": [2]}))
+    out = tmp_path / "x.csv"
+    res = CliRunner().invoke(
+        cli, ["export", "c/cols", "--format", "csv", "--out", str(out), "--columns", columns], env=cli_env(settings)
+    )
+    assert res.exit_code == 2, res.output
+    assert "empty column" in res.output, res.output
+    assert not out.exists()
