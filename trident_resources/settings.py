@@ -28,6 +28,10 @@ CredentialMode = Literal["static", "vended", "remote-signing"]
 
 ChecksumMode = Literal["when_required", "when_supported"]
 
+_CRON_FIELD = r"[0-9A-Za-z*/,?#-]+"
+_CRON_FIELDS = re.compile(rf"{_CRON_FIELD}(\s+{_CRON_FIELD}){{4}}")
+_CRON_ALIAS = re.compile(r"@(yearly|annually|monthly|weekly|daily|midnight|hourly)")
+
 
 class TridentSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TRIDENT_", extra="ignore", frozen=True)
@@ -144,6 +148,16 @@ class TridentSettings(BaseSettings):
     def _absolute_home(cls, v: Path) -> Path:
         return v.expanduser().resolve()
 
+    @field_validator("rebuild_cron")
+    @classmethod
+    def _cron(cls, v: str) -> str:
+        """The shape Dagster accepts (five fields, or an @alias), checked here without importing
+        Dagster: "garbage" surfaced as DagsterInvalidDefinitionError when the Definitions loaded, so
+        ``trident check`` / ``trident ui`` died with a traceback instead of naming the variable."""
+        if _CRON_ALIAS.fullmatch(v.strip()) or _CRON_FIELDS.fullmatch(v.strip()):
+            return v
+        raise ValueError(f"{v!r} is not a cron schedule: five fields such as '0 3 * * *', or @daily / @hourly ...")
+
     @field_validator("duckdb_memory_limit")
     @classmethod
     def _duckdb_memory(cls, v: str) -> str:
@@ -188,13 +202,14 @@ class TridentSettings(BaseSettings):
         return {k: ("***" if isinstance(v, SecretStr) else v) for k, v in self.__dict__.items()}
 
 
-def settings_from_env() -> TridentSettings:
+def settings_from_env(**values: Any) -> TridentSettings:
     """The settings from ``TRIDENT_*`` variables, or an InvalidSettingsError naming each bad
     variable on one line. pydantic's own report is a multi-line block with a documentation URL
     per field, and reached a CLI user as a traceback. Values are not repeated (one may be a
-    secret); a validator's message says what it needs."""
+    secret); a validator's message says what it needs. ``values`` are fields set explicitly (the
+    Dagster resource's), the environment supplies the rest."""
     try:
-        return TridentSettings()
+        return TridentSettings(**values)
     except SettingsError as exc:  # a structured value (catalog properties) that is not JSON
         field_name = re.search(r'field "(\w+)"', str(exc))
         name = f"TRIDENT_{field_name.group(1).upper()}" if field_name else "a TRIDENT_* variable"

@@ -152,13 +152,15 @@ def test_keyed_writes_take_every_type_a_replace_stores(trident: Trident, column:
     [
         ("TRIDENT_DUCKDB_MEMORY_LIMIT", "lots", "DuckDB refuses it"),
         ("TRIDENT_CATALOG_PROPERTIES", "notjson", "not valid JSON"),
+        ("TRIDENT_REBUILD_CRON", "garbage", "not a cron schedule"),
     ],
 )
 def test_settings_refused_by_duckdb_or_json_are_invalid_settings(
     monkeypatch: pytest.MonkeyPatch, name: str, value: str, needle: str
 ) -> None:
     """A memory limit DuckDB cannot parse surfaced at the first query as a raw ParserException;
-    a non-JSON catalog_properties as pydantic_settings' SettingsError traceback."""
+    a non-JSON catalog_properties as pydantic_settings' SettingsError traceback; a cron Dagster
+    refuses as DagsterInvalidDefinitionError when the Definitions loaded (``trident check`` exit 1)."""
     monkeypatch.setenv(name, value)
     with pytest.raises(InvalidSettingsError, match=f"{name}: .*{needle}") as caught:
         settings_from_env()
