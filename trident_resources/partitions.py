@@ -495,7 +495,10 @@ def _coerce(v: Any, t: pa.DataType, column: str) -> Any:
             if isinstance(v, date) and not isinstance(v, datetime):
                 v = datetime(v.year, v.month, v.day)
             if t.tz is None:
-                return v.astimezone(UTC).replace(tzinfo=None) if v.tzinfo else v
+                # A naive column holds wall times, so an aware bound counts by its wall time, as a
+                # date column counts by the wall date: converted to UTC, a Dagster day in
+                # America/New_York began at 05:00 and refused that day's own 02:00 rows.
+                return v.replace(tzinfo=None)
             return v if v.tzinfo else v.replace(tzinfo=UTC)
         return pa.scalar(v).cast(t).as_py()
     except (ValueError, TypeError, OverflowError, pa.ArrowException) as exc:  # a value no column value can equal
