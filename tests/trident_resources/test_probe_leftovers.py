@@ -333,3 +333,23 @@ def test_ingest_stream_knobs_are_checked_when_it_opens(trident: Trident, kwargs:
     with pytest.raises(InvalidWriteError, match=needle):
         trident.ingest_stream("pe/knobs", **kwargs)  # type: ignore[arg-type]
     assert not trident.exists("pe/knobs")
+
+
+@pytest.mark.parametrize("sink", ["iceberg_native", "pg"])
+def test_arrow_json_and_bool8_columns_are_stored_as_string_and_bool(trident: Trident, sink: str) -> None:
+    """Arrow's canonical extension types ``arrow.json`` (DuckDB and Polars emit it) and
+    ``arrow.bool8`` were refused as "cast it to a type Iceberg supports", though their values
+    are JSON text and booleans."""
+    trident.router.set_pin("pe/ext", sink)
+    rows = pa.table(
+        {
+            "id": [1, 2],
+            "doc": pa.array(['{"a": 1}', None], pa.string()).cast(pa.json_()),
+            "flag": pa.array([1, 0], pa.int8()).cast(pa.bool8()),
+        }
+    )
+    trident.write("pe/ext", rows)
+    trident.write("pe/ext", rows.slice(0, 1), mode="upsert", keys=["id"])
+    got = trident.read("pe/ext", columns=["id", "doc", "flag"]).sort_by("id")
+    assert got.schema.field("doc").type == pa.large_string() and got.schema.field("flag").type == pa.bool_()
+    assert got.to_pylist() == [{"id": 1, "doc": '{"a": 1}', "flag": True}, {"id": 2, "doc": None, "flag": False}]
