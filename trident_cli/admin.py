@@ -8,6 +8,7 @@ and goes through the facade, so what it shows is exactly what a pipeline would r
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from collections.abc import Iterator
@@ -106,7 +107,7 @@ def datasets() -> None:
 @click.argument("key")
 @click.option(
     "--max-partitions",
-    type=int,
+    type=click.IntRange(min=0),
     default=100,
     show_default=True,
     help="Partitions to list (a daily dataset over years has thousands); 0 lists all.",
@@ -230,6 +231,10 @@ def export(key: str, fmt: str, out: Path, columns: str | None, where: str | None
     if not out.parent.is_dir():
         raise click.UsageError(f"{out.parent} is not a directory; create it first")
     cols = [c.strip() for c in columns.split(",")] if columns else None
+    if cols is not None and not all(cols):  # "a,,b" or "," was "unknown column ''" / "lists [''] more than once"
+        raise click.BadParameter(
+            f"{columns!r} names an empty column (two commas in a row, or one at an end)", param_hint="--columns"
+        )
     with _trident() as t:
         total = t.describe(key).row_count
         try:
@@ -417,10 +422,25 @@ def reconcile() -> None:
                 console.print(f"  {label}: {txn}")
 
 
+MAX_AGE_DAYS = 1_000_000  # ~2,700 years: "keep everything"; more overflowed timedelta/datetime as a traceback
+
+
+def _finite(value: float, name: str) -> float:
+    """click's FloatRange lets NaN through (every comparison with it is false)."""
+    if math.isnan(value):
+        raise click.BadParameter("must be a number, not nan", param_hint=name)
+    return value
+
+
 @click.command("maintain")
 @click.argument("keys", nargs=-1)
 @click.option(
-    "--older-than-days", type=click.FloatRange(min=0), default=7.0, show_default=True, help="Expire snapshots older than this."
+    "--older-than-days",
+    type=click.FloatRange(min=0, max=MAX_AGE_DAYS),
+    callback=lambda _ctx, _param, v: _finite(v, "--older-than-days"),
+    default=7.0,
+    show_default=True,
+    help="Expire snapshots older than this.",
 )
 @click.option(
     "--retain-last", type=click.IntRange(min=1), default=5, show_default=True, help="Always keep this many newest snapshots."

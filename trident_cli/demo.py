@@ -5,6 +5,7 @@ the UI would, then prints what each dataset holds, how it was written, and its c
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from typing import TYPE_CHECKING
@@ -24,8 +25,21 @@ if TYPE_CHECKING:
 DEMO_DAYS = ("1995-03-15", "1995-03-21")  # the week of TPC-H Q3's date, for the partitioned datasets
 
 
+def _scale(value: str | None) -> str | None:
+    """The settings' own rule for TRIDENT_TPCH_SCALE, checked here: a bad --scale surfaced as
+    pydantic's ValidationError traceback when the pipeline's settings were first read."""
+    if value is not None and (re.fullmatch(r"[0-9]+(\.[0-9]+)?", value) is None or float(value) == 0):
+        raise click.BadParameter(f"{value!r} is not a positive scale factor such as 0.01 or 1", param_hint="--scale")
+    return value
+
+
 @click.command("demo")
-@click.option("--scale", default=None, help="TPC-H scale factor (default TRIDENT_TPCH_SCALE or 0.01).")
+@click.option(
+    "--scale",
+    default=None,
+    callback=lambda _ctx, _param, v: _scale(v),
+    help="TPC-H scale factor (default TRIDENT_TPCH_SCALE or 0.01).",
+)
 def demo(scale: str | None) -> None:
     """Materialize the example pipeline (raw TPC-H, transform, Q3 join, split, model, delta) and its checks,
     then one week of its daily-partitioned datasets."""

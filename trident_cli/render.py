@@ -37,6 +37,7 @@ def print_table(table: pa.Table, *, title: str | None = None, max_rows: int = 50
     out = Table(title=title, show_lines=False)
     for name in table.column_names:
         out.add_column(name, overflow="fold")
+    max_rows = min(max_rows, table.num_rows)  # --max-rows beyond a C long overflowed pyarrow's slice
     for row in table.slice(0, max_rows).to_pylist():
         out.add_row(*("" if v is None else str(v) for v in row.values()))
     console.print(out)

@@ -192,7 +192,7 @@ def _interruptible() -> None:
 
 @click.command("ui")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address the webserver listens on.")
-@click.option("--port", default=3000, show_default=True, type=int, help="Port of the webserver.")
+@click.option("--port", default=3000, show_default=True, type=click.IntRange(1, 65535), help="Port of the webserver.")
 @click.option("-w", "--workspace", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="A Dagster workspace.yaml.")
 @click.option("-m", "--module", "module", help="A module holding Definitions.")
 @click.option(

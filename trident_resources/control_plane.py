@@ -22,7 +22,13 @@ from psycopg.rows import DictRow, dict_row
 from psycopg_pool import ConnectionPool
 
 from . import queries as q
-from .errors import ConcurrentWriteError, ControlPlaneUnavailableError, StorageUnavailableError, WriterLockLostError
+from .errors import (
+    ConcurrentWriteError,
+    ControlPlaneUnavailableError,
+    StorageUnavailableError,
+    TridentClosedError,
+    WriterLockLostError,
+)
 
 log = logging.getLogger("trident")
 
@@ -144,6 +150,20 @@ def _migrations() -> list[tuple[int, str, str]]:
     return [(int(p.name.split("_", 1)[0]), p.name, p.read_text()) for p in files]
 
 
+class _Pool(ConnectionPool[psycopg.Connection[DictRow]]):
+    """The control plane's pool; a connection asked of it after ``close()`` is a named error (a
+    ``Trident`` used after its ``with`` block raised psycopg_pool's raw ``PoolClosed``)."""
+
+    @contextmanager
+    def connection(self, timeout: float | None = None) -> Iterator[psycopg.Connection[DictRow]]:
+        if self.closed:
+            raise TridentClosedError(
+                "this Trident was closed (close(), or the end of its with-block); open a new one, e.g. Trident.from_env()"
+            )
+        with super().connection(timeout) as conn:
+            yield conn
+
+
 class ControlPlane:
     """Owns the pool. Short transactions only: nothing here holds a lock across a data write,
     except the per-dataset writer lock, which lives on its own dedicated connection."""
@@ -152,7 +172,7 @@ class ControlPlane:
         self._dsn = dsn
         probe_connection(dsn)
         try:
-            self.pool: ConnectionPool[psycopg.Connection[DictRow]] = ConnectionPool(
+            self.pool: ConnectionPool[psycopg.Connection[DictRow]] = _Pool(
                 dsn,
                 connection_class=psycopg.Connection[DictRow],
                 min_size=1,

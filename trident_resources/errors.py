@@ -135,6 +135,20 @@ class KeyNotFoundError(TridentError, LookupError):
     """A row edit named a key the dataset does not have."""
 
 
+class PinNotFoundError(TridentError, LookupError):
+    """``clear_pin`` of a dataset key that has no pin in this workspace: nothing was cleared (a
+    typo'd key used to be reported as "cleared" while the real pin stayed in force)."""
+
+
+class TridentClosedError(TridentError):
+    """The ``Trident`` was closed (``close()``, or the end of its ``with`` block) and then used: its
+    connection pool is gone. Open a new one; nothing was read or written."""
+
+
+class FlagNotFoundError(TridentError, LookupError):
+    """``clear_flag`` of a writer that has no flag in this workspace: nothing was cleared."""
+
+
 class SqlTimeoutError(TridentError):
     """A read-only SQL query ran longer than ``TRIDENT_SQL_TIMEOUT_SECONDS`` and was interrupted."""
 

@@ -22,6 +22,7 @@ from .errors import (
     DatasetNotFoundError,
     InvalidArgumentError,
     InvalidReadError,
+    InvalidSettingsError,
     InvalidWriteError,
     PartitionError,
     SinkMismatchError,
@@ -29,13 +30,13 @@ from .errors import (
     UnsupportedBySinkError,
     WriterLockLostError,
 )
-from .identity import refuse_case_clash, refuse_reserved
+from .identity import ROW_INDEX, refuse_case_clash, refuse_reserved
 from .inputs import to_reader
 from .keys import iceberg_identifier, validate_key
 from .partitions import BoundPartition, PartitionFilter
 from .results import Description, ReconcileReport, WriteResult
 from .router import RouteDecision, Router
-from .settings import TridentSettings, settings_from_env
+from .settings import TridentSettings, settings_from_env, usable_home
 from .sinks import open_sinks
 from .sinks.base import WRITE_MODES, AsOf, Maintenance, ScanPlan, Sink, WriteMode
 from .sql import SandboxCache
@@ -53,8 +54,13 @@ class Trident:
     """Open one per process (it owns a connection pool); ``close()`` or use it as a context manager."""
 
     def __init__(self, settings: TridentSettings | None = None) -> None:
+        if settings is not None and not isinstance(settings, TridentSettings):  # a dict failed as "no attribute 'home'"
+            raise InvalidSettingsError(
+                f"settings must be a TridentSettings (e.g. TridentSettings(workspace='x')), got a {type(settings).__name__}"
+            )
         self.settings = settings or settings_from_env()
         s = self.settings
+        usable_home(s.home)
         dsn = (
             s.pg_dsn.get_secret_value()
             if s.pg_dsn
@@ -142,6 +148,8 @@ class Trident:
         validate_key(key)
         key_cols = _keys(keys)
         _check_mode(mode, key_cols, row_filter, data)
+        refs, metadata = validate.source_refs(source_refs), validate.metadata(metadata)
+        provenance = validate.metadata(provenance, "provenance") if provenance is not None else None
         if partition is not None and mode == "delete":
             raise InvalidWriteError("a delete takes row_filter=... (a partition is a filter like any other), not partition=")
         reader = None if data is None else to_reader(data)
@@ -173,7 +181,7 @@ class Trident:
                 self.control.set_dataset_sink(ds.dataset_id, route.sink, ident)
                 ds = self.control.dataset_by_id(ds.dataset_id) or ds
             log.info("trident write %s mode=%s writer=%s sink=%s", key, mode, writer, route.describe())
-            meta = dict(metadata or {})
+            meta = dict(metadata)
             if partition is not None:
                 meta[PARTITION_META] = partition.as_metadata()
             if marks and not stage:  # a roll-forward by the reconciler records them too
@@ -186,7 +194,7 @@ class Trident:
                 writer=writer,
                 sink=route.sink,
                 route=route,
-                source_refs=list(source_refs or []),
+                source_refs=refs,
                 metadata=meta,
             )
             if stage and not self._sink(route.sink).stages:
@@ -352,6 +360,9 @@ class Trident:
         prunes by partition and only their files are opened. ``staged=txn_id`` reads a staged
         (not yet published) version, for audits."""
         columns = validate.read_columns(columns)
+        if columns == []:  # no user columns, as pyarrow's columns=[]: batches that carry only their row counts
+            rows = self.stream(key, [ROW_INDEX], row_filter, as_of, partition, staged=staged)
+            return pa.RecordBatchReader.from_batches(pa.schema([]), (b.select([]) for b in rows))
         if staged is not None:
             if as_of is not None:
                 raise InvalidReadError("read either a staged version or a past one (as_of), not both")
@@ -409,12 +420,16 @@ class Trident:
         staged: uuid.UUID | str | None = None,
     ) -> pa.Table:
         """The whole result in memory, so the sink may read its files in parallel (``stream``
-        stays bounded: one file and one batch in flight)."""
+        stays bounded: one file and one batch in flight). ``columns=[]`` selects no column and keeps
+        the matching rows' count (``num_rows``), as pyarrow's ``read_table(columns=[])`` does: a
+        count without moving any value; None reads every column."""
         if staged is not None:
             return self.stream(
                 key, columns=columns, row_filter=row_filter, as_of=as_of, partition=partition, staged=staged
             ).read_all()
         columns = validate.read_columns(columns)
+        if columns == []:  # as pyarrow's read_table(columns=[]): no columns, the matching rows' count kept
+            return self.read(key, [ROW_INDEX], row_filter, as_of, partition).select([])
         ds = self._record(key)
         sink = self._sink(ds.sink)
         row_filter = self._with_partition(sink, ds, row_filter, partition)
@@ -581,9 +596,8 @@ class Trident:
         return self.control.history(ds.dataset_id, validate.history_limit(limit))
 
     def set_provenance(self, key: str, provenance: Mapping[str, Any]) -> None:
-        if not isinstance(provenance, Mapping):
-            raise InvalidArgumentError(f"provenance must be a mapping (a dict of governance fields), got {provenance!r}")
-        self.control.set_provenance(self._record(key).dataset_id, dict(provenance))
+        checked = validate.metadata(provenance, "provenance (a dict of governance fields)", InvalidArgumentError)
+        self.control.set_provenance(self._record(key).dataset_id, checked)
 
     def watermarks(self, key: str, partition: PartitionFilter | None = None) -> dict[str, datetime]:
         """Per source key, how far the output ``key`` has consumed it (delta strategies).
@@ -593,6 +607,7 @@ class Trident:
         (a range whose days were consumed to different points has no single mark, so a delta run
         of it rebuilds it instead of reading some rows twice)."""
         ds = self.control.dataset(self.workspace, validate_key(key))
+        partition = validate.partition_filter(partition)  # a bare value was "'str' object has no attribute 'bind'"
         if ds is None or (partition is not None and not ds.exists):
             return {}
         parts = [""] if partition is None else partition.bind(self._sink(ds.sink).schema(ds)).watermark_keys()
@@ -611,7 +626,7 @@ class Trident:
         ``staged={key: txn_id}`` reads those datasets' staged versions instead (audits, checks)."""
         from .sql import run_sql
 
-        return run_sql(self, query, staged=dict(staged or {}))
+        return run_sql(self, query, staged=validate.sql_arguments(query, staged))
 
     def maintain(
         self,
@@ -654,6 +669,9 @@ class Trident:
                 if not (cleanups.cleaned or cleanups.pending):
                     raise DatasetNotFoundError(key, self.workspace)
                 done = Maintenance(key=ds.key, expired_snapshots=0, deleted_files=0)
+            elif (nothing_to_do := self._sink(ds.sink).no_maintenance) is not None:
+                log.info("trident maintain %s: skipped, %s", key, nothing_to_do)
+                done = Maintenance(key=ds.key, expired_snapshots=0, deleted_files=0, skipped=nothing_to_do)
             else:
                 now = datetime.now(UTC)
                 cutoff = now - timedelta(days=self.settings.staged_max_age_days)
@@ -674,7 +692,10 @@ class Trident:
                     raise err from exc
                 log.info("trident maintain %s: %s", key, compacted)
                 done = sink.maintain(
-                    ds, older_than=now - older_than, retain_last=retain_last, uploads_before=now - uploads_older_than
+                    ds,
+                    older_than=_before(now, older_than),
+                    retain_last=retain_last,
+                    uploads_before=_before(now, uploads_older_than),
                 )
                 done = replace(
                     done,
@@ -764,6 +785,7 @@ class Trident:
         _check_mode(mode, key_cols, None, object())
         if mode == "delete":
             raise InvalidWriteError("an ingest stream adds rows; use delete_rows() or write(mode='delete')")
+        validate.stream_session(schema, max_queued)
         self._route(key, writer, self.control.dataset(self.workspace, key))  # refuse before the producer sends anything
         return IngestStream(
             self,
@@ -839,6 +861,15 @@ class Trident:
         made it; the Dagster ledger sensor reports them as materializations."""
         rows = self.control.execute(q.COMMITS_SINCE, (self.workspace, after, limit))
         return [(r.pop("seq"), r.pop("dataset_key"), LedgerEntry(**r)) for r in rows]
+
+
+def _before(now: datetime, age: timedelta) -> datetime:
+    """``now - age``, or the earliest instant when ``age`` reaches past year 1 (``timedelta.max``
+    means "keep everything", and was a raw OverflowError)."""
+    try:
+        return now - age
+    except OverflowError:
+        return datetime.min.replace(tzinfo=UTC)
 
 
 def _keys(keys: Iterable[str] | str | None) -> tuple[str, ...]:

@@ -87,6 +87,9 @@ class KeyedMerge:
                 "threads": threads,
                 "temp_directory": str(spill_dir / "tmp"),
                 "preserve_insertion_order": False,
+                # A uuid column (Arrow's arrow.uuid) comes back as uuid, not as its text, which
+                # the dataset's fixed[16] column refused: upserting into a uuid dataset failed.
+                "arrow_lossless_conversion": True,
             },
         )
         self.con.execute("SET TimeZone = 'UTC'")

@@ -53,6 +53,7 @@ class PartitionDim:
     end: Any = None
 
     def __post_init__(self) -> None:
+        _filter_column(self.column)  # refused before any write: its partitions could never be read one by one
         if self.transform not in TRANSFORMS:
             raise PartitionError(f"unknown partition transform {self.transform!r}; use one of {list(TRANSFORMS)}")
         has_range = self.start is not None or self.end is not None
@@ -77,9 +78,14 @@ class PartitionDim:
 
 @dataclass(frozen=True)
 class PartitionFilter:
-    """The partition(s) one write replaces: dimensions combined with AND (see module docstring)."""
+    """The partition(s) one write replaces: dimensions combined with AND (see module docstring).
+
+    ``declared_in`` is where the caller declared it, so that an error tells them what to change in
+    their own terms: a plain ``read``/``write`` caller built a ``PartitionFilter`` and never saw
+    Dagster's ``partition_expr``; the Dagster layer sets ``"dagster"``. It takes no part in equality."""
 
     dims: tuple[PartitionDim, ...]
+    declared_in: Literal["python", "dagster"] = field(default="python", compare=False)
 
     def __post_init__(self) -> None:
         if not self.dims:
@@ -99,7 +105,7 @@ class PartitionFilter:
         return cls((PartitionDim(column, "identity", values=tuple(values)),))
 
     def __and__(self, other: PartitionFilter) -> PartitionFilter:
-        return PartitionFilter(self.dims + other.dims)
+        return PartitionFilter(self.dims + other.dims, declared_in=self.declared_in)
 
     @property
     def columns(self) -> list[str]:
@@ -134,7 +140,13 @@ class PartitionFilter:
 
     def bind(self, schema: pa.Schema) -> BoundPartition:
         """Check the filter against the rows' Arrow schema and type its values like the columns."""
-        return BoundPartition(self, tuple(_bind_dim(d, schema) for d in self.dims))
+        return BoundPartition(self, tuple(_bind_dim(d, schema, self.declared_in) for d in self.dims))
+
+    def redeclare_hint(self) -> str:
+        """What to change when this filter's partitioning is not the dataset's, in the caller's terms."""
+        if self.declared_in == "dagster":
+            return "declare the dataset's partitioning (partitions_def and partition_expr)"
+        return "write with a PartitionFilter on the dataset's partition columns and transforms"
 
     @classmethod
     def from_metadata(cls, meta: dict[str, Any]) -> PartitionFilter:
@@ -288,7 +300,7 @@ class BoundPartition:
         ``row_filter`` (so pyiceberg prunes by partition and only those files are opened)."""
         parts = []
         for d in self.dims:
-            c = d.column
+            c = _filter_column(d.column)
             if d.values is not None:
                 parts.append(f"{c} in ({', '.join(_filter_literal(v) for v in d.values)})")
             else:
@@ -433,12 +445,14 @@ def _months(col: pa.Array) -> pa.Array:
     return pc.cast(pc.add(pc.multiply(pc.subtract(pc.year(col), 1970), 12), pc.subtract(pc.month(col), 1)), pa.int32())
 
 
-def _bind_dim(d: PartitionDim, schema: pa.Schema) -> _BoundDim:
+def _bind_dim(d: PartitionDim, schema: pa.Schema, declared_in: str) -> _BoundDim:
     if d.column not in schema.names:
-        raise PartitionError(
-            f"partition column {d.column!r} is not in the rows (columns: {schema.names}); "
+        fix = (
             "declare partition_expr as a column the asset returns"
+            if declared_in == "dagster"
+            else "build the PartitionFilter on one of these columns"
         )
+        raise PartitionError(f"partition column {d.column!r} is not in the rows (columns: {schema.names}); {fix}")
     t = schema.field(d.column).type
     if d.transform != "identity" and not (pa.types.is_date(t) or pa.types.is_timestamp(t)):
         raise PartitionError(f"partition column {d.column!r} is {t}: a {d.transform} partition needs a date or timestamp column")
@@ -467,10 +481,13 @@ def _coerce(v: Any, t: pa.DataType, column: str) -> Any:
             if isinstance(v, date) and not isinstance(v, datetime):
                 v = datetime(v.year, v.month, v.day)
             if t.tz is None:
-                return v.astimezone(UTC).replace(tzinfo=None) if v.tzinfo else v
+                # A naive column holds wall times, so an aware bound counts by its wall time, as a
+                # date column counts by the wall date: converted to UTC, a Dagster day in
+                # America/New_York began at 05:00 and refused that day's own 02:00 rows.
+                return v.replace(tzinfo=None)
             return v if v.tzinfo else v.replace(tzinfo=UTC)
         return pa.scalar(v).cast(t).as_py()
-    except (ValueError, TypeError, pa.ArrowInvalid) as exc:
+    except (ValueError, TypeError, OverflowError, pa.ArrowException) as exc:  # a value no column value can equal
         raise PartitionError(f"partition value {v!r} does not fit column {column!r} of type {t}: {exc}") from exc
 
 
@@ -513,6 +530,20 @@ def _evaluate(table: pa.Table, expr: pc.Expression) -> pa.ChunkedArray:
 
 def _literal_value(v: Any) -> Any:
     return v
+
+
+def _filter_column(name: str) -> str:
+    """``name`` as a column reference in pyiceberg's filter syntax. Always quoted, segment by
+    segment (the parser joins dotted segments back into one name): unquoted, a column named
+    ``a b``, ``ünï``, ``it's`` or ``and`` made the partition's filter unparsable, so reading a
+    partition of such a dataset failed. A ``"`` or an empty dotted segment cannot be written at all."""
+    segments = name.split(".")
+    if any(not s or '"' in s for s in segments):
+        raise PartitionError(
+            f"partition column {name!r} cannot be named in a row filter (pyiceberg's filter syntax has no way to "
+            "write a '\"' or an empty dotted segment), so its partitions cannot be read one by one; rename the column"
+        )
+    return ".".join(f'"{s}"' for s in segments)
 
 
 def _filter_literal(v: Any) -> str:

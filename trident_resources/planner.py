@@ -111,9 +111,10 @@ class WritePlanner:
                 counts = WriteCounts(rows_written=0, next_row_index=first, deleted=removed)
             else:
                 assert req.reader is not None
-                staged = req.reader if part is None else _checked(req.reader, part, req.dataset.key)
+                typed = _typed(req.reader, user_schema)
+                staged = typed if part is None else _checked(typed, part, req.dataset.key)
                 merge.stage(staged, req.keys, keys_only=req.mode == "delete")
-                merge.load_existing(self._existing_keys(sink, version, req))
+                merge.load_existing(self._existing_keys(sink, version, req, typed.schema))
                 reserved = [first]
 
                 def first_index(fresh: int) -> int:
@@ -133,13 +134,11 @@ class WritePlanner:
                 return self._commit(w, counts)
 
     @staticmethod
-    def _existing_keys(sink: Sink, version: StoredVersion, req: WriteRequest) -> pa.RecordBatchReader:
-        """The dataset's keys and identity; empty (typed like the input's keys) for a new dataset."""
-        assert req.reader is not None
+    def _existing_keys(sink: Sink, version: StoredVersion, req: WriteRequest, incoming: pa.Schema) -> pa.RecordBatchReader:
+        """The dataset's keys and identity; empty (typed like the staged input's keys) for a new dataset."""
         if version.schema is not None:
             check_key_columns(req.keys, version.schema, "the dataset")
             return version.existing_keys(req.keys, req.partition)
-        incoming = req.reader.schema
         fields = [pa.field(k, incoming.field(k).type) for k in req.keys if k in incoming.names]
         fields += [pa.field(ROW_ID, pa.large_string()), pa.field(ROW_INDEX, pa.int64())]
         if sink.tracks_files:
@@ -173,6 +172,16 @@ def _coalesced(batches: Iterable[pa.RecordBatch], *, max_bytes: int, rows: int =
             pending, n, size = [], 0, 0
     if pending:
         yield pending[0] if len(pending) == 1 else pa.concat_batches(pending)
+
+
+def _typed(reader: pa.RecordBatchReader, user_schema: pa.Schema) -> pa.RecordBatchReader:
+    """The input cast to the types it will be stored as before DuckDB stages it: DuckDB has no
+    float16 nor decimal256, so a keyed write of such a column failed inside the merge (as
+    WriteFailedError) while a replace of the same table stored it as float / decimal128."""
+    target = pa.schema([user_schema.field(f.name) if f.name in user_schema.names else f for f in reader.schema])
+    if target.equals(reader.schema):
+        return reader
+    return pa.RecordBatchReader.from_batches(target, (conform(b, target) for b in reader))
 
 
 def _checked(reader: pa.RecordBatchReader, part: PartitionFilter, dataset: str) -> pa.RecordBatchReader:

@@ -114,11 +114,11 @@ DROP_WHOLE_WATERMARKS = "DELETE FROM trident_watermarks WHERE output_dataset_id 
 LIST_FLAGS = "SELECT writer, sink FROM trident_writer_flags WHERE workspace = %s"
 UPSERT_FLAG = """INSERT INTO trident_writer_flags (workspace, writer, sink) VALUES (%s, %s, %s)
     ON CONFLICT (workspace, writer) DO UPDATE SET sink = EXCLUDED.sink, updated_at = now()"""
-DELETE_FLAG = "DELETE FROM trident_writer_flags WHERE workspace = %s AND writer = %s"
+DELETE_FLAG = "DELETE FROM trident_writer_flags WHERE workspace = %s AND writer = %s RETURNING writer"
 LIST_PINS = "SELECT key, sink FROM trident_dataset_pins WHERE workspace = %s"
 UPSERT_PIN = """INSERT INTO trident_dataset_pins (workspace, key, sink) VALUES (%s, %s, %s)
     ON CONFLICT (workspace, key) DO UPDATE SET sink = EXCLUDED.sink, updated_at = now()"""
-DELETE_PIN = "DELETE FROM trident_dataset_pins WHERE workspace = %s AND key = %s"
+DELETE_PIN = "DELETE FROM trident_dataset_pins WHERE workspace = %s AND key = %s RETURNING key"
 
 # -- the pg sink (rows as jsonb; DDL in migrations/0002_pg_rows.sql) ------------------------------
 PG_LATEST_COMMIT = """SELECT seq, gen, arrow_schema, outcome, txn_id FROM trident_pg_commits

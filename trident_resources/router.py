@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from . import queries as q
 from .control_plane import ControlPlane, DatasetRecord
-from .errors import InvalidWriteError
+from .errors import FlagNotFoundError, InvalidWriteError, PinNotFoundError
 from .keys import validate_key
 from .sinks import SINK_NAMES as SINKS  # ordered by capability: a clamp moves left
 
@@ -116,9 +116,16 @@ class Router:
         return RouteDecision(effective, sink, clamped, "flag")
 
     def clear_flag(self, writer: str) -> None:
+        """Remove ``writer``'s flag; FlagNotFoundError when it has none (nothing to clear)."""
         writer_spec(writer)
-        self._control.execute(q.DELETE_FLAG, (self._workspace, writer))
+        removed = self._control.execute(q.DELETE_FLAG, (self._workspace, writer))
         self.invalidate()
+        if not removed:
+            flags = sorted(self.flags())
+            raise FlagNotFoundError(
+                f"writer {writer!r} has no flag in workspace {self._workspace!r}, so nothing was cleared "
+                f"(flagged writers: {flags or 'none'}); `trident pins` lists them"
+            )
 
     def set_pin(self, key: str, sink: str) -> None:
         validate_key(key)  # a pin on a key no dataset can have would silently never apply
@@ -127,9 +134,17 @@ class Router:
         self.invalidate()
 
     def clear_pin(self, key: str) -> None:
+        """Remove ``key``'s pin; PinNotFoundError when it has none: reporting a typo'd key as
+        cleared would leave the real pin in force unnoticed."""
         validate_key(key)
-        self._control.execute(q.DELETE_PIN, (self._workspace, key))
+        removed = self._control.execute(q.DELETE_PIN, (self._workspace, key))
         self.invalidate()
+        if not removed:
+            pinned = sorted(self.pins())
+            raise PinNotFoundError(
+                f"dataset {key!r} has no pin in workspace {self._workspace!r}, so nothing was cleared "
+                f"(pinned keys: {pinned or 'none'}); `trident pins` lists them"
+            )
 
     def flags(self) -> dict[str, str]:
         return dict(self._state()[0])

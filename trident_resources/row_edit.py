@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import duckdb
 import pyarrow as pa
 
-from .errors import InvalidWriteError, KeyNotFoundError
+from .errors import InvalidWriteError, KeyNotFoundError, NullKeyError
 from .identity import IDENTITY_COLUMNS, refuse_reserved
 from .merge import quote
 
@@ -36,6 +36,10 @@ def complete_rows(t: Trident, key: str, edits: pa.Table, keys: tuple[str, ...]) 
     unknown = [c for c in edits.column_names if c not in user]
     if unknown:
         raise InvalidWriteError(f"column(s) {unknown} are not in {key!r} (columns: {user}); add columns with write()")
+    for k in keys:  # a null key names no row: say so, rather than "no row with key None"
+        nulls = edits.column(k).null_count
+        if nulls:
+            raise NullKeyError(k, nulls)
     con = duckdb.connect(config={"threads": t.settings.duckdb_threads, "memory_limit": t.settings.duckdb_memory_limit})
     try:
         con.execute("SET TimeZone = 'UTC'")

@@ -20,6 +20,9 @@ from .pyiceberg_compat import arrow_to_iceberg_without_ids
 _PROMOTIONS = {(pa.int32(), pa.int64()), (pa.float32(), pa.float64())}
 
 
+_EXTENSION_STORAGE = {"arrow.json": pa.large_string(), "arrow.bool8": pa.bool_()}
+
+
 def _pre_normalise(t: pa.DataType) -> pa.DataType:
     """The storable type for ``t``, nested types included.
 
@@ -32,6 +35,10 @@ def _pre_normalise(t: pa.DataType) -> pa.DataType:
     """
     if pa.types.is_dictionary(t):
         return _pre_normalise(t.value_type)
+    if isinstance(t, pa.BaseExtensionType) and t.extension_name in _EXTENSION_STORAGE:
+        # Arrow's canonical JSON (DuckDB and Polars emit it) is JSON text and bool8 a boolean:
+        # both were refused as "a type Iceberg supports" though their values are a string and a bool
+        return _EXTENSION_STORAGE[t.extension_name]
     if pa.types.is_timestamp(t):
         return pa.timestamp("us", tz="UTC" if t.tz is not None else None)
     if pa.types.is_time(t):

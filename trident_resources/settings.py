@@ -7,11 +7,12 @@ Secrets are ``SecretStr`` so they never leak through reprs, logs or error messag
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from .errors import InvalidSettingsError
 from .keys import validate_name
@@ -26,6 +27,10 @@ CredentialMode = Literal["static", "vended", "remote-signing"]
 """
 
 ChecksumMode = Literal["when_required", "when_supported"]
+
+_CRON_FIELD = r"[0-9A-Za-z*/,?#-]+"
+_CRON_FIELDS = re.compile(rf"{_CRON_FIELD}(\s+{_CRON_FIELD}){{4}}")
+_CRON_ALIAS = re.compile(r"@(yearly|annually|monthly|weekly|daily|midnight|hourly)")
 
 
 class TridentSettings(BaseSettings):
@@ -143,6 +148,29 @@ class TridentSettings(BaseSettings):
     def _absolute_home(cls, v: Path) -> Path:
         return v.expanduser().resolve()
 
+    @field_validator("rebuild_cron")
+    @classmethod
+    def _cron(cls, v: str) -> str:
+        """The shape Dagster accepts (five fields, or an @alias), checked here without importing
+        Dagster: "garbage" surfaced as DagsterInvalidDefinitionError when the Definitions loaded, so
+        ``trident check`` / ``trident ui`` died with a traceback instead of naming the variable."""
+        if _CRON_ALIAS.fullmatch(v.strip()) or _CRON_FIELDS.fullmatch(v.strip()):
+            return v
+        raise ValueError(f"{v!r} is not a cron schedule: five fields such as '0 3 * * *', or @daily / @hourly ...")
+
+    @field_validator("duckdb_memory_limit")
+    @classmethod
+    def _duckdb_memory(cls, v: str) -> str:
+        """Checked by DuckDB's own parser (an in-memory database, no file): a value it refuses
+        ("lots", "0") surfaced at the first merge or query as a raw ``duckdb.ParserException``."""
+        import duckdb
+
+        try:
+            duckdb.connect(config={"memory_limit": v}).close()
+        except duckdb.Error as exc:
+            raise ValueError(f"DuckDB refuses it ({str(exc).splitlines()[0]}); use e.g. 1GB, 512MiB or 80%") from exc
+        return v
+
     @property
     def warehouse(self) -> str:
         """Where table bytes live: the S3 bucket/prefix when configured, else a local folder."""
@@ -174,16 +202,36 @@ class TridentSettings(BaseSettings):
         return {k: ("***" if isinstance(v, SecretStr) else v) for k, v in self.__dict__.items()}
 
 
-def settings_from_env() -> TridentSettings:
+def settings_from_env(**values: Any) -> TridentSettings:
     """The settings from ``TRIDENT_*`` variables, or an InvalidSettingsError naming each bad
     variable on one line. pydantic's own report is a multi-line block with a documentation URL
     per field, and reached a CLI user as a traceback. Values are not repeated (one may be a
-    secret); a validator's message says what it needs."""
+    secret); a validator's message says what it needs. ``values`` are fields set explicitly (the
+    Dagster resource's), the environment supplies the rest."""
     try:
-        return TridentSettings()
+        return TridentSettings(**values)
+    except SettingsError as exc:  # a structured value (catalog properties) that is not JSON
+        field_name = re.search(r'field "(\w+)"', str(exc))
+        name = f"TRIDENT_{field_name.group(1).upper()}" if field_name else "a TRIDENT_* variable"
+        raise InvalidSettingsError(
+            f'invalid settings: {name}: not valid JSON; it takes a JSON object such as \'{{"key": "value"}}\''
+        ) from exc
     except ValidationError as exc:
         problems = []
         for err in exc.errors():
             name = "_".join(str(part) for part in err["loc"][:1]).upper()
             problems.append(f"TRIDENT_{name}: {err['msg']}" if name else str(err["msg"]))
         raise InvalidSettingsError("invalid settings: " + "; ".join(problems)) from exc
+
+
+def usable_home(home: Path) -> None:
+    """Create ``TRIDENT_HOME`` (embedded Postgres, local warehouse, spill files all live there) or
+    say in one line why it cannot be: a path under a file or a read-only place reached the
+    caller as a raw ``FileNotFoundError``/``PermissionError`` from deep inside the first use."""
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InvalidSettingsError(
+            f"invalid settings: TRIDENT_HOME: cannot create or use {str(home)!r} ({exc.strerror or exc}); "
+            "point it at a writable folder"
+        ) from exc

@@ -94,9 +94,12 @@ class IngestStream:
         if self.state != "open":
             raise StreamClosedError(f"the ingest stream of {self.key!r} is {self.state}; open a new one")
         self._raise_if_failed()
-        for batch in to_reader(data):
-            if self.schema is None:
-                self._start(batch.schema)
+        reader = to_reader(data)
+        if self.schema is None:
+            # The input's schema, not its first batch's: an empty table has no batch at all, and
+            # was dropped, so the session committed nothing where write() of it commits a version.
+            self._start(reader.schema)
+        for batch in reader:
             assert self.schema is not None
             if not batch.schema.equals(self.schema):
                 extra = [n for n in batch.schema.names if n not in self.schema.names]

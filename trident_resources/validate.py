@@ -4,13 +4,18 @@ iterable", ``columns='a'`` inside pyarrow, ``txn_id='nope'`` in ``uuid.UUID``)."
 
 from __future__ import annotations
 
+import json
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from typing import Any
 
-from .errors import InvalidArgumentError, InvalidReadError, InvalidWriteError, PartitionError
+import pyarrow as pa
+
+from .errors import InvalidArgumentError, InvalidReadError, InvalidWriteError, PartitionError, TridentError
 from .partitions import PartitionFilter
+
+_BIGINT_MAX = 2**63 - 1
 
 
 def write_keys(keys: Iterable[str] | str | None) -> tuple[str, ...]:
@@ -50,6 +55,9 @@ def read_columns(columns: Any) -> list[str] | None:
     bad = [c for c in columns if not isinstance(c, str)]
     if bad:
         raise InvalidReadError(f"columns must be column names (strings); got {bad!r}")
+    twice = sorted({c for c in columns if columns.count(c) > 1})
+    if twice:  # a table with two columns of one name cannot be written back, nor read by name
+        raise InvalidReadError(f"columns= lists {twice} more than once; name each column once")
     return list(columns)
 
 
@@ -82,4 +90,66 @@ def history_limit(limit: Any) -> int | None:
         return None
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise InvalidArgumentError(f"limit must be a positive number of entries (or None for all), got {limit!r}")
-    return limit
+    return None if limit > _BIGINT_MAX else limit  # more than any ledger holds is all (Postgres' LIMIT is a bigint)
+
+
+def source_refs(refs: Any) -> list[str]:
+    """What a write was derived from: None, one reference, or an iterable of non-empty strings. A
+    bare string used to be recorded letter by letter (``"raw/orders"`` became ``['r', 'a', ...]``)."""
+    if refs is None:
+        return []
+    if isinstance(refs, str):
+        refs = [refs]
+    elif isinstance(refs, (bytes, Mapping)) or not isinstance(refs, Iterable):
+        raise InvalidWriteError(f"source_refs must be a list of references, e.g. ['raw/orders'], got {refs!r}")
+    out = list(refs)
+    bad = [r for r in out if not isinstance(r, str) or not r]
+    if bad:
+        raise InvalidWriteError(f"source_refs must be non-empty strings; got {bad!r} in source_refs={out!r}")
+    return out
+
+
+def metadata(value: Any, name: str = "metadata", error: type[TridentError] = InvalidWriteError) -> dict[str, Any]:
+    """A write's ledger metadata or provenance: None or a mapping that Postgres' jsonb can hold,
+    checked before the transaction opens. ``metadata=5`` was a raw TypeError; a NaN or a NUL
+    character a raw psycopg error (for provenance, met at COMMIT, even ControlPlaneUnavailableError)."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise error(f"{name} must be a mapping of names to values, got a {type(value).__name__}: {value!r}")
+    out = dict(value)
+    try:
+        text = json.dumps(out, default=str, allow_nan=False)  # what the control plane stores (other values as str)
+    except ValueError as exc:
+        raise error(f"{name} holds NaN or infinity, which JSON cannot; store None or a string instead") from exc
+    if "\\u0000" in text:
+        raise error(f"{name} holds a NUL character, which Postgres jsonb cannot store; drop it")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise error(f"{name} holds text that is not valid Unicode (a lone surrogate): {exc.reason}") from exc
+    return out
+
+
+def sql_arguments(query: Any, staged: Any) -> dict[str, Any]:
+    """``Trident.sql``'s query is a string and ``staged`` a mapping of keys to staged transaction
+    ids: a number reached DuckDB's parser as a raw TypeError, a list ``dict()`` as a raw ValueError."""
+    if not isinstance(query, str):
+        raise InvalidArgumentError(f"query must be a string of SQL, got a {type(query).__name__}: {query!r}")
+    if staged is None:
+        return {}
+    if not isinstance(staged, Mapping):
+        raise InvalidReadError(
+            f"staged must map dataset keys to staged transaction ids, e.g. {{'sales/orders': txn_id}}, got {staged!r}"
+        )
+    return dict(staged)
+
+
+def stream_session(schema: Any, max_queued: Any) -> None:
+    """An ingest stream's knobs: ``schema`` a pyarrow Schema (a dict failed as "no attribute
+    'names'"), ``max_queued`` a count of at least one: 0 or less made the queue unbounded, which
+    breaks the session's bounded-memory promise, and a string failed at the first append."""
+    if schema is not None and not isinstance(schema, pa.Schema):
+        raise InvalidWriteError(f"schema must be a pyarrow Schema, e.g. pa.schema([('id', pa.int64())]), got {schema!r}")
+    if isinstance(max_queued, bool) or not isinstance(max_queued, int) or max_queued < 1:
+        raise InvalidWriteError(f"max_queued must be a number of batches of at least 1, got {max_queued!r}")

@@ -142,3 +142,22 @@ def test_check_says_clearly_when_it_cannot_load(settings: TridentSettings, proje
     assert len(errors) == 1 and "no_such_module_anywhere" in errors[0], done.stderr
     done = _trident(["check", "-f", str(project / "shop_rules.py")], settings, project)
     assert done.returncode == 2 and "exactly one Definitions" in done.stderr, done.stderr
+
+
+@pytest.mark.skipif(not TRIDENT.exists(), reason="the trident console script is not installed in this venv")
+def test_check_names_a_bad_setting_of_the_definitions_resource(settings: TridentSettings, project: Path) -> None:
+    """``TRIDENT_REBUILD_CRON=garbage`` reached Dagster's ScheduleDefinition (exit 1, a traceback), and
+    any value a TridentResource's settings refused was pydantic's multi-line block, not one line."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRIDENT_")}
+    env.update(cli_env(settings), PYTHONPATH=str(REPO), TRIDENT_REBUILD_CRON="garbage")
+    done = subprocess.run(
+        [sys.executable, str(TRIDENT), "check", "-m", "trident_assets.definitions"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    errors = [ln for ln in done.stderr.splitlines() if ln.strip()]
+    assert len(errors) == 1 and "TRIDENT_REBUILD_CRON" in errors[0] and "cron" in errors[0], done.stderr

@@ -12,6 +12,7 @@ import sys
 import uuid
 from pathlib import Path
 
+import click
 import duckdb
 import pyarrow as pa
 import pytest
@@ -167,3 +168,91 @@ def test_export_faults_on_the_output_side_are_one_line(trident: Trident, setting
     assert not out.exists() and not list(tmp_path.glob(".x.csv.partial-*"))
     res = CliRunner().invoke(cli, ["export", "e/nested", "--format", "csv", "--out", str(out), "--columns", "id"], env=env)
     assert res.exit_code == 0 and out.read_text().splitlines() == ['"id"', "1"], res.output
+
+
+def test_pin_clear_of_a_key_without_a_pin_is_one_error_line(trident: Trident, settings: TridentSettings) -> None:
+    """It printed "pin of KEY cleared" and exited 0 when KEY had no pin (a typo left the real pin in force)."""
+    trident.router.set_pin("c/pinned", "pg")
+    res = CliRunner().invoke(cli, ["pin", "clear", "c/pinnd"], env=cli_env(settings))
+    assert res.exit_code == 2, res.output
+    assert "nothing was cleared" in _one_error_line(res.output)
+    res = CliRunner().invoke(cli, ["flag", "clear", "sync.full"], env=cli_env(settings))
+    assert res.exit_code == 2, res.output
+    assert "no flag" in _one_error_line(res.output)
+    res = CliRunner().invoke(cli, ["pin", "clear", "c/pinned"], env=cli_env(settings))
+    assert res.exit_code == 0 and "cleared" in res.output, res.output
+
+
+def test_maintain_of_a_pg_dataset_prints_skipped(trident: Trident, settings: TridentSettings) -> None:
+    trident.router.set_pin("c/rows", "pg")
+    trident.write("c/rows", pa.table({"a": [1]}))
+    res = CliRunner().invoke(cli, ["maintain", "c/rows"], env=cli_env(settings))
+    assert res.exit_code == 0, res.output
+    assert "skipped" in res.output and "pg sink" in res.output, res.output
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["maintain", "c/ice", "--older-than-days", "nan"],
+        ["maintain", "c/ice", "--older-than-days", "inf"],
+        ["maintain", "c/ice", "--older-than-days", "1e308"],
+        ["describe", "c/ice", "--max-partitions", "-5"],
+        ["demo", "--scale", "abc"],
+        ["demo", "--scale", "-1"],
+    ],
+    ids=["age-nan", "age-inf", "age-huge", "max-partitions-negative", "scale-word", "scale-negative"],
+)
+def test_out_of_range_options_exit_2_without_a_traceback(trident: Trident, settings: TridentSettings, args: list[str]) -> None:
+    """The maintenance ages were OverflowError/ValueError tracebacks from timedelta, --scale a
+    pydantic ValidationError traceback, and a negative --max-partitions was silently taken."""
+    trident.write("c/ice", pa.table({"a": [1]}))
+    res = CliRunner().invoke(cli, args, env=cli_env(settings))
+    assert res.exit_code == 2, res.output
+    assert "Traceback" not in res.output, res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit), res.exception
+    assert "Invalid value" in res.output, res.output
+
+
+def test_sql_max_rows_beyond_a_c_long_prints_every_row(trident: Trident, settings: TridentSettings) -> None:
+    """``--max-rows 99999999999999999999`` was an OverflowError traceback from pyarrow's slice."""
+    trident.write("c/many", pa.table({"a": [1, 2]}))
+    res = CliRunner().invoke(cli, ["sql", 'select a from "c/many"', "--max-rows", str(2**70)], env=cli_env(settings))
+    assert res.exit_code == 0, res.output
+    assert "more rows" not in res.output and "2" in res.output
+
+
+def test_ui_port_out_of_range_is_refused_by_the_option() -> None:
+    """``trident ui --port 99999`` started dagster dev anyway. Checked on the option itself, so that
+    a regression fails here instead of launching a webserver from the test."""
+    from trident_cli.ui import ui
+
+    port = next(p for p in ui.params if p.name == "port")
+    for bad in ("99999", "-1", "0"):
+        with pytest.raises(click.BadParameter):
+            port.type.convert(bad, port, None)
+    assert port.type.convert("3000", port, None) == 3000
+
+
+def test_check_with_a_workspace_file_that_is_not_a_mapping_is_one_error_line(tmp_path: Path) -> None:
+    """``trident check -w /etc/passwd`` was AttributeError: 'str' object has no attribute 'get'."""
+    not_yaml_mapping = tmp_path / "workspace.yaml"
+    not_yaml_mapping.write_text("just a line of text\n")
+    res = CliRunner().invoke(cli, ["check", "-w", str(not_yaml_mapping)])
+    assert res.exit_code == 2, res.output
+    assert "is not a Dagster workspace.yaml" in res.output and "Traceback" not in res.output
+
+
+@pytest.mark.parametrize("columns", [",", "a,,b", "a,"])
+def test_export_columns_with_an_empty_name_is_a_usage_error(
+    trident: Trident, settings: TridentSettings, tmp_path: Path, columns: str
+) -> None:
+    """``--columns ,`` said "columns= lists [''] more than once", ``a,,b`` "unknown column ''"."""
+    trident.write("c/cols", pa.table({"a": [1], "b": [2]}))
+    out = tmp_path / "x.csv"
+    res = CliRunner().invoke(
+        cli, ["export", "c/cols", "--format", "csv", "--out", str(out), "--columns", columns], env=cli_env(settings)
+    )
+    assert res.exit_code == 2, res.output
+    assert "empty column" in res.output, res.output
+    assert not out.exists()

@@ -226,10 +226,10 @@ class TridentIOManager(dg.ConfigurableIOManager):
                 context.add_input_metadata(note)  # Dagster can only record it for one partition
             else:  # a check of a partitioned asset loads all its partitions
                 context.log.info(f"{key}: {note}")
-            reader = t.stream(key, columns=list(columns) if columns else None, row_filter=meta.get("row_filter"), staged=staged)
+            reader = t.stream(key, columns=columns, row_filter=meta.get("row_filter"), staged=staged)
             return convert_input(reader, context.dagster_type.typing_type, key)
         partition = input_partition(context)  # partitions hook: only the mapped upstream partitions
-        reader = t.stream(key, columns=list(columns) if columns else None, row_filter=meta.get("row_filter"), partition=partition)
+        reader = t.stream(key, columns=columns, row_filter=meta.get("row_filter"), partition=partition)
         return convert_input(reader, context.dagster_type.typing_type, key)
 
 

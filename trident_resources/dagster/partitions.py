@@ -82,7 +82,7 @@ def partition_filter(
         return _multi(partitions_def, partition_expr, keys, asset)
     if not isinstance(partition_expr, str):
         raise PartitionError(f"asset {asset!r}: partition_expr must be a column name, got {partition_expr!r}")
-    return PartitionFilter((_dimension(partitions_def, partition_expr, keys, asset),))
+    return PartitionFilter((_dimension(partitions_def, partition_expr, keys, asset),), declared_in="dagster")
 
 
 def _dimension(pdef: dg.PartitionsDefinition, column: str, keys: Sequence[str], asset: str) -> PartitionDim:
@@ -148,7 +148,7 @@ def _multi(pdef: dg.MultiPartitionsDefinition, expr: Any, keys: Sequence[str], a
             "dimensions' keys, so no single filter replaces exactly them; run them in separate runs"
         )
     dims = [_dimension(d.partitions_def, str(expr[d.name]), by_dim[d.name], asset) for d in pdef.partitions_defs]
-    return PartitionFilter(tuple(dims))
+    return PartitionFilter(tuple(dims), declared_in="dagster")
 
 
 def declared(metadata: Mapping[str, Any] | None, partitions_def: dg.PartitionsDefinition | None) -> dict[str, Any]:

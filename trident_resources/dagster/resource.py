@@ -25,7 +25,7 @@ from dagster._config.field_utils import IntEnvVar  # the type of dg.EnvVar.int(.
 from pydantic import Field, PrivateAttr, SecretStr
 
 from ..facade import Trident
-from ..settings import TridentSettings
+from ..settings import TridentSettings, settings_from_env
 from .gate import is_pending, settle
 
 
@@ -155,7 +155,7 @@ class TridentResource(dg.ConfigurableResource):
                 value = value.get_value()
             if value is not None:
                 values[name] = value
-        return TridentSettings(**values)
+        return settings_from_env(**values)  # a refused value is InvalidSettingsError naming it, not pydantic's block
 
     def get_client(self) -> Trident:
         """The run's ``Trident`` (opened on first use: a nested resource may skip setup).

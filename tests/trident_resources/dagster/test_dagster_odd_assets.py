@@ -35,3 +35,28 @@ def test_a_grouped_pandas_result_keeps_its_groups(settings: TridentSettings, tri
     succeeded(dg.materialize([sums, down], resources=resources_for(settings)))
     got = trident.read("g/down", columns=["region", "v"]).sort_by("region").to_pylist()
     assert got == [{"region": "eu", "v": 4}, {"region": "us", "v": 2}]
+
+
+def test_input_columns_metadata_is_read_as_given(settings: TridentSettings, trident: Trident) -> None:
+    """``columns: []`` loaded every column (the IO manager turned [] into "all"), and a bare string
+    ``columns: "ab"`` was split into the columns 'a' and 'b'; now [] loads no column but the row
+    count, as Trident.read does, and a string is refused with the read's own InvalidReadError."""
+
+    @dg.asset(key=["ci", "src"])
+    def src() -> pa.Table:
+        return pa.table({"a": [1, 2, 3], "b": ["x", "y", "z"], "ab": [0, 0, 0]})
+
+    @dg.asset(key=["ci", "count"], ins={"s": dg.AssetIn(key=["ci", "src"], metadata={"columns": []})})
+    def count(s: pa.Table) -> pa.Table:
+        return pa.table({"columns": [s.num_columns], "rows": [s.num_rows]})
+
+    @dg.asset(key=["ci", "bare"], ins={"s": dg.AssetIn(key=["ci", "src"], metadata={"columns": "ab"})})
+    def bare(s: pa.Table) -> pa.Table:
+        return s
+
+    succeeded(dg.materialize([src, count], resources=resources_for(settings)))
+    assert trident.read("ci/count", columns=["columns", "rows"]).to_pylist() == [{"columns": 0, "rows": 3}]
+    result = dg.materialize([src, bare], resources=resources_for(settings), raise_on_error=False)
+    assert not result.success
+    assert any("InvalidReadError" in e and "columns must be a list" in e for e in step_errors(result)), step_errors(result)
+    assert not trident.exists("ci/bare")

@@ -10,7 +10,7 @@ from typing import cast
 import dagster as dg
 import pyarrow as pa
 
-from tests.dagster_support import materialized, resources_for, step_errors
+from tests.dagster_support import materialized, resources_for, step_errors, succeeded
 from trident_resources import PartitionFilter, Trident, TridentSettings
 from trident_resources.sinks.iceberg.sink import IcebergSink
 
@@ -366,3 +366,49 @@ def test_a_source_rewrite_of_another_partition_does_not_force_a_delta_rebuild(
     rebuilt = run("2024-01-01")
     assert rebuilt["trident/mode"] == "replace" and rebuilt["dagster/row_count"] == 2
     assert sorted(r["v"] for r in trident.read("dps/out").to_pylist()) == [200, 201]
+
+
+def test_a_partition_column_missing_from_the_output_is_named_in_dagster_terms(
+    settings: TridentSettings, trident: Trident
+) -> None:
+    """The Dagster wording (partition_expr) stays for Dagster users, whose filter the layer built."""
+
+    @dg.asset(key=["dp", "misnamed"], partitions_def=DAILY, metadata={"partition_expr": "shipdate"})
+    def misnamed(context: dg.AssetExecutionContext) -> pa.Table:
+        return _rows(context.partition_key, 2)
+
+    result = dg.materialize([misnamed], partition_key="2024-01-01", resources=resources_for(settings), raise_on_error=False)
+    assert not result.success
+    assert any("'shipdate'" in e and "partition_expr" in e for e in step_errors(result)), step_errors(result)
+    assert not trident.exists("dp/misnamed")
+
+
+def test_a_daily_partition_in_a_time_zone_takes_its_days_wall_times_on_a_naive_column(
+    settings: TridentSettings, trident: Trident
+) -> None:
+    """A naive timestamp column holds wall times. The window of a day in America/New_York was
+    converted to UTC (05:00 to 05:00), so the day's own 02:00 row was refused as outside the
+    partition; a date column already counted by the wall date."""
+    from datetime import datetime
+
+    ny = dg.DailyPartitionsDefinition(start_date="2024-01-01", end_date="2024-01-10", timezone="America/New_York")
+
+    @dg.asset(key=["dp", "wall"], partitions_def=ny, metadata={"partition_expr": "ts"})
+    def wall(context: dg.AssetExecutionContext) -> pa.Table:
+        d = date.fromisoformat(context.partition_key)
+        times = [datetime(d.year, d.month, d.day, h) for h in (2, 22)]
+        return pa.table({"ts": pa.array(times, pa.timestamp("us")), "v": [d.day] * 2})
+
+    @dg.asset(key=["dp", "wall_down"], partitions_def=ny, metadata={"partition_expr": "ts"})
+    def wall_down(wall: pa.Table) -> pa.Table:
+        return wall
+
+    for key in ("2024-01-02", "2024-01-03"):
+        succeeded(dg.materialize([wall], partition_key=key, resources=resources_for(settings)))
+    assert sorted(r["v"] for r in trident.read("dp/wall", columns=["v"]).to_pylist()) == [2, 2, 3, 3]
+    succeeded(
+        dg.materialize(
+            [wall, wall_down], partition_key="2024-01-02", selection=[wall_down.key], resources=resources_for(settings)
+        )
+    )
+    assert [r["v"] for r in trident.read("dp/wall_down", columns=["v"]).to_pylist()] == [2, 2]

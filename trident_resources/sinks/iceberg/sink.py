@@ -598,8 +598,8 @@ class IcebergSink(Sink):
         if spec.fields:
             raise PartitionError(
                 f"dataset {req.dataset.key!r} is partitioned by {describe_spec(spec, schema)} but this write declares "
-                f"{[f'{t}({c})' for c, t in wanted]}; declare the dataset's partitioning (partitions_def and "
-                "partition_expr), or rewrite the dataset with a full replace under a new key"
+                f"{[f'{t}({c})' for c, t in wanted]}; {req.partition.redeclare_hint()}, or rewrite the dataset "
+                "with a full replace under a new key"
             )
         with txn.update_spec() as upd:
             for column, transform in wanted:

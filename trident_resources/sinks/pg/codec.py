@@ -42,7 +42,8 @@ class JsonCodec:
 
     def __init__(self, user_schema: pa.Schema) -> None:
         self.user_schema = user_fields(user_schema)
-        self.con = duckdb.connect(config={"threads": 1})
+        # arrow_lossless_conversion: a uuid column decodes as uuid, not as text its column refused
+        self.con = duckdb.connect(config={"threads": 1, "arrow_lossless_conversion": True})
         self.con.execute("SET TimeZone = 'UTC'")
         self._duck_types = self._duckdb_types(self.user_schema)
 

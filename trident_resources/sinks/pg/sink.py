@@ -194,6 +194,7 @@ def _translated() -> Iterator[None]:
 class PgSink(Sink):
     name = "pg"
     time_travel = False  # only the current version is kept: scan checks ``as_of`` itself
+    no_maintenance = "the pg sink keeps rows in Postgres: no data files to compact, no past versions to expire"
 
     def __init__(self, control: ControlPlane, settings: TridentSettings) -> None:
         self.control = control
