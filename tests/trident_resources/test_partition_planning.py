@@ -16,7 +16,7 @@ import pytest
 from pyiceberg.manifest import ManifestFile
 
 from trident_resources import PartitionFilter, Trident
-from trident_resources.sinks.iceberg.sink import MANIFEST_FILES
+from trident_resources.sinks.iceberg.commits import MANIFEST_FILES
 
 D0 = date(2024, 1, 1)
 DAYS = 3 * MANIFEST_FILES

@@ -20,7 +20,7 @@ import pytest
 from tests.support.tcp_proxy import TcpProxy
 from tests.trident_resources.test_storage_cleanup import _objects, _proxied, _uploads, _upstream
 from trident_resources import StorageUnavailableError, Trident, TridentError
-from trident_resources.sinks.iceberg import sink as iceberg_sink
+from trident_resources.sinks.iceberg import commits as iceberg_commits
 
 SCHEMA = pa.schema([("k", pa.int64()), ("blob", pa.binary())])
 OUTCOMES: list[str] = []
@@ -91,7 +91,7 @@ def test_s3_connections_cut_mid_write(
             resume = threading.Event()
             if pause is not None:
                 reached = threading.Event()
-                real = iceberg_sink.failpoint
+                real = iceberg_commits.failpoint
 
                 def hook(point: str) -> None:
                     if point == pause:
@@ -99,7 +99,7 @@ def test_s3_connections_cut_mid_write(
                         assert resume.wait(60)
                     real(point)
 
-                monkeypatch.setattr(iceberg_sink, "failpoint", hook)
+                monkeypatch.setattr(iceberg_commits, "failpoint", hook)
             else:
                 reached = started
             caught: list[BaseException] = []

@@ -11,20 +11,18 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
-from urllib.parse import unquote, urlparse
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pads
 from pyiceberg.catalog import Catalog
-from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, RESTError
+from pyiceberg.exceptions import NoSuchTableError, RESTError
 from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io import load_file_io
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.manifest import DataFile, DataFileContent, ManifestContent
 from pyiceberg.table import Table, Transaction
-from pyiceberg.table.refs import MAIN_BRANCH
 from pyiceberg.table.snapshots import Snapshot, ancestors_of
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import DateType, TimestampType, TimestamptzType
@@ -32,16 +30,11 @@ from pyiceberg.types import DateType, TimestampType, TimestamptzType
 from ...control_plane import DatasetRecord, Outcome
 from ...errors import (
     DatasetNotFoundError,
-    InvalidReadError,
-    InvalidWriteError,
     PartitionError,
-    StagedVersionConflictError,
     StorageUnavailableError,
     TableOwnershipError,
-    TransactionConflictError,
 )
 from ...failpoints import failpoint
-from ...filters import arrow_filter, check_columns
 from ...identity import CREATED_AT, ROW_ID, ROW_INDEX
 from ...keys import iceberg_identifier
 from ...merge import FILE_COLUMN
@@ -55,10 +48,6 @@ from ...partitions import (
     matches_spec,
 )
 from ...pyiceberg_compat import (
-    added_manifests_in_groups,
-    name_commit_files,
-    remove_branch_in,
-    sql_catalog_metadata_location,
     transaction_io,
     transaction_table,
 )
@@ -77,15 +66,15 @@ from ..base import (
     WriteCounts,
     WriteRequest,
 )
+from . import commits, scans, wap
 from .catalog import ensure_namespace
 from .credentials import StorageAccess
 from .files import DataFileWriter, PartitionedDataFileWriter, delete_paths, filesystem_for, list_txn_files, list_txn_metadata
 from .maintenance import data_files_of, existing_under, once_referenced
 from .s3_housekeeping import abort_incomplete_uploads
+from .scans import _PARQUET, _scan
+from .snapshots import TXN_PROPERTY, _carries, _num, _strip, _summary_outcome, audit_branch, published_schema
 
-SNAPSHOT_FILES_CACHED = 256  # snapshots whose data file lists scan_plan remembers (immutable, so never stale)
-
-TXN_PROPERTY = "trident.txn-id"
 OWNER_PROPERTY = "trident.dataset-id"
 """Table property naming the control-plane dataset that created (or adopted) the table."""
 
@@ -103,108 +92,11 @@ class TableOwnership:
 TABLE_PROPERTIES = {"format-version": "2", "write.parquet.compression-codec": "zstd"}
 
 
-def _num(summary: Any, key: str) -> int:
-    """A numeric snapshot-summary property (absent means zero)."""
-    try:
-        value = summary[key]
-    except KeyError:
-        return 0
-    return int(value) if value is not None else 0
-
-
-# Scans of this format (ours, or DuckDB's through arrow_source) read one row group at a time:
-# pre-buffering would hold whole files' compressed bytes in memory.
-_PARQUET = pads.ParquetFileFormat(default_fragment_scan_options=pads.ParquetFragmentScanOptions(pre_buffer=False))
-
-
-# ``read()`` holds the whole result anyway: pre-buffer each file's column chunks (fewer, larger
-# reads; what pyiceberg's own to_arrow does) and let pyarrow read files in parallel.
-_PARQUET_PARALLEL = pads.ParquetFileFormat(default_fragment_scan_options=pads.ParquetFragmentScanOptions(pre_buffer=True))
-
-
-def _scan(dataset: pads.Dataset, columns: list[str] | None, expr: Any) -> pa.RecordBatchReader:
-    """A bounded-memory scan: pyarrow's default read-ahead (16 batches x 4 files) holds far more
-    than a row group in flight, which is what made keyed writes grow with the data."""
-    return dataset.scanner(
-        columns=columns,
-        filter=expr,
-        batch_size=65_536,
-        batch_readahead=1,
-        fragment_readahead=1,
-    ).to_reader()
-
-
-# Files added by one commit of a partitioned table go into manifests of at most this many files,
-# by partition order: a manifest then covers a narrow range of partitions, and a one-partition
-# read or replace opens (or rewrites) one of them, not a manifest of every file of a backfill.
-MANIFEST_FILES = 100
 _MANIFEST_CACHE = 1024  # manifests whose entries ``partition_stats`` keeps (at most ~100 files each when we wrote them)
-
-
-def _manifest_groups(files: list[DataFile]) -> list[list[DataFile]]:
-    """``files`` in partition order, cut every ``MANIFEST_FILES``."""
-    if len(files) <= MANIFEST_FILES:
-        return [files]
-
-    def order(f: DataFile) -> tuple[tuple[bool, Any], ...]:
-        p = f.partition
-        return tuple((p[i] is None, p[i]) for i in range(len(p)))
-
-    ordered = sorted(files, key=order)
-    return [ordered[i : i + MANIFEST_FILES] for i in range(0, len(ordered), MANIFEST_FILES)]
 
 
 def _constant(value: int, n: int) -> pa.Array:
     return pa.array(np.full(n, value, dtype=np.int32))
-
-
-def _summary_outcome(snap: Snapshot, schema: pa.Schema) -> Outcome:
-    """A transaction's outcome as its snapshot summary recorded it: the same numbers whether the
-    writer commits them itself or the reconciler rolls a crashed writer's transaction forward."""
-    s = snap.summary
-    assert s is not None
-    return Outcome(
-        rows_written=_num(s, "trident.rows-written"),
-        row_count=_num(s, "total-records"),
-        next_row_index=_num(s, "trident.next-row-index"),
-        snapshot_id=snap.snapshot_id,
-        schema=describe_schema(schema),
-        skipped=_num(s, "trident.skipped"),
-        preserved=_num(s, "trident.preserved"),
-        deleted=_num(s, "trident.deleted"),
-    )
-
-
-def _carries(snap: Snapshot, txn_id: uuid.UUID) -> bool:
-    """Was ``snap`` committed by transaction ``txn_id`` (its summary says so)?"""
-    return snap.summary is not None and snap.summary.get(TXN_PROPERTY) == str(txn_id)
-
-
-def audit_branch(txn_id: uuid.UUID) -> str:
-    """The branch a staged (write-audit-publish) transaction commits to."""
-    return f"trident-audit-{txn_id}"
-
-
-def published_iceberg_schema(table: Table) -> Any:
-    """The Iceberg schema of the version readers see (main's snapshot), which a staged write's
-    schema evolution on the table must not change."""
-    snap = table.current_snapshot()
-    schema = table.schema()
-    if snap is not None and snap.schema_id is not None:
-        schema = table.schemas().get(snap.schema_id, schema)
-    return schema
-
-
-def published_schema(table: Table) -> pa.Schema:
-    return schema_to_pyarrow(published_iceberg_schema(table), include_field_ids=False)
-
-
-def _has(schema: Any, name: str) -> bool:
-    try:
-        schema.find_field(name)
-    except ValueError:
-        return False
-    return True
 
 
 def pc_invert(expr: Any) -> Any:
@@ -231,19 +123,6 @@ def _human(field: Any, schema: Any, value: Any) -> Any:
         return value
 
 
-def _local_path(location: str) -> str:
-    """``file:///a/b.parquet`` (or a bare path) as the filesystem path DuckDB is allowed to read."""
-    if location.startswith("file://"):
-        return unquote(urlparse(location).path)
-    return location
-
-
-def _duckdb_version() -> str:
-    import duckdb
-
-    return str(duckdb.__version__)
-
-
 def _order_like(txn: Transaction, target: pa.Schema) -> None:
     """A replace makes the dataset exactly its input, column order included (the pg sink does the
     same); ``union_by_name`` keeps the old order and appends new columns, so move them."""
@@ -254,10 +133,6 @@ def _order_like(txn: Transaction, target: pa.Schema) -> None:
         upd.move_first(target.names[0])
         for before, name in itertools.pairwise(target.names):
             upd.move_after(name, before)
-
-
-def _strip(schema: pa.Schema) -> pa.Schema:
-    return pa.schema([pa.field(f.name, f.type, f.nullable) for f in schema])
 
 
 class IcebergVersion(StoredVersion):
@@ -775,68 +650,8 @@ class IcebergSink(Sink):
         *,
         base_snapshot_id: int | None = None,
     ) -> Snapshot:
-        """Commit ONE snapshot. pyiceberg itself retries a commit that conflicts with a concurrent
-        one (table property ``commit.retry.num-retries``); what still conflicts is a named error.
-
-        A partition write first takes the dataset's commit lock (through ``req.fence``) and, when
-        writers of other partitions committed since it began, re-bases its change on the table
-        as it is now: same files added and deleted, on the new parent snapshot."""
-        try:
-            if req.partition is not None:
-                req.fence()
-                txn = self._rebased(req, txn, to_delete, base_snapshot_id)
-            branch: str | None = MAIN_BRANCH
-            if req.stage:  # an audit branch; a table with no version yet takes an unreferenced snapshot
-                branch = audit_branch(req.txn_id) if txn.table_metadata.current_snapshot() is not None else None
-            update = txn.update_snapshot(snapshot_properties=props, branch=branch)
-            # named after the txn, so discard finds them if the commit never lands
-            snapshot_id = _commit_files(txn, update, to_delete, files, name_for=req.txn_id)
-            failpoint("commit.before_catalog")
-            req.fence()
-            committed = txn.commit_transaction()
-        except CommitFailedException as exc:
-            raise TransactionConflictError(
-                f"Iceberg commit of {req.dataset.key!r} conflicted with a concurrent change: {exc}. "
-                "Nothing was committed; retry the write"
-            ) from exc
-        snap = committed.snapshot_by_id(snapshot_id)
-        assert snap is not None and snap.summary is not None and snap.summary[TXN_PROPERTY] == str(req.txn_id)
-        return snap
-
-    def _rebased(
-        self, req: WriteRequest, txn: Transaction, to_delete: list[DataFile], base_snapshot_id: int | None
-    ) -> Transaction:
-        fresh = self.table(req.dataset)
-        head = fresh.current_snapshot() if fresh is not None else None
-        if fresh is None or (head.snapshot_id if head else None) == base_snapshot_id:
-            return txn
-        ours = txn.table_metadata
-        new = fresh.transaction()
-        current = new.table_metadata.schema()
-        if any(not _has(current, f.name) for f in ours.schema().fields):
-            with new.update_schema() as upd:
-                upd.union_by_name(ours.schema())
-        theirs = new.table_metadata
-        for f in ours.schema().fields:
-            other = theirs.schema().find_field(f.name) if _has(theirs.schema(), f.name) else None
-            if other is None or other.field_id != f.field_id or other.field_type != f.field_type:
-                raise TransactionConflictError(
-                    f"the schema of {req.dataset.key!r} changed while this partition was being written "
-                    f"(column {f.name!r}); nothing was committed, retry the write"
-                )
-        if theirs.spec() != ours.spec() or theirs.default_spec_id != ours.default_spec_id:
-            raise TransactionConflictError(
-                f"the partitioning of {req.dataset.key!r} changed while this partition was being written; retry the write"
-            )
-        assert req.partition is not None
-        present = {f.file_path for f in self.partition_scope(fresh, req.partition.bind(published_schema(fresh)))}
-        gone = [f.file_path for f in to_delete if f.file_path not in present]
-        if gone:
-            raise TransactionConflictError(
-                f"{len(gone)} data file(s) this write replaces were changed by a concurrent write of {req.dataset.key!r}; "
-                "nothing was committed, retry the write"
-            )
-        return new
+        """Commit ONE snapshot (``commits.py``: re-based onto other partitions' commits when needed)."""
+        return commits.commit_snapshot(self, req, txn, files, to_delete, props, base_snapshot_id=base_snapshot_id)
 
     # -- recovery ---------------------------------------------------------------------------
     def _txn_snapshot(self, table: Table, txn_id: uuid.UUID) -> Snapshot | None:
@@ -886,7 +701,7 @@ class IcebergSink(Sink):
         if table is not None and table.current_snapshot() is None:
             self.catalog.drop_table(self.identifier(ds))  # created empty (or staged only) by an aborted first write
         elif table is not None and audit_branch(txn_id) in table.metadata.refs:
-            self._drop_branch(table, txn_id)
+            wap._drop_branch(table, txn_id)
         if not where:
             return Discarded()
         io = io or load_file_io(dict(self.catalog.properties), where)
@@ -895,277 +710,36 @@ class IcebergSink(Sink):
         uploads = abort_incomplete_uploads(io.properties, where, txn_id=txn_id)
         return Discarded(files=len(files), uploads=uploads)
 
-    # -- write-audit-publish ----------------------------------------------------------------
+    # -- write-audit-publish (``wap.py``) ------------------------------------------------------
     def publish(
         self, ds: DatasetRecord, txn_id: uuid.UUID, base_snapshot_id: int | None, partition: PartitionFilter | None = None
     ) -> Outcome:
-        """Make a staged version the published one in ONE metadata-only commit (no data file is
-        read or written). When main is still where the version was staged, main moves to the
-        audit branch's snapshot (exactly the audited snapshot). A partition write staged while
-        writers of OTHER partitions committed is re-based instead: its change (the same files
-        added and deleted) becomes a new snapshot on the current main, so their commits are kept.
-        Refused when the change would lose something: main moved for a whole-dataset write, or
-        the staged partition's own files changed since staging (whoever committed that)."""
-        table = self._existing_table(ds)
-        branch = audit_branch(txn_id)
-        staged = self._staged_snapshot(table, txn_id)
-        if staged is None:
-            raise InvalidWriteError(f"transaction {txn_id} has no staged version of {ds.key!r} (discarded or expired?)")
-        head = table.current_snapshot()
-        now = head.snapshot_id if head is not None else None
-        # a partition write's base is the snapshot its audit branch forked from (other partitions'
-        # writers may have committed between its lock and its start; the ledger's base predates them)
-        fork = staged.parent_snapshot_id if partition is not None else base_snapshot_id
-        if now != fork and partition is not None and now is not None and fork is not None:
-            return self._publish_rebased(ds, table, staged, partition)
-        if now != fork:
-            raise StagedVersionConflictError(
-                f"{ds.key!r} changed since transaction {txn_id} was staged (published version "
-                f"{now}, staged on {fork}); publishing would lose that "
-                f"change. Discard it (`trident discard {ds.key} {txn_id}`) and write again"
-            )
-        try:
-            update = table.manage_snapshots().set_current_snapshot(staged.snapshot_id)
-            if branch in table.metadata.refs:
-                update = update.remove_branch(branch)
-            update.commit()
-        except CommitFailedException as exc:
-            raise StagedVersionConflictError(f"{ds.key!r} changed while publishing {txn_id}: {exc}") from exc
-        table = table.refresh()
-        return _summary_outcome(staged, published_schema(table))
-
-    def _publish_rebased(self, ds: DatasetRecord, table: Table, staged: Snapshot, partition: PartitionFilter) -> Outcome:
-        """Publish a staged partition write onto a main that other partitions' writers moved (the
-        caller holds the dataset's commit lock): refused unless the partition's files on main are
-        exactly those it was staged on; then one snapshot on main deletes and adds what the staged
-        snapshot deleted and added, carrying its summary (txn id, counts, next ``__row_index``)."""
-        txn_id = uuid.UUID(str(staged.summary[TXN_PROPERTY])) if staged.summary is not None else None
-        assert txn_id is not None and staged.parent_snapshot_id is not None
-        expr = partition.bind(self._snapshot_schema(table, staged.snapshot_id)).iceberg_expr()
-        parent = {f.file_path: f for f in self.data_files(table, staged.parent_snapshot_id)}
-        mine = {f.file_path: f for f in self.data_files(table, staged.snapshot_id)}
-        head = table.current_snapshot()
-        assert head is not None
-        was = {f.file_path for f in self.data_files(table, staged.parent_snapshot_id, row_filter=expr)}
-        is_now = {f.file_path for f in self.data_files(table, head.snapshot_id, row_filter=expr)}
-        if was != is_now:
-            raise StagedVersionConflictError(
-                f"partition {partition.describe()} of {ds.key!r} changed since transaction {txn_id} was staged "
-                f"(staged on version {staged.parent_snapshot_id}, published version now {head.snapshot_id}); "
-                f"publishing would lose that change. Discard it (`trident discard {ds.key} {txn_id}`) and write again"
-            )
-        added = [f for p, f in mine.items() if p not in parent]
-        deleted = [f for p, f in parent.items() if p not in mine]
-        live = {f.file_path for f in self.data_files(table, head.snapshot_id)}
-        if any(f.file_path not in live for f in deleted):
-            raise StagedVersionConflictError(
-                f"data files transaction {txn_id} replaces in {ds.key!r} were changed by a later commit; "
-                f"discard it (`trident discard {ds.key} {txn_id}`) and write again"
-            )
-        summary = staged.summary.additional_properties if staged.summary is not None else {}
-        props = {k: v for k, v in summary.items() if k.startswith("trident.")}
-        try:
-            txn = table.transaction()
-            ours, theirs = self._snapshot_iceberg_schema(table, staged.snapshot_id), txn.table_metadata.schema()
-            if any(not _has(theirs, f.name) for f in ours.fields):
-                with txn.update_schema() as upd:
-                    upd.union_by_name(ours)
-            update = txn.update_snapshot(snapshot_properties=props, branch=MAIN_BRANCH)
-            snapshot_id = _commit_files(txn, update, deleted, added)
-            if audit_branch(txn_id) in table.metadata.refs:
-                remove_branch_in(txn, audit_branch(txn_id))
-            committed = txn.commit_transaction()
-        except CommitFailedException as exc:
-            raise StagedVersionConflictError(f"{ds.key!r} changed while publishing {txn_id}: {exc}") from exc
-        snap = committed.snapshot_by_id(snapshot_id)
-        assert snap is not None
-        return _summary_outcome(snap, published_schema(committed))
-
-    @staticmethod
-    def _staged_snapshot(table: Table, txn_id: uuid.UUID) -> Snapshot | None:
-        """The staged snapshot: the audit branch's head, or (first write of a table) the snapshot
-        carrying the txn id that no ref points to."""
-        ref = table.metadata.refs.get(audit_branch(txn_id))
-        if ref is not None:
-            return table.snapshot_by_id(ref.snapshot_id)
-        return next((s for s in table.snapshots() if _carries(s, txn_id)), None)
-
-    def _drop_branch(self, table: Table, txn_id: uuid.UUID) -> None:
-        branch = audit_branch(txn_id)
-        ref = table.metadata.refs.get(branch)
-        if ref is None:
-            return
-        table.manage_snapshots().remove_branch(branch).commit()
-        table = table.refresh()
-        snap = table.snapshot_by_id(ref.snapshot_id)
-        if snap is not None and _carries(snap, txn_id):
-            table.maintenance.expire_snapshots().by_id(ref.snapshot_id).commit()  # only the staged one
+        """Make a staged version the published one in ONE metadata-only commit (see ``wap.publish``)."""
+        return wap.publish(self, ds, txn_id, base_snapshot_id, partition)
 
     def discard_staged(self, ds: DatasetRecord, txn_id: uuid.UUID, location: str | None = None) -> None:
         """Drop a staged version: its branch, its snapshot and the files only it wrote."""
-        self.discard(ds, txn_id, location)
+        wap.discard_staged(self, ds, txn_id, location)
 
-    # -- READ -------------------------------------------------------------------------------
+    # -- READ (``scans.py``) ------------------------------------------------------------------
     def scan(self, ds: DatasetRecord, *, columns: list[str] | None, row_filter: str | None, as_of: AsOf) -> pa.RecordBatchReader:
-        """Stream rows with pyarrow's dataset scanner over the snapshot's data files.
-
-        pyiceberg plans the files (pruning by column stats); pyarrow reads them with bounded
-        read-ahead. pyiceberg's own batch reader materialises every file task at once through its
-        thread pool, which is not bounded. There are never delete files (keyed writes are
-        copy-on-write), so the data files alone are the rows. ``as_of`` is a snapshot id the
-        facade resolved through the ledger; a past version is read by pyiceberg with THAT
-        version's schema (columns matched by Iceberg field id, not by name).
-        """
-        table = self._existing_table(ds)
-        current = table.current_snapshot()
-        if as_of is not None and (current is None or as_of != current.snapshot_id):
-            return self._scan_past(table, int(as_of), columns, row_filter)  # type: ignore[arg-type]
-        schema, expr, files = self._plan_current(table, columns, row_filter)
-        return _scan(self.file_dataset(table, files, schema), columns or schema.names, expr)
-
-    @staticmethod
-    def _plan_current(table: Table, columns: list[str] | None, row_filter: str | None) -> tuple[pa.Schema, Any, list[str]]:
-        """The published version's schema, the filter as a pyarrow expression, and the data files
-        that may hold matching rows (pruned by partition and column statistics)."""
-        schema = published_schema(table)
-        check_columns(columns, schema)
-        expr = arrow_filter(schema, row_filter) if row_filter else None
-        if table.current_snapshot() is None:
-            return schema, expr, []
-        return schema, expr, [t.file.file_path for t in table.scan(row_filter=row_filter or AlwaysTrue()).plan_files()]
+        """Stream rows with bounded memory (see ``scans.scan``)."""
+        return scans.scan(self, ds, columns=columns, row_filter=row_filter, as_of=as_of)
 
     def read(self, ds: DatasetRecord, *, columns: list[str] | None, row_filter: str | None, as_of: AsOf) -> pa.Table:
-        """The whole result at once (the caller holds it in memory anyway), so every file is read
-        in parallel with pre-buffered I/O (pyarrow's threaded ``to_table``), unlike ``scan``,
-        which keeps one file and one batch in flight to stay bounded."""
-        table = self._existing_table(ds)
-        current = table.current_snapshot()
-        if as_of is not None and (current is None or as_of != current.snapshot_id):
-            return self._scan_past(table, int(as_of), columns, row_filter).read_all()  # type: ignore[arg-type]
-        schema, expr, files = self._plan_current(table, columns, row_filter)
-        dataset = self.file_dataset(table, files, schema, fmt=_PARQUET_PARALLEL)
-        return dataset.to_table(columns=columns or schema.names, filter=expr, use_threads=True)
-
-    def _scan_past(
-        self, table: Table, snapshot_id: int, columns: list[str] | None, row_filter: str | None
-    ) -> pa.RecordBatchReader:
-        if table.snapshot_by_id(snapshot_id) is None:
-            raise InvalidReadError(f"the dataset has no snapshot {snapshot_id} any more (expired by `trident maintain`)")
-        scan = table.scan(snapshot_id=snapshot_id)
-        schema = schema_to_pyarrow(scan.projection(), include_field_ids=False)
-        check_columns(columns, schema)
-        if row_filter:
-            arrow_filter(schema, row_filter)  # the same named error as a current read
-        scan = table.scan(
-            snapshot_id=snapshot_id, row_filter=row_filter or AlwaysTrue(), selected_fields=tuple(columns or ("*",))
-        )
-        reader = scan.to_arrow_batch_reader()
-        wanted = _strip(reader.schema)
-        return pa.RecordBatchReader.from_batches(wanted, (conform(b, wanted) for b in reader))
+        """The whole result at once, files read in parallel (see ``scans.read``)."""
+        return scans.read(self, ds, columns=columns, row_filter=row_filter, as_of=as_of)
 
     def arrow_source(self, ds: DatasetRecord, partition: BoundPartition | None = None, snapshot_id: int | None = None) -> Any:
-        table = self._existing_table(ds)
-        expr = partition.iceberg_expr() if partition is not None else None
-        files = [f.file_path for f in self.data_files(table, snapshot_id=snapshot_id, row_filter=expr)]
-        return self.file_dataset(table, files, None if snapshot_id is None else self._snapshot_schema(table, snapshot_id))
+        return scans.arrow_source(self, ds, partition, snapshot_id)
 
-    @staticmethod
-    def _snapshot_iceberg_schema(table: Table, snapshot_id: int) -> Any:
-        return table.scan(snapshot_id=snapshot_id).projection()
-
-    def _snapshot_schema(self, table: Table, snapshot_id: int) -> pa.Schema:
-        return schema_to_pyarrow(self._snapshot_iceberg_schema(table, snapshot_id), include_field_ids=False)
-
-    # -- native scans (issue 12): DuckDB reads the snapshot's files itself ---------------------
     def scan_path(self, ds: DatasetRecord) -> tuple[ScanPath, str]:
-        """``native`` when the table's files are on the local filesystem; on object storage the
-        Arrow path, because DuckDB's S3 reader (httpfs) is not built into the pinned DuckDB and
-        no wheel of it matches that version, and loading one would be a download at run time.
-        A table's location never changes, so it is looked up once per dataset."""
-        location = self._locations.get(ds.dataset_id)
-        if location is None and not self.settings.catalog_uri:
-            location = self.settings.warehouse  # the SQL catalog puts every table under it
-        if location is None:  # a REST catalog decides where tables live: ask it once
-            location = self._existing_table(ds).location()
-            self._locations[ds.dataset_id] = location
-        scheme = location.split("://", 1)[0] if "://" in location else "file"
-        if scheme == "file":
-            return "native", "local warehouse: DuckDB read_parquet over the snapshot's data files"
-        return "arrow", (
-            f"{scheme}:// storage: DuckDB's S3 reader (httpfs) cannot be loaded without a download "
-            f"for DuckDB {_duckdb_version()}, so pyarrow reads the files and DuckDB scans Arrow"
-        )
+        """``native`` on a local warehouse, ``arrow`` on object storage (see ``scans.scan_path``)."""
+        return scans.scan_path(self, ds)
 
     def scan_plan(self, ds: DatasetRecord, snapshot_id: int | None = None) -> ScanPlan:
-        """The current snapshot's exact data files, its schema and each column's field id.
-
-        The trident never writes delete files, so these files ARE the dataset; DuckDB matches
-        columns by field id (as Iceberg does), so a column added later reads NULL in older files."""
-        path, reason = self.scan_path(ds)
-        table = self._table_to_read(ds)
-        snap = table.current_snapshot() if snapshot_id is None else table.snapshot_by_id(snapshot_id)
-        iceberg_schema = (
-            published_iceberg_schema(table) if snapshot_id is None else self._snapshot_iceberg_schema(table, snapshot_id)
-        )
-        schema = schema_to_pyarrow(iceberg_schema, include_field_ids=False)
-        if path != "native":
-            return ScanPlan(
-                key=ds.key, path=path, schema=schema, reason=reason, snapshot_id=None if snap is None else snap.snapshot_id
-            )
-        locations = self._snapshot_files(table, snap.snapshot_id if snap is not None else None)
-        if any("://" in p and not p.startswith("file://") for p in locations):  # a file written elsewhere
-            return ScanPlan(
-                key=ds.key,
-                path="arrow",
-                schema=schema,
-                snapshot_id=None if snap is None else snap.snapshot_id,
-                reason="some data files are not on the local filesystem: pyarrow reads them",
-            )
-        files = tuple(_local_path(p) for p in locations)
-        return ScanPlan(
-            key=ds.key,
-            path="native",
-            schema=schema,
-            reason=reason,
-            snapshot_id=None if snap is None else snap.snapshot_id,
-            files=files,
-            field_ids=tuple(f.field_id for f in iceberg_schema.fields),
-        )
-
-    def _table_to_read(self, ds: DatasetRecord) -> Table:
-        """The table for ``scan_plan`` (read only, never committed through): on the SQL catalog
-        the parsed metadata is reused while the catalog still names the same metadata file
-        (one small query instead of ``load_table``'s query and parse: issue 12's per-query cost)."""
-        location = sql_catalog_metadata_location(self.catalog, self.identifier(ds))
-        with self._files_lock:
-            hit = self._read_tables.get(ds.dataset_id)
-        if location is not None and hit is not None and hit[0] == location:
-            return hit[1]
-        table = self._existing_table(ds)
-        if location is not None and table.metadata_location == location:
-            with self._files_lock:
-                self._read_tables[ds.dataset_id] = (location, table)
-                while len(self._read_tables) > SNAPSHOT_FILES_CACHED:
-                    self._read_tables.pop(next(iter(self._read_tables)))
-        return table
-
-    def _snapshot_files(self, table: Table, snapshot_id: int | None) -> list[str]:
-        """The data file paths of one snapshot, remembered: a snapshot never changes, and reading
-        its manifests was a third of a small SQL query's fixed cost (issue 12). Keyed by the
-        table's uuid too, so a dropped and recreated table never reuses another's entry."""
-        if snapshot_id is None:
-            return []
-        key = (str(table.metadata.table_uuid), snapshot_id)
-        with self._files_lock:
-            hit = self._files_by_snapshot.get(key)
-        if hit is not None:
-            return list(hit)
-        files = tuple(f.file_path for f in self.data_files(table, snapshot_id=snapshot_id))
-        with self._files_lock:
-            self._files_by_snapshot[key] = files
-            while len(self._files_by_snapshot) > SNAPSHOT_FILES_CACHED:
-                self._files_by_snapshot.pop(next(iter(self._files_by_snapshot)))
-        return list(files)
+        """A snapshot's exact data files, schema and field ids (see ``scans.scan_plan``)."""
+        return scans.scan_plan(self, ds, snapshot_id)
 
     def compact(self, ds: DatasetRecord) -> Maintenance:
         """Small data files rewritten into target-size ones, ONE snapshot, identity unchanged
@@ -1214,23 +788,3 @@ class IcebergSink(Sink):
         self._locations.pop(ds.dataset_id, None)
         with contextlib.suppress(NoSuchTableError):
             self.catalog.purge_table(self.identifier(ds))
-
-
-def _commit_files(
-    txn: Any, update: Any, deleted: Iterable[DataFile], added: Iterable[DataFile], *, name_for: uuid.UUID | None = None
-) -> int:
-    """One snapshot of ``update`` that deletes and adds exactly these data files (an overwrite when
-    anything goes, a fast append otherwise); a partitioned table's new files go into manifests of
-    partition ranges, so one-partition scans prune the rest. Returns the snapshot id."""
-    deleted = list(deleted)
-    producer = update.overwrite() if deleted else update.fast_append()
-    if name_for is not None:
-        name_commit_files(producer, name_for)
-    if txn.table_metadata.spec().fields:
-        added_manifests_in_groups(producer, _manifest_groups)
-    with producer as p:
-        for f in deleted:
-            p.delete_data_file(f)
-        for f in added:
-            p.append_data_file(f)
-    return int(producer.snapshot_id)

@@ -1,0 +1,230 @@
+"""The read side of the ``iceberg_native`` sink: streamed and whole scans of the current or a past
+snapshot, the DuckDB scan plan (a snapshot's exact data files and field ids) and which path
+(native or Arrow) a query takes. Plain functions of the sink: it owns the caches they fill
+(table locations, parsed tables, each snapshot's file list)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlparse
+
+import pyarrow as pa
+import pyarrow.dataset as pads
+from pyiceberg.expressions import AlwaysTrue
+from pyiceberg.io.pyarrow import schema_to_pyarrow
+from pyiceberg.table import Table
+
+from ...control_plane import DatasetRecord
+from ...errors import InvalidReadError
+from ...filters import arrow_filter, check_columns
+from ...partitions import BoundPartition
+from ...pyiceberg_compat import sql_catalog_metadata_location
+from ...schemas import conform
+from ..base import AsOf, ScanPath, ScanPlan
+from .snapshots import _strip, published_iceberg_schema, published_schema
+
+if TYPE_CHECKING:
+    from .sink import IcebergSink
+
+SNAPSHOT_FILES_CACHED = 256  # snapshots whose data file lists scan_plan remembers (immutable, so never stale)
+
+# Scans of this format (ours, or DuckDB's through arrow_source) read one row group at a time:
+# pre-buffering would hold whole files' compressed bytes in memory.
+_PARQUET = pads.ParquetFileFormat(default_fragment_scan_options=pads.ParquetFragmentScanOptions(pre_buffer=False))
+
+
+# ``read()`` holds the whole result anyway: pre-buffer each file's column chunks (fewer, larger
+# reads; what pyiceberg's own to_arrow does) and let pyarrow read files in parallel.
+_PARQUET_PARALLEL = pads.ParquetFileFormat(default_fragment_scan_options=pads.ParquetFragmentScanOptions(pre_buffer=True))
+
+
+def _scan(dataset: pads.Dataset, columns: list[str] | None, expr: Any) -> pa.RecordBatchReader:
+    """A bounded-memory scan: pyarrow's default read-ahead (16 batches x 4 files) holds far more
+    than a row group in flight, which is what made keyed writes grow with the data."""
+    return dataset.scanner(
+        columns=columns,
+        filter=expr,
+        batch_size=65_536,
+        batch_readahead=1,
+        fragment_readahead=1,
+    ).to_reader()
+
+
+def _local_path(location: str) -> str:
+    """``file:///a/b.parquet`` (or a bare path) as the filesystem path DuckDB is allowed to read."""
+    if location.startswith("file://"):
+        return unquote(urlparse(location).path)
+    return location
+
+
+def _duckdb_version() -> str:
+    import duckdb
+
+    return str(duckdb.__version__)
+
+
+def scan(
+    sink: IcebergSink, ds: DatasetRecord, *, columns: list[str] | None, row_filter: str | None, as_of: AsOf
+) -> pa.RecordBatchReader:
+    """Stream rows with pyarrow's dataset scanner over the snapshot's data files.
+
+    pyiceberg plans the files (pruning by column stats); pyarrow reads them with bounded
+    read-ahead. pyiceberg's own batch reader materialises every file task at once through its
+    thread pool, which is not bounded. There are never delete files (keyed writes are
+    copy-on-write), so the data files alone are the rows. ``as_of`` is a snapshot id the
+    facade resolved through the ledger; a past version is read by pyiceberg with THAT
+    version's schema (columns matched by Iceberg field id, not by name).
+    """
+    table = sink._existing_table(ds)
+    current = table.current_snapshot()
+    if as_of is not None and (current is None or as_of != current.snapshot_id):
+        return _scan_past(table, int(as_of), columns, row_filter)  # type: ignore[arg-type]
+    schema, expr, files = _plan_current(table, columns, row_filter)
+    return _scan(sink.file_dataset(table, files, schema), columns or schema.names, expr)
+
+
+def _plan_current(table: Table, columns: list[str] | None, row_filter: str | None) -> tuple[pa.Schema, Any, list[str]]:
+    """The published version's schema, the filter as a pyarrow expression, and the data files
+    that may hold matching rows (pruned by partition and column statistics)."""
+    schema = published_schema(table)
+    check_columns(columns, schema)
+    expr = arrow_filter(schema, row_filter) if row_filter else None
+    if table.current_snapshot() is None:
+        return schema, expr, []
+    return schema, expr, [t.file.file_path for t in table.scan(row_filter=row_filter or AlwaysTrue()).plan_files()]
+
+
+def read(sink: IcebergSink, ds: DatasetRecord, *, columns: list[str] | None, row_filter: str | None, as_of: AsOf) -> pa.Table:
+    """The whole result at once (the caller holds it in memory anyway), so every file is read
+    in parallel with pre-buffered I/O (pyarrow's threaded ``to_table``), unlike ``scan``,
+    which keeps one file and one batch in flight to stay bounded."""
+    table = sink._existing_table(ds)
+    current = table.current_snapshot()
+    if as_of is not None and (current is None or as_of != current.snapshot_id):
+        return _scan_past(table, int(as_of), columns, row_filter).read_all()  # type: ignore[arg-type]
+    schema, expr, files = _plan_current(table, columns, row_filter)
+    dataset = sink.file_dataset(table, files, schema, fmt=_PARQUET_PARALLEL)
+    return dataset.to_table(columns=columns or schema.names, filter=expr, use_threads=True)
+
+
+def _scan_past(table: Table, snapshot_id: int, columns: list[str] | None, row_filter: str | None) -> pa.RecordBatchReader:
+    if table.snapshot_by_id(snapshot_id) is None:
+        raise InvalidReadError(f"the dataset has no snapshot {snapshot_id} any more (expired by `trident maintain`)")
+    scan = table.scan(snapshot_id=snapshot_id)
+    schema = schema_to_pyarrow(scan.projection(), include_field_ids=False)
+    check_columns(columns, schema)
+    if row_filter:
+        arrow_filter(schema, row_filter)  # the same named error as a current read
+    scan = table.scan(snapshot_id=snapshot_id, row_filter=row_filter or AlwaysTrue(), selected_fields=tuple(columns or ("*",)))
+    reader = scan.to_arrow_batch_reader()
+    wanted = _strip(reader.schema)
+    return pa.RecordBatchReader.from_batches(wanted, (conform(b, wanted) for b in reader))
+
+
+def arrow_source(
+    sink: IcebergSink, ds: DatasetRecord, partition: BoundPartition | None = None, snapshot_id: int | None = None
+) -> Any:
+    table = sink._existing_table(ds)
+    expr = partition.iceberg_expr() if partition is not None else None
+    files = [f.file_path for f in sink.data_files(table, snapshot_id=snapshot_id, row_filter=expr)]
+    return sink.file_dataset(table, files, None if snapshot_id is None else _snapshot_schema(table, snapshot_id))
+
+
+def _snapshot_iceberg_schema(table: Table, snapshot_id: int) -> Any:
+    return table.scan(snapshot_id=snapshot_id).projection()
+
+
+def _snapshot_schema(table: Table, snapshot_id: int) -> pa.Schema:
+    return schema_to_pyarrow(_snapshot_iceberg_schema(table, snapshot_id), include_field_ids=False)
+
+
+def scan_path(sink: IcebergSink, ds: DatasetRecord) -> tuple[ScanPath, str]:
+    """``native`` when the table's files are on the local filesystem; on object storage the
+    Arrow path, because DuckDB's S3 reader (httpfs) is not built into the pinned DuckDB and
+    no wheel of it matches that version, and loading one would be a download at run time.
+    A table's location never changes, so it is looked up once per dataset."""
+    location = sink._locations.get(ds.dataset_id)
+    if location is None and not sink.settings.catalog_uri:
+        location = sink.settings.warehouse  # the SQL catalog puts every table under it
+    if location is None:  # a REST catalog decides where tables live: ask it once
+        location = sink._existing_table(ds).location()
+        sink._locations[ds.dataset_id] = location
+    scheme = location.split("://", 1)[0] if "://" in location else "file"
+    if scheme == "file":
+        return "native", "local warehouse: DuckDB read_parquet over the snapshot's data files"
+    return "arrow", (
+        f"{scheme}:// storage: DuckDB's S3 reader (httpfs) cannot be loaded without a download "
+        f"for DuckDB {_duckdb_version()}, so pyarrow reads the files and DuckDB scans Arrow"
+    )
+
+
+def scan_plan(sink: IcebergSink, ds: DatasetRecord, snapshot_id: int | None = None) -> ScanPlan:
+    """The current snapshot's exact data files, its schema and each column's field id.
+
+    The trident never writes delete files, so these files ARE the dataset; DuckDB matches
+    columns by field id (as Iceberg does), so a column added later reads NULL in older files."""
+    path, reason = sink.scan_path(ds)
+    table = _table_to_read(sink, ds)
+    snap = table.current_snapshot() if snapshot_id is None else table.snapshot_by_id(snapshot_id)
+    iceberg_schema = published_iceberg_schema(table) if snapshot_id is None else _snapshot_iceberg_schema(table, snapshot_id)
+    schema = schema_to_pyarrow(iceberg_schema, include_field_ids=False)
+    if path != "native":
+        return ScanPlan(
+            key=ds.key, path=path, schema=schema, reason=reason, snapshot_id=None if snap is None else snap.snapshot_id
+        )
+    locations = _snapshot_files(sink, table, snap.snapshot_id if snap is not None else None)
+    if any("://" in p and not p.startswith("file://") for p in locations):  # a file written elsewhere
+        return ScanPlan(
+            key=ds.key,
+            path="arrow",
+            schema=schema,
+            snapshot_id=None if snap is None else snap.snapshot_id,
+            reason="some data files are not on the local filesystem: pyarrow reads them",
+        )
+    files = tuple(_local_path(p) for p in locations)
+    return ScanPlan(
+        key=ds.key,
+        path="native",
+        schema=schema,
+        reason=reason,
+        snapshot_id=None if snap is None else snap.snapshot_id,
+        files=files,
+        field_ids=tuple(f.field_id for f in iceberg_schema.fields),
+    )
+
+
+def _table_to_read(sink: IcebergSink, ds: DatasetRecord) -> Table:
+    """The table for ``scan_plan`` (read only, never committed through): on the SQL catalog
+    the parsed metadata is reused while the catalog still names the same metadata file
+    (one small query instead of ``load_table``'s query and parse: issue 12's per-query cost)."""
+    location = sql_catalog_metadata_location(sink.catalog, sink.identifier(ds))
+    with sink._files_lock:
+        hit = sink._read_tables.get(ds.dataset_id)
+    if location is not None and hit is not None and hit[0] == location:
+        return hit[1]
+    table = sink._existing_table(ds)
+    if location is not None and table.metadata_location == location:
+        with sink._files_lock:
+            sink._read_tables[ds.dataset_id] = (location, table)
+            while len(sink._read_tables) > SNAPSHOT_FILES_CACHED:
+                sink._read_tables.pop(next(iter(sink._read_tables)))
+    return table
+
+
+def _snapshot_files(sink: IcebergSink, table: Table, snapshot_id: int | None) -> list[str]:
+    """The data file paths of one snapshot, remembered: a snapshot never changes, and reading
+    its manifests was a third of a small SQL query's fixed cost (issue 12). Keyed by the
+    table's uuid too, so a dropped and recreated table never reuses another's entry."""
+    if snapshot_id is None:
+        return []
+    key = (str(table.metadata.table_uuid), snapshot_id)
+    with sink._files_lock:
+        hit = sink._files_by_snapshot.get(key)
+    if hit is not None:
+        return list(hit)
+    files = tuple(f.file_path for f in sink.data_files(table, snapshot_id=snapshot_id))
+    with sink._files_lock:
+        sink._files_by_snapshot[key] = files
+        while len(sink._files_by_snapshot) > SNAPSHOT_FILES_CACHED:
+            sink._files_by_snapshot.pop(next(iter(sink._files_by_snapshot)))
+    return list(files)

@@ -1,0 +1,81 @@
+"""What a table's snapshots say, shared by the writer, the reader and write-audit-publish: the
+transaction a snapshot carries (its summary's ``trident.txn-id``), the ``Outcome`` its summary
+recorded, the audit branch a staged transaction commits to, and the schema of the published
+version (main's snapshot, which a staged write's schema evolution must not change)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pyarrow as pa
+from pyiceberg.io.pyarrow import schema_to_pyarrow
+from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Snapshot
+
+from ...control_plane import Outcome
+from ...schemas import describe_schema
+
+TXN_PROPERTY = "trident.txn-id"
+
+
+def _num(summary: Any, key: str) -> int:
+    """A numeric snapshot-summary property (absent means zero)."""
+    try:
+        value = summary[key]
+    except KeyError:
+        return 0
+    return int(value) if value is not None else 0
+
+
+def _summary_outcome(snap: Snapshot, schema: pa.Schema) -> Outcome:
+    """A transaction's outcome as its snapshot summary recorded it: the same numbers whether the
+    writer commits them itself or the reconciler rolls a crashed writer's transaction forward."""
+    s = snap.summary
+    assert s is not None
+    return Outcome(
+        rows_written=_num(s, "trident.rows-written"),
+        row_count=_num(s, "total-records"),
+        next_row_index=_num(s, "trident.next-row-index"),
+        snapshot_id=snap.snapshot_id,
+        schema=describe_schema(schema),
+        skipped=_num(s, "trident.skipped"),
+        preserved=_num(s, "trident.preserved"),
+        deleted=_num(s, "trident.deleted"),
+    )
+
+
+def _carries(snap: Snapshot, txn_id: uuid.UUID) -> bool:
+    """Was ``snap`` committed by transaction ``txn_id`` (its summary says so)?"""
+    return snap.summary is not None and snap.summary.get(TXN_PROPERTY) == str(txn_id)
+
+
+def audit_branch(txn_id: uuid.UUID) -> str:
+    """The branch a staged (write-audit-publish) transaction commits to."""
+    return f"trident-audit-{txn_id}"
+
+
+def published_iceberg_schema(table: Table) -> Any:
+    """The Iceberg schema of the version readers see (main's snapshot), which a staged write's
+    schema evolution on the table must not change."""
+    snap = table.current_snapshot()
+    schema = table.schema()
+    if snap is not None and snap.schema_id is not None:
+        schema = table.schemas().get(snap.schema_id, schema)
+    return schema
+
+
+def published_schema(table: Table) -> pa.Schema:
+    return schema_to_pyarrow(published_iceberg_schema(table), include_field_ids=False)
+
+
+def _has(schema: Any, name: str) -> bool:
+    try:
+        schema.find_field(name)
+    except ValueError:
+        return False
+    return True
+
+
+def _strip(schema: pa.Schema) -> pa.Schema:
+    return pa.schema([pa.field(f.name, f.type, f.nullable) for f in schema])

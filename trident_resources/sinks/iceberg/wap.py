@@ -1,0 +1,142 @@
+"""Write-audit-publish on the ``iceberg_native`` sink: a staged version lives on an audit branch
+(or, for a table's first write, as an unreferenced snapshot) until ``publish`` makes it main's
+snapshot in one metadata-only commit, re-based onto other partitions' commits when it can be
+without losing anything, or ``discard_staged`` drops it."""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING
+
+from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.table import Table
+from pyiceberg.table.refs import MAIN_BRANCH
+from pyiceberg.table.snapshots import Snapshot
+
+from ...control_plane import DatasetRecord, Outcome
+from ...errors import InvalidWriteError, StagedVersionConflictError
+from ...partitions import PartitionFilter
+from ...pyiceberg_compat import remove_branch_in
+from .commits import _commit_files
+from .scans import _snapshot_iceberg_schema, _snapshot_schema
+from .snapshots import TXN_PROPERTY, _carries, _has, _summary_outcome, audit_branch, published_schema
+
+if TYPE_CHECKING:
+    from .sink import IcebergSink
+
+
+def publish(
+    sink: IcebergSink,
+    ds: DatasetRecord,
+    txn_id: uuid.UUID,
+    base_snapshot_id: int | None,
+    partition: PartitionFilter | None = None,
+) -> Outcome:
+    """Make a staged version the published one in ONE metadata-only commit (no data file is
+    read or written). When main is still where the version was staged, main moves to the
+    audit branch's snapshot (exactly the audited snapshot). A partition write staged while
+    writers of OTHER partitions committed is re-based instead: its change (the same files
+    added and deleted) becomes a new snapshot on the current main, so their commits are kept.
+    Refused when the change would lose something: main moved for a whole-dataset write, or
+    the staged partition's own files changed since staging (whoever committed that)."""
+    table = sink._existing_table(ds)
+    branch = audit_branch(txn_id)
+    staged = _staged_snapshot(table, txn_id)
+    if staged is None:
+        raise InvalidWriteError(f"transaction {txn_id} has no staged version of {ds.key!r} (discarded or expired?)")
+    head = table.current_snapshot()
+    now = head.snapshot_id if head is not None else None
+    # a partition write's base is the snapshot its audit branch forked from (other partitions'
+    # writers may have committed between its lock and its start; the ledger's base predates them)
+    fork = staged.parent_snapshot_id if partition is not None else base_snapshot_id
+    if now != fork and partition is not None and now is not None and fork is not None:
+        return _publish_rebased(sink, ds, table, staged, partition)
+    if now != fork:
+        raise StagedVersionConflictError(
+            f"{ds.key!r} changed since transaction {txn_id} was staged (published version "
+            f"{now}, staged on {fork}); publishing would lose that "
+            f"change. Discard it (`trident discard {ds.key} {txn_id}`) and write again"
+        )
+    try:
+        update = table.manage_snapshots().set_current_snapshot(staged.snapshot_id)
+        if branch in table.metadata.refs:
+            update = update.remove_branch(branch)
+        update.commit()
+    except CommitFailedException as exc:
+        raise StagedVersionConflictError(f"{ds.key!r} changed while publishing {txn_id}: {exc}") from exc
+    table = table.refresh()
+    return _summary_outcome(staged, published_schema(table))
+
+
+def _publish_rebased(sink: IcebergSink, ds: DatasetRecord, table: Table, staged: Snapshot, partition: PartitionFilter) -> Outcome:
+    """Publish a staged partition write onto a main that other partitions' writers moved (the
+    caller holds the dataset's commit lock): refused unless the partition's files on main are
+    exactly those it was staged on; then one snapshot on main deletes and adds what the staged
+    snapshot deleted and added, carrying its summary (txn id, counts, next ``__row_index``)."""
+    txn_id = uuid.UUID(str(staged.summary[TXN_PROPERTY])) if staged.summary is not None else None
+    assert txn_id is not None and staged.parent_snapshot_id is not None
+    expr = partition.bind(_snapshot_schema(table, staged.snapshot_id)).iceberg_expr()
+    parent = {f.file_path: f for f in sink.data_files(table, staged.parent_snapshot_id)}
+    mine = {f.file_path: f for f in sink.data_files(table, staged.snapshot_id)}
+    head = table.current_snapshot()
+    assert head is not None
+    was = {f.file_path for f in sink.data_files(table, staged.parent_snapshot_id, row_filter=expr)}
+    is_now = {f.file_path for f in sink.data_files(table, head.snapshot_id, row_filter=expr)}
+    if was != is_now:
+        raise StagedVersionConflictError(
+            f"partition {partition.describe()} of {ds.key!r} changed since transaction {txn_id} was staged "
+            f"(staged on version {staged.parent_snapshot_id}, published version now {head.snapshot_id}); "
+            f"publishing would lose that change. Discard it (`trident discard {ds.key} {txn_id}`) and write again"
+        )
+    added = [f for p, f in mine.items() if p not in parent]
+    deleted = [f for p, f in parent.items() if p not in mine]
+    live = {f.file_path for f in sink.data_files(table, head.snapshot_id)}
+    if any(f.file_path not in live for f in deleted):
+        raise StagedVersionConflictError(
+            f"data files transaction {txn_id} replaces in {ds.key!r} were changed by a later commit; "
+            f"discard it (`trident discard {ds.key} {txn_id}`) and write again"
+        )
+    summary = staged.summary.additional_properties if staged.summary is not None else {}
+    props = {k: v for k, v in summary.items() if k.startswith("trident.")}
+    try:
+        txn = table.transaction()
+        ours, theirs = _snapshot_iceberg_schema(table, staged.snapshot_id), txn.table_metadata.schema()
+        if any(not _has(theirs, f.name) for f in ours.fields):
+            with txn.update_schema() as upd:
+                upd.union_by_name(ours)
+        update = txn.update_snapshot(snapshot_properties=props, branch=MAIN_BRANCH)
+        snapshot_id = _commit_files(txn, update, deleted, added)
+        if audit_branch(txn_id) in table.metadata.refs:
+            remove_branch_in(txn, audit_branch(txn_id))
+        committed = txn.commit_transaction()
+    except CommitFailedException as exc:
+        raise StagedVersionConflictError(f"{ds.key!r} changed while publishing {txn_id}: {exc}") from exc
+    snap = committed.snapshot_by_id(snapshot_id)
+    assert snap is not None
+    return _summary_outcome(snap, published_schema(committed))
+
+
+def _staged_snapshot(table: Table, txn_id: uuid.UUID) -> Snapshot | None:
+    """The staged snapshot: the audit branch's head, or (first write of a table) the snapshot
+    carrying the txn id that no ref points to."""
+    ref = table.metadata.refs.get(audit_branch(txn_id))
+    if ref is not None:
+        return table.snapshot_by_id(ref.snapshot_id)
+    return next((s for s in table.snapshots() if _carries(s, txn_id)), None)
+
+
+def _drop_branch(table: Table, txn_id: uuid.UUID) -> None:
+    branch = audit_branch(txn_id)
+    ref = table.metadata.refs.get(branch)
+    if ref is None:
+        return
+    table.manage_snapshots().remove_branch(branch).commit()
+    table = table.refresh()
+    snap = table.snapshot_by_id(ref.snapshot_id)
+    if snap is not None and _carries(snap, txn_id):
+        table.maintenance.expire_snapshots().by_id(ref.snapshot_id).commit()  # only the staged one
+
+
+def discard_staged(sink: IcebergSink, ds: DatasetRecord, txn_id: uuid.UUID, location: str | None = None) -> None:
+    """Drop a staged version: its branch, its snapshot and the files only it wrote."""
+    sink.discard(ds, txn_id, location)
