@@ -6,19 +6,16 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Iterable, Mapping
-from contextlib import ExitStack
-from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
 
+from . import adoption, dataset_maintenance, range_locks, reading, validate, versions, write_records
 from . import queries as q
-from . import range_locks, reading, validate
-from .control_plane import ControlPlane, DatasetRecord, LedgerEntry, Outcome
+from .control_plane import ControlPlane, DatasetRecord, LedgerEntry
 from .embedded_pg import ensure_embedded_postgres
 from .errors import (
-    ConcurrentWriteError,
     DatasetNotFoundError,
     InvalidArgumentError,
     InvalidReadError,
@@ -26,9 +23,7 @@ from .errors import (
     InvalidWriteError,
     PartitionError,
     SinkMismatchError,
-    TableOwnershipError,
     UnsupportedBySinkError,
-    WriterLockLostError,
 )
 from .identity import ROW_INDEX, refuse_case_clash, refuse_reserved
 from .inputs import to_reader
@@ -38,9 +33,9 @@ from .results import Description, ReconcileReport, WriteResult
 from .router import RouteDecision, Router
 from .settings import TridentSettings, settings_from_env, usable_home
 from .sinks import open_sinks
-from .sinks.base import WRITE_MODES, AsOf, Maintenance, ScanPlan, Sink, WriteMode
+from .sinks.base import AsOf, Maintenance, ScanPlan, Sink, WriteMode
 from .sql import SandboxCache
-from .transaction import PARTITION_META, WATERMARK_META, Intent, TransactionDriver, Watermarks, watermark_meta
+from .transaction import PARTITION_META, WATERMARK_META, Intent, TransactionDriver, watermark_meta
 
 if TYPE_CHECKING:  # returned by ingest_stream / migrate
     from .canary import MigrationReport
@@ -147,7 +142,7 @@ class Trident:
         """
         validate_key(key)
         key_cols = _keys(keys)
-        _check_mode(mode, key_cols, row_filter, data)
+        validate.write_mode(mode, key_cols, row_filter, data)
         refs, metadata = validate.source_refs(source_refs), validate.metadata(metadata)
         provenance = validate.metadata(provenance, "provenance") if provenance is not None else None
         if partition is not None and mode == "delete":
@@ -162,7 +157,7 @@ class Trident:
         txn = validate.txn_id(txn_id) or uuid.uuid4()
         # before the transaction opens: raised between its WRITE and COMMIT, a bad watermark left the
         # transaction open with its data written, and the reconciler later committed the failed write
-        marks = self._watermark_rows(watermarks, marked)
+        marks = write_records.watermark_rows(self, watermarks, marked)
         existing = self.control.dataset(self.workspace, key)
         if mode == "delete" and (existing is None or not existing.exists):
             raise DatasetNotFoundError(key, self.workspace)
@@ -187,7 +182,7 @@ class Trident:
             if marks and not stage:  # a roll-forward by the reconciler records them too
                 meta[WATERMARK_META] = watermark_meta(marks)
             if stage:  # recorded by publish, with the version (a staged version changes nothing yet)
-                meta[STAGED_META] = _staged_meta(provenance, watermarks, marked)
+                meta[write_records.STAGED_META] = write_records.staged_meta(provenance, watermarks, marked)
             intent = Intent(
                 txn_id=txn,
                 mode=mode,
@@ -201,12 +196,12 @@ class Trident:
                 raise self._sink(route.sink).staging_refusal(ds)
             transaction = self.driver.open(ds, intent)
             if transaction is None:
-                return self._noop_result(key, txn, route)
+                return write_records.noop_result(self, key, txn, route)
             outcome = transaction.write(reader, keys=key_cols, row_filter=row_filter, stage=stage, partition=partition)
             if stage:
-                return _result(ds.key, transaction.stage(outcome), outcome, route, staged=True)
+                return write_records.write_result(ds.key, transaction.stage(outcome), outcome, route, staged=True)
             done = transaction.commit(outcome, provenance=provenance, watermarks=marks)
-            return _result(ds.key, done, outcome, route)
+            return write_records.write_result(ds.key, done, outcome, route)
 
     def _partitionable(self, key: str, sink: str) -> None:
         if not self._sink(sink).partitions:
@@ -233,40 +228,6 @@ class Trident:
                 )
         return self.driver.locked(ds)
 
-    def _watermark_rows(
-        self, watermarks: Mapping[str, tuple[datetime, uuid.UUID | None]] | None, partition_keys: list[str]
-    ) -> Watermarks:
-        """``watermarks`` as control-plane rows, one per source and output partition (``[""]``: the
-        whole output); InvalidWriteError for a malformed one, and DatasetNotFoundError for a source
-        key that is not a dataset."""
-        if watermarks is None:
-            return []
-        if not isinstance(watermarks, Mapping):
-            raise InvalidWriteError(f"watermarks must map source keys to (committed_at, source txn id), got {watermarks!r}")
-        rows: Watermarks = []
-        for key, value in watermarks.items():
-            if not isinstance(value, (tuple, list)) or len(value) != 2 or not isinstance(value[0], datetime):
-                raise InvalidWriteError(
-                    f"watermarks[{key!r}] must be (committed_at: datetime, source txn id or None), got {value!r}"
-                )
-            source = self._record(key).dataset_id
-            rows.extend((source, part, value[0], validate.txn_id(value[1])) for part in partition_keys)
-        return rows
-
-    def _noop_result(self, key: str, txn: uuid.UUID, route: RouteDecision) -> WriteResult:
-        prior = self.control.ledger_entry(txn)
-        assert prior is not None and prior.status == "committed"
-        outcome = Outcome(
-            rows_written=prior.rows_written or 0,
-            row_count=prior.row_count or 0,
-            next_row_index=0,
-            snapshot_id=prior.snapshot_id,
-            schema=[],
-            skipped=prior.skipped or 0,
-            preserved=prior.preserved or 0,
-        )
-        return _result(key, prior, outcome, route, noop=True)
-
     def adopt(self, key: str) -> Description:
         """Take over an existing Iceberg table at ``key``'s identifier that this control plane did
         not create (a rebuilt control plane, a table written by another tool with Trident's identity
@@ -280,65 +241,7 @@ class Trident:
         snapshot was made by a transaction this dataset's ledger recorded as committed, and it is
         the snapshot the control plane last recorded. Anything else (a table some other tool wrote
         to since) is refused with TableOwnershipError, naming what disagrees."""
-        from .router import RouteDecision
-        from .sinks.iceberg.sink import IcebergSink
-
-        validate_key(key)
-        sink = self._sink("iceberg_native")
-        assert isinstance(sink, IcebergSink)
-        existing = self.control.dataset(self.workspace, key)
-        upgrade = existing is not None and existing.exists
-        if upgrade and existing is not None and existing.sink != sink.name:
-            raise InvalidWriteError(
-                f"{key!r} is already a dataset of this control plane (in {existing.sink}); there is nothing to adopt"
-            )
-        ident = ".".join(iceberg_identifier(self.settings.namespace_root, self.workspace, key))
-        ds = existing or self.control.ensure_dataset(self.workspace, key, sink.name, ident)
-        with self.driver.locked(ds) as ds:
-            if upgrade:
-                self._ledger_agrees(ds, sink)
-            elif ds.sink != sink.name:
-                self.control.set_dataset_sink(ds.dataset_id, sink.name, ident)
-                ds = self.control.dataset_by_id(ds.dataset_id) or ds
-            sink.adoptable(ds)  # refuse before any ledger row exists
-            route = RouteDecision(sink=sink.name, requested=sink.name, clamped=False, reason="adopt")
-            intent = Intent(txn_id=uuid.uuid4(), mode="adopt", writer="manual.table", sink=sink.name, route=route)  # type: ignore[arg-type]
-            transaction = self.driver.open(ds, intent)
-            assert transaction is not None
-            try:
-                outcome = sink.adopt(ds, transaction.txn_id)
-                if upgrade:  # indexes once given out (rows deleted since) are never handed out again
-                    outcome = replace(outcome, next_row_index=max(outcome.next_row_index, ds.next_row_index))
-            except BaseException as exc:
-                transaction.fail(exc)
-                raise
-            transaction.commit(outcome)
-        log.info("trident %s the Iceberg table %s as %s", "stamped" if upgrade else "adopted", ident, key)
-        return self.describe(key)
-
-    def _ledger_agrees(self, ds: DatasetRecord, sink: IcebergSink) -> None:
-        """For ``adopt`` of an existing dataset's unowned table: refuse unless the table's current
-        snapshot is the one this dataset's ledger last committed (see ``adopt``)."""
-        state = sink.ownership(ds)
-        if state.owner == str(ds.dataset_id):
-            raise InvalidWriteError(f"{ds.key!r} is already a dataset of this control plane; there is nothing to adopt")
-        if state.owner:
-            return  # another dataset's table: adoptable() refuses it with the reason
-        entry = self.control.ledger_entry(state.txn_id) if state.txn_id is not None else None
-        ours = entry is not None and entry.dataset_id == ds.dataset_id and entry.status == "committed"
-        if not ours or state.snapshot_id != ds.snapshot_id:
-            if state.txn_id is None:
-                made_by = "no Trident transaction"
-            elif entry is None or entry.dataset_id != ds.dataset_id:
-                made_by = f"transaction {state.txn_id}, which this dataset's ledger never recorded"
-            else:
-                made_by = f"transaction {state.txn_id}, {entry.status} in the ledger"
-            raise TableOwnershipError(
-                f"the Iceberg table {state.identifier} carries no owner, and its current snapshot "
-                f"{state.snapshot_id} (made by {made_by}) is not the version {ds.snapshot_id} the ledger of "
-                f"{ds.key!r} last committed: something other than this control plane wrote to it, so Trident "
-                "will not stamp it as this dataset's. Inspect it; to start over, drop the dataset and copy the rows in"
-            )
+        return adoption.adopt(self, key)
 
     def reconcile(self) -> ReconcileReport:
         """Repair transactions left open by crashed processes; live writers are left alone."""
@@ -366,7 +269,7 @@ class Trident:
         if staged is not None:
             if as_of is not None:
                 raise InvalidReadError("read either a staged version or a past one (as_of), not both")
-            ds, entry = self._staged_entry(key, staged)
+            ds, entry = versions.staged_entry(self, key, staged)
             sink = self._sink(ds.sink)
             row_filter = self._with_partition(sink, ds, row_filter, partition)
             snapshot = entry.snapshot_id
@@ -374,40 +277,8 @@ class Trident:
         ds = self._record(key)
         sink = self._sink(ds.sink)
         row_filter = self._with_partition(sink, ds, row_filter, partition)
-        version = self._version_at(ds, as_of) if sink.time_travel else as_of
+        version = versions.version_at(self, ds, as_of) if sink.time_travel else as_of
         return reading.guarded(key, lambda: sink.scan(ds, columns=columns, row_filter=row_filter, as_of=version))
-
-    def _version_at(self, ds: DatasetRecord, as_of: AsOf) -> int | None:
-        """The snapshot id of the version ``as_of`` names, decided by the ledger: a transaction id,
-        a snapshot id or an instant name a COMMITTED transaction of this dataset, and an instant
-        reads the newest version committed at or before it (``committed_at`` is the ledger's τ).
-        Anything else is an InvalidReadError, never an empty or older version."""
-        if as_of is None:
-            return None
-        committed = [e for e in self.control.history(ds.dataset_id, None) if e.status == "committed"]
-        if isinstance(as_of, bool) or not isinstance(as_of, (int, str, uuid.UUID, datetime)):
-            raise InvalidReadError(f"as_of must be a transaction id, a snapshot id or a datetime, not {as_of!r}")
-        if isinstance(as_of, datetime):
-            when = as_of if as_of.tzinfo is not None else as_of.replace(tzinfo=UTC)
-            at = [e for e in committed if e.committed_at is not None and e.committed_at <= when]
-            if not at:
-                raise InvalidReadError(f"dataset {ds.key!r} has no version committed at or before {when.isoformat()}")
-            return max(at, key=lambda e: e.committed_at).snapshot_id  # type: ignore[arg-type, return-value]
-        if isinstance(as_of, int):
-            for e in committed:
-                if e.snapshot_id == as_of:
-                    return as_of
-            raise InvalidReadError(f"no committed version of {ds.key!r} has snapshot id {as_of}")
-        try:
-            txn = uuid.UUID(str(as_of))
-        except ValueError:
-            raise InvalidReadError(f"as_of {as_of!r} is neither a transaction id (uuid) nor a snapshot id") from None
-        entry = self.control.ledger_entry(txn)
-        if entry is None or entry.dataset_id != ds.dataset_id:
-            raise InvalidReadError(f"transaction {txn} is not a transaction of {ds.key!r}")
-        if entry.status != "committed" or entry.snapshot_id is None:
-            raise InvalidReadError(f"transaction {txn} of {ds.key!r} is {entry.status}, not committed: it has no version")
-        return entry.snapshot_id
 
     def read(
         self,
@@ -433,25 +304,10 @@ class Trident:
         ds = self._record(key)
         sink = self._sink(ds.sink)
         row_filter = self._with_partition(sink, ds, row_filter, partition)
-        version = self._version_at(ds, as_of) if sink.time_travel else as_of
+        version = versions.version_at(self, ds, as_of) if sink.time_travel else as_of
         return reading.read_all(key, lambda: sink.read(ds, columns=columns, row_filter=row_filter, as_of=version))
 
     # -- write-audit-publish --------------------------------------------------------------------
-    def _staged_entry(self, key: str, txn_id: uuid.UUID | str) -> tuple[DatasetRecord, LedgerEntry]:
-        ds = self.control.dataset(self.workspace, validate_key(key))
-        if ds is None:
-            raise DatasetNotFoundError(key, self.workspace)
-        try:
-            txn = uuid.UUID(str(txn_id))
-        except ValueError:
-            raise InvalidReadError(f"{txn_id!r} is not a transaction id") from None
-        entry = self.control.ledger_entry(txn)
-        if entry is None or entry.dataset_id != ds.dataset_id:
-            raise InvalidReadError(f"transaction {txn} is not a transaction of {key!r}")
-        if entry.status != "staged":
-            raise InvalidReadError(f"transaction {txn} of {key!r} is {entry.status}, not staged")
-        return ds, entry
-
     def staged(self, key: str | None = None) -> list[tuple[str, LedgerEntry]]:
         """Staged versions waiting for publish or discard: (dataset key, ledger entry). A ``key``
         that is not a valid key, or names no dataset (not even one whose first version is staged),
@@ -478,10 +334,10 @@ class Trident:
         Refused (StagedVersionConflictError) when the dataset changed since it was staged; a
         staged partition write is refused only when that partition changed (commits of other
         partitions meanwhile are kept: its change is re-based onto them)."""
-        ds, entry = self._staged_entry(key, txn_id)
+        ds, entry = versions.staged_entry(self, key, txn_id)
         with self._publish_lock(ds, entry) as ds:
-            ds, entry = self._staged_entry(key, txn_id)  # still staged now that we hold the lock
-            pending = entry.metadata.get(STAGED_META) or {}
+            ds, entry = versions.staged_entry(self, key, txn_id)  # still staged now that we hold the lock
+            pending = entry.metadata.get(write_records.STAGED_META) or {}
             if provenance is None:
                 provenance = pending.get("provenance")
             if watermarks is None:
@@ -491,7 +347,7 @@ class Trident:
                 }
             marked = list(pending.get("watermark_partitions") or [""])
             done, outcome = self.driver.publish(
-                ds, entry, provenance=provenance, watermarks=self._watermark_rows(watermarks, marked)
+                ds, entry, provenance=provenance, watermarks=write_records.watermark_rows(self, watermarks, marked)
             )
         route = RouteDecision(
             sink=entry.sink,
@@ -499,7 +355,7 @@ class Trident:
             clamped=entry.clamped,
             reason=entry.route_reason or "staged",
         )
-        return _result(ds.key, done, outcome, route)
+        return write_records.write_result(ds.key, done, outcome, route)
 
     def _publish_lock(self, ds: DatasetRecord, entry: LedgerEntry) -> Any:
         """A staged partition write publishes under its partitions' locks (like its write), so a
@@ -517,9 +373,9 @@ class Trident:
 
     def discard(self, key: str, txn_id: uuid.UUID | str, *, reason: str = "discarded") -> None:
         """Drop a staged version: the ledger says ``rejected``; its branch and files are removed."""
-        ds, entry = self._staged_entry(key, txn_id)
+        ds, entry = versions.staged_entry(self, key, txn_id)
         with self.driver.locked(ds) as ds:
-            ds, entry = self._staged_entry(key, txn_id)
+            ds, entry = versions.staged_entry(self, key, txn_id)
             self.driver.discard_staged(ds, entry, reason)
 
     @staticmethod
@@ -539,7 +395,7 @@ class Trident:
         with ``partition``, only those partitions (their files only, on the trident); with
         ``staged=txn``, that staged version."""
         if staged is not None:
-            ds, entry = self._staged_entry(key, staged)
+            ds, entry = versions.staged_entry(self, key, staged)
             return self._sink(ds.sink).arrow_source(ds, snapshot_id=entry.snapshot_id)
         ds = self._record(key)
         sink = self._sink(ds.sink)
@@ -557,7 +413,7 @@ class Trident:
         ``arrow_source(key)``. The path taken is logged (and ``describe`` shows it) so a slow
         query can be explained."""
         if staged is not None:
-            ds, entry = self._staged_entry(key, staged)
+            ds, entry = versions.staged_entry(self, key, staged)
             plan = self._sink(ds.sink).scan_plan(ds, snapshot_id=entry.snapshot_id)
         else:
             ds = self._record(key)
@@ -651,77 +507,8 @@ class Trident:
         ``skipped`` says why, so a nightly run over every dataset succeeds and the next run
         compacts it. Waiting instead would fail the whole run with ConcurrentWriteError, or hold
         maintenance hostage to a long stream ingest."""
-        validate.maintenance_window(older_than, retain_last, uploads_older_than)
-        ds = self.control.dataset(self.workspace, validate_key(key))
-        if ds is None:
-            raise DatasetNotFoundError(key, self.workspace)
-        with ExitStack() as stack:
-            try:
-                ds = stack.enter_context(self.driver.locked(ds, wait_s=0))
-            except WriterLockLostError:
-                raise
-            except ConcurrentWriteError:
-                reason = self._busy_reason(ds)
-                log.info("trident maintain %s: skipped, %s", key, reason)
-                return Maintenance(key=ds.key, expired_snapshots=0, deleted_files=0, skipped=reason)
-            cleanups = self.driver.retry_cleanups(self.workspace, ds)
-            if not ds.exists:
-                if not (cleanups.cleaned or cleanups.pending):
-                    raise DatasetNotFoundError(key, self.workspace)
-                done = Maintenance(key=ds.key, expired_snapshots=0, deleted_files=0)
-            elif (nothing_to_do := self._sink(ds.sink).no_maintenance) is not None:
-                log.info("trident maintain %s: skipped, %s", key, nothing_to_do)
-                done = Maintenance(key=ds.key, expired_snapshots=0, deleted_files=0, skipped=nothing_to_do)
-            else:
-                now = datetime.now(UTC)
-                cutoff = now - timedelta(days=self.settings.staged_max_age_days)
-                stale = [
-                    e for e in self.control.staged_entries(ds.dataset_id) if e.staged_at is not None and e.staged_at < cutoff
-                ]
-                for entry in stale:
-                    self.driver.discard_staged(
-                        ds, entry, f"discarded by maintenance: staged over {self.settings.staged_max_age_days} days ago"
-                    )
-                sink = self._sink(ds.sink)
-                try:
-                    compacted = sink.compact(ds)
-                except Exception as exc:  # compaction reads every small file: a damaged one is named
-                    err = reading.named(exc, key)
-                    if err is exc:
-                        raise
-                    raise err from exc
-                log.info("trident maintain %s: %s", key, compacted)
-                done = sink.maintain(
-                    ds,
-                    older_than=_before(now, older_than),
-                    retain_last=retain_last,
-                    uploads_before=_before(now, uploads_older_than),
-                )
-                done = replace(
-                    done,
-                    discarded_staged=[e.txn_id for e in stale],
-                    compacted_files=compacted.compacted_files,
-                    compaction_files_written=compacted.compaction_files_written,
-                    data_files_before=compacted.data_files_before,
-                    data_files_after=compacted.data_files_after,
-                )
-            return replace(
-                done,
-                deleted_files=done.deleted_files + cleanups.files,
-                aborted_uploads=done.aborted_uploads + cleanups.uploads,
-                cleaned_txns=len(cleanups.cleaned),
-                cleanup_pending=len(cleanups.pending),
-            )
-
-    def _busy_reason(self, ds: DatasetRecord) -> str:
-        """Why ``maintain`` could not take the writer lock, naming the open write when there is one."""
-        open_now = self.control.open_entries(ds.dataset_id)
-        if not open_now:
-            return "its writer lock is held (another maintenance or reconcile of it is running)"
-        e = open_now[0]
-        return (
-            f"a write of it is open (transaction {e.txn_id}, writer {e.writer}, pid {e.pid} on {e.host}, "
-            f"since {e.started_at:%Y-%m-%d %H:%M:%S%z}); the next maintenance does it"
+        return dataset_maintenance.maintain(
+            self, key, older_than=older_than, retain_last=retain_last, uploads_older_than=uploads_older_than
         )
 
     def pending_cleanup_keys(self) -> list[str]:
@@ -782,7 +569,7 @@ class Trident:
 
         validate_key(key)
         key_cols = _keys(keys)
-        _check_mode(mode, key_cols, None, object())
+        validate.write_mode(mode, key_cols, None, object())
         if mode == "delete":
             raise InvalidWriteError("an ingest stream adds rows; use delete_rows() or write(mode='delete')")
         validate.stream_session(schema, max_queued)
@@ -863,72 +650,5 @@ class Trident:
         return [(r.pop("seq"), r.pop("dataset_key"), LedgerEntry(**r)) for r in rows]
 
 
-def _before(now: datetime, age: timedelta) -> datetime:
-    """``now - age``, or the earliest instant when ``age`` reaches past year 1 (``timedelta.max``
-    means "keep everything", and was a raw OverflowError)."""
-    try:
-        return now - age
-    except OverflowError:
-        return datetime.min.replace(tzinfo=UTC)
-
-
 def _keys(keys: Iterable[str] | str | None) -> tuple[str, ...]:
     return validate.write_keys(keys)
-
-
-def _check_mode(mode: str, keys: tuple[str, ...], row_filter: str | None, data: Any) -> None:
-    if mode not in WRITE_MODES:
-        raise InvalidWriteError(f"unknown mode {mode!r}; modes are {list(WRITE_MODES)}")
-    if mode in ("upsert", "append_new") and not keys:
-        raise InvalidWriteError(f"mode {mode!r} needs keys=[...] naming the key column(s)")
-    if mode == "append" and keys:
-        raise InvalidWriteError("mode 'append' takes no keys; use 'append_new' to skip existing keys or 'upsert'")
-    if mode == "delete":
-        if bool(keys) == bool(row_filter):
-            raise InvalidWriteError(
-                "mode 'delete' needs exactly one of keys=[...] (with data holding the keys) or row_filter=..."
-            )
-        if keys and data is None:
-            raise InvalidWriteError("a delete by keys needs data: the key values of the rows to delete")
-    elif row_filter is not None:
-        raise InvalidWriteError("row_filter is only for mode='delete'; reads take row_filter in read()/stream()")
-    if mode != "delete" and data is None:
-        raise InvalidWriteError(f"mode {mode!r} needs data")
-
-
-STAGED_META = "trident.staged"  # ledger metadata of a staged write: what publish records with it
-
-
-def _staged_meta(
-    provenance: Mapping[str, Any] | None,
-    watermarks: Mapping[str, tuple[datetime, uuid.UUID | None]] | None,
-    partition_keys: list[str],
-) -> dict[str, Any]:
-    return {
-        "provenance": dict(provenance) if provenance is not None else None,
-        "watermarks": {k: [mark.isoformat(), str(src) if src else None] for k, (mark, src) in (watermarks or {}).items()},
-        "watermark_partitions": partition_keys,
-    }
-
-
-def _result(
-    key: str, entry: LedgerEntry, outcome: Outcome, route: RouteDecision, noop: bool = False, staged: bool = False
-) -> WriteResult:
-    return WriteResult(
-        key=key,
-        txn_id=entry.txn_id,
-        mode=entry.mode,
-        writer=entry.writer,
-        sink=entry.sink,
-        rows_written=outcome.rows_written,
-        row_count=outcome.row_count,
-        skipped=outcome.skipped,
-        preserved=outcome.preserved,
-        deleted=outcome.deleted,
-        snapshot_id=outcome.snapshot_id,
-        committed_at=entry.committed_at or entry.started_at,
-        schema_version=entry.schema_version or 0,
-        route=route.describe(),
-        noop=noop,
-        staged=staged,
-    )

@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from .errors import InvalidArgumentError, InvalidReadError, InvalidWriteError, PartitionError, TridentError
 from .partitions import PartitionFilter
+from .sinks.base import WRITE_MODES
 
 _BIGINT_MAX = 2**63 - 1
 
@@ -153,3 +154,25 @@ def stream_session(schema: Any, max_queued: Any) -> None:
         raise InvalidWriteError(f"schema must be a pyarrow Schema, e.g. pa.schema([('id', pa.int64())]), got {schema!r}")
     if isinstance(max_queued, bool) or not isinstance(max_queued, int) or max_queued < 1:
         raise InvalidWriteError(f"max_queued must be a number of batches of at least 1, got {max_queued!r}")
+
+
+def write_mode(mode: str, keys: tuple[str, ...], row_filter: str | None, data: Any) -> None:
+    """A write mode with the arguments it needs (keys for keyed modes, exactly one of keys or row_filter
+    for a delete, data unless deleting), refused before any transaction opens."""
+    if mode not in WRITE_MODES:
+        raise InvalidWriteError(f"unknown mode {mode!r}; modes are {list(WRITE_MODES)}")
+    if mode in ("upsert", "append_new") and not keys:
+        raise InvalidWriteError(f"mode {mode!r} needs keys=[...] naming the key column(s)")
+    if mode == "append" and keys:
+        raise InvalidWriteError("mode 'append' takes no keys; use 'append_new' to skip existing keys or 'upsert'")
+    if mode == "delete":
+        if bool(keys) == bool(row_filter):
+            raise InvalidWriteError(
+                "mode 'delete' needs exactly one of keys=[...] (with data holding the keys) or row_filter=..."
+            )
+        if keys and data is None:
+            raise InvalidWriteError("a delete by keys needs data: the key values of the rows to delete")
+    elif row_filter is not None:
+        raise InvalidWriteError("row_filter is only for mode='delete'; reads take row_filter in read()/stream()")
+    if mode != "delete" and data is None:
+        raise InvalidWriteError(f"mode {mode!r} needs data")
