@@ -19,15 +19,8 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from pyiceberg.io import FileIO
-from pyiceberg.io.fileformat import DataFileStatistics
 from pyiceberg.io.fsspec import FsspecFileIO
-from pyiceberg.io.pyarrow import (
-    PyArrowFileIO,
-    compute_statistics_plan,
-    data_file_statistics_from_parquet_metadata,
-    parquet_path_to_id_mapping,
-    schema_to_pyarrow,
-)
+from pyiceberg.io.pyarrow import PyArrowFileIO, schema_to_pyarrow
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.schema import Schema
 from pyiceberg.typedef import Record
@@ -38,6 +31,7 @@ from ...identity import ROW_ID, ROW_INDEX
 from ...partitions import Partitioner
 from ...pyiceberg_compat import parquet_writer_kwargs
 from .encoding import DictionaryChoice
+from .stats import FileStats
 
 
 class _ParquetFile:
@@ -74,33 +68,18 @@ class _ParquetFile:
     def write(self, table: pa.Table) -> None:
         self._open(table).write_table(table, row_group_size=max(table.num_rows, 1))
 
-    def close(self, plan: _StatsPlan) -> tuple[DataFileStatistics, int]:
+    def close(self, stats: FileStats) -> tuple[dict[str, Any], int]:
         """Finish the file: its statistics (from the footer just written, no read back) and size."""
         with self._stream:
             writer = self._open(self._arrow_schema.empty_table())
             writer.close()
             size = self._stream.tell()
-        stats = data_file_statistics_from_parquet_metadata(
-            parquet_metadata=writer.writer.metadata,
-            stats_columns=plan.columns,
-            parquet_column_mapping=plan.mapping,
-        )
-        return stats, size
+        return stats.of(writer.writer.metadata), size
 
     def abort(self) -> None:
         with self._stream:
             if self._writer is not None:
                 self._writer.close()
-
-
-class _StatsPlan:
-    """Which statistics each column gets and each Parquet column's field id: the same for every
-    file of a write, so computed once (pyiceberg derives both per file, a visit of the schema
-    each time, which a backfill of thousands of small files paid thousands of times)."""
-
-    def __init__(self, schema: Schema, properties: dict[str, str]) -> None:
-        self.columns = compute_statistics_plan(schema, properties)
-        self.mapping = parquet_path_to_id_mapping(schema)
 
 
 _NEVER_REPEATING = frozenset({ROW_ID, ROW_INDEX})  # unique by construction: no dictionary, no trial
@@ -162,7 +141,7 @@ class _TxnFileWriter(ABC):
         self._spec_id = spec_id
         self._target_file_bytes = target_file_bytes
         self._row_group_bytes = row_group_bytes
-        self._stats_plan = _StatsPlan(schema, properties)
+        self._stats = FileStats(schema, properties)  # worked out once for all its files
         self._dictionary = DictionaryChoice(_NEVER_REPEATING, parquet_writer_kwargs(properties))
         self._pool = ThreadPoolExecutor(max_workers=max(1, parallelism), thread_name_prefix="trident-parquet")
         self._seq = 0
@@ -195,7 +174,7 @@ class _TxnFileWriter(ABC):
     def _data_file(self, lane: _Lane, partition: Record) -> DataFile:
         """Close ``lane``'s file (its last write done) into its ``DataFile`` record."""
         assert lane.writer is not None, "a lane is created to be written"
-        stats, size = lane.writer.close(self._stats_plan)
+        stats, size = lane.writer.close(self._stats)
         return DataFile.from_args(
             content=DataFileContent.DATA,
             file_path=lane.path,
@@ -206,7 +185,7 @@ class _TxnFileWriter(ABC):
             spec_id=self._spec_id,
             equality_ids=None,
             key_metadata=None,
-            **stats.to_serialized_dict(),
+            **stats,
         )
 
     def _delete_all(self, lanes: Iterable[_Lane]) -> None:
