@@ -41,26 +41,35 @@ class _ParquetFile:
     The Parquet writer opens with the first row group, so that choice can be made from it."""
 
     def __init__(
-        self, io: FileIO, path: str, arrow_schema: pa.Schema, properties: dict[str, str], dictionary: DictionaryChoice
+        self, io: FileIO, path: str, arrow_schema: pa.Schema, writer_kwargs: dict[str, Any], dictionary: DictionaryChoice
     ) -> None:
         self._output = io.new_output(path)
         self._arrow_schema = arrow_schema
-        self._properties = properties
+        self._writer_kwargs = writer_kwargs
         self._dictionary = dictionary
         self._stream = self._output.create(overwrite=True)
+        # Parquet writes each page as it is encoded: unbuffered, a small file (a backfill's day)
+        # is ~50 small writes to the filesystem. Buffered, it is one or two (object storage
+        # streams buffer into parts anyway; a Python file object is left as it is).
+        self._sink: Any = (
+            pa.BufferedOutputStream(self._stream, buffer_size=_WRITE_BUFFER)
+            if isinstance(self._stream, pa.NativeFile)
+            else self._stream
+        )
         self._writer: pq.ParquetWriter | None = None
 
     def _open(self, first: pa.Table) -> pq.ParquetWriter:
         if self._writer is None:
             try:
                 self._writer = pq.ParquetWriter(
-                    cast(IO[Any], self._stream),
+                    cast(IO[Any], self._sink),
                     schema=self._arrow_schema,
                     store_decimal_as_integer=True,
                     use_dictionary=self._dictionary.columns(first),
-                    **parquet_writer_kwargs(self._properties),
+                    **self._writer_kwargs,
                 )
             except Exception:
+                self._sink.close()
                 self._stream.close()
                 raise
         return self._writer
@@ -73,16 +82,21 @@ class _ParquetFile:
         with self._stream:
             writer = self._open(self._arrow_schema.empty_table())
             writer.close()
-            size = self._stream.tell()
+            size = self._sink.tell()
+            if self._sink is not self._stream:
+                self._sink.close()  # flushes into the file (closing it: the ``with`` then does nothing)
         return stats.of(writer.writer.metadata), size
 
     def abort(self) -> None:
         with self._stream:
             if self._writer is not None:
                 self._writer.close()
+            if self._sink is not self._stream:
+                self._sink.close()
 
 
 _NEVER_REPEATING = frozenset({ROW_ID, ROW_INDEX})  # unique by construction: no dictionary, no trial
+_WRITE_BUFFER = 1024 * 1024
 
 
 class _Lane:
@@ -142,7 +156,8 @@ class _TxnFileWriter(ABC):
         self._target_file_bytes = target_file_bytes
         self._row_group_bytes = row_group_bytes
         self._stats = FileStats(schema, properties)  # worked out once for all its files
-        self._dictionary = DictionaryChoice(_NEVER_REPEATING, parquet_writer_kwargs(properties))
+        self._writer_kwargs = parquet_writer_kwargs(properties)  # the same for every file: derived once
+        self._dictionary = DictionaryChoice(_NEVER_REPEATING, self._writer_kwargs)
         self._pool = ThreadPoolExecutor(max_workers=max(1, parallelism), thread_name_prefix="trident-parquet")
         self._seq = 0
         self.paths: list[str] = []
@@ -164,7 +179,7 @@ class _TxnFileWriter(ABC):
         return _Lane(path, self._open_file)
 
     def _open_file(self, path: str) -> _ParquetFile:
-        return _ParquetFile(self._io, path, self.arrow_schema, self._properties, self._dictionary)
+        return _ParquetFile(self._io, path, self.arrow_schema, self._writer_kwargs, self._dictionary)
 
     def _finish(self, lane: _Lane, partition: Record) -> None:
         """Close ``lane``'s file and record it as a DataFile of ``partition``."""
