@@ -165,12 +165,14 @@ class _TxnFileWriter(ABC):
         self.rows = 0
 
     @abstractmethod
-    def write(self, batch: pa.RecordBatch) -> None:
-        """Buffer ``batch`` (already in ``arrow_schema``) into this transaction's files."""
+    def write(self, batch: pa.RecordBatch, *, clustered: bool = False) -> None:
+        """Buffer ``batch`` (already in ``arrow_schema``) into this transaction's files.
+        ``clustered``: the batches come grouped by partition (``clustering.py``), so a partition
+        whose rows stop is complete."""
 
-    def write_all(self, batches: Iterable[pa.RecordBatch]) -> None:
+    def write_all(self, batches: Iterable[pa.RecordBatch], *, clustered: bool = False) -> None:
         for batch in batches:
-            self.write(batch)
+            self.write(batch, clustered=clustered)
 
     def _new_lane(self) -> _Lane:
         path = f"{self._dir}/{self._txn_id}-{self._seq:05d}.parquet"
@@ -250,7 +252,7 @@ class DataFileWriter(_TxnFileWriter):
         self._lanes: list[_Lane | None] = [None] * max(1, parallelism)
         self._turn = 0
 
-    def write(self, batch: pa.RecordBatch) -> None:
+    def write(self, batch: pa.RecordBatch, *, clustered: bool = False) -> None:
         if batch.num_rows == 0:
             return
         self._buffer.append(batch)
@@ -478,15 +480,20 @@ class PartitionedDataFileWriter(_TxnFileWriter):
         self._states: dict[tuple[Any, ...], _PartitionState] = {}
         self._open: OrderedDict[tuple[Any, ...], _PartitionState] = OrderedDict()  # LRU of open files
         self._pending: OrderedDict[tuple[Any, ...], _PartitionState] = OrderedDict()  # LRU of non-empty buffers
-        self._inflight: deque[Future[None]] = deque()
+        self._inflight: deque[Future[Any]] = deque()
         self._closing: list[Future[DataFile]] = []  # files being closed on the pool, in order
         self._buffered = 0
+        self._run: tuple[Any, ...] | None = None  # the partition clustered input is in
 
-    def write(self, batch: pa.RecordBatch) -> None:
+    def write(self, batch: pa.RecordBatch, *, clustered: bool = False) -> None:
         if batch.num_rows == 0:
             return
         self.rows += batch.num_rows
         for key, piece in self._partitioner.split(pa.Table.from_batches([batch])):
+            if clustered and key != self._run:
+                if self._run is not None:
+                    self._complete(self._run)
+                self._run = key
             st = self._states.get(key)
             if st is None:
                 st = self._states[key] = _PartitionState(key, self._partitioner.record(key))
@@ -499,6 +506,20 @@ class PartitionedDataFileWriter(_TxnFileWriter):
                 self._flush(st)
         while self._buffered > self._buffer_bytes and self._pending:
             self._flush(next(iter(self._pending.values())))
+
+    def _complete(self, key: tuple[Any, ...]) -> None:
+        """Clustered input has moved past partition ``key``: its file is finished now, in ONE
+        pool task when all its rows are still buffered (a backfill's small days), instead of
+        waiting in the buffers and the open-file LRU for the end of the input. Should the input
+        bring that partition back after all, it simply starts another file of its own."""
+        st = self._states.pop(key, None)
+        if st is None:
+            return
+        if st.lane is None and st.buffer:
+            self._write_whole(st)
+        else:
+            self._flush(st)
+            self._close(st)
 
     def _take_buffer(self, st: _PartitionState) -> pa.Table:
         """The partition's buffered rows as one table in the write's schema; the buffer empties."""
@@ -561,7 +582,11 @@ class PartitionedDataFileWriter(_TxnFileWriter):
             lane.write(table)
             return self._data_file(lane, record)
 
-        self._closing.append(self._pool.submit(whole))
+        while len(self._inflight) >= self._parallelism:  # bounded: each task holds its rows
+            self._inflight.popleft().result()
+        task = self._pool.submit(whole)
+        self._closing.append(task)
+        self._inflight.append(task)
         failpoint("write.file_flushed")
 
     def close(self) -> list[DataFile]:
