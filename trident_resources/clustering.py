@@ -15,7 +15,8 @@ A full sort of the rows (DuckDB's ``ORDER BY``, what this replaces) compares and
 through DuckDB's format and back: about three times slower on TPC-H SF1 ``lineitem`` by
 ``l_shipdate``, and it held up to its memory limit (1 GB by default) meanwhile.
 
-Memory: one input batch (twice: reordered) in pass 1; one bucket (twice: sorted) in pass 2. A
+Memory: one input batch (twice: reordered) being spilled and the next one being read in pass 1;
+one bucket (twice: sorted) in pass 2. A
 bucket over ``bucket_bytes`` is bucketed again (its partitions spread over new buckets) rather
 than loaded, unless it holds a single partition, which needs no grouping and is streamed as is.
 """
