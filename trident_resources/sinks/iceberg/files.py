@@ -47,29 +47,20 @@ class _ParquetFile:
         self._arrow_schema = arrow_schema
         self._writer_kwargs = writer_kwargs
         self._dictionary = dictionary
-        self._stream = self._output.create(overwrite=True)
-        # Parquet writes each page as it is encoded: unbuffered, a small file (a backfill's day)
-        # is ~50 small writes to the filesystem. Buffered, it is one or two (object storage
-        # streams buffer into parts anyway; a Python file object is left as it is).
-        self._sink: Any = (
-            pa.BufferedOutputStream(self._stream, buffer_size=_WRITE_BUFFER)
-            if isinstance(self._stream, pa.NativeFile)
-            else self._stream
-        )
+        self._stream = self._output.create(overwrite=True)  # buffered by pyiceberg (write.buffer-size)
         self._writer: pq.ParquetWriter | None = None
 
     def _open(self, first: pa.Table) -> pq.ParquetWriter:
         if self._writer is None:
             try:
                 self._writer = pq.ParquetWriter(
-                    cast(IO[Any], self._sink),
+                    cast(IO[Any], self._stream),
                     schema=self._arrow_schema,
                     store_decimal_as_integer=True,
                     use_dictionary=self._dictionary.columns(first),
                     **self._writer_kwargs,
                 )
             except Exception:
-                self._sink.close()
                 self._stream.close()
                 raise
         return self._writer
@@ -82,21 +73,16 @@ class _ParquetFile:
         with self._stream:
             writer = self._open(self._arrow_schema.empty_table())
             writer.close()
-            size = self._sink.tell()
-            if self._sink is not self._stream:
-                self._sink.close()  # flushes into the file (closing it: the ``with`` then does nothing)
+            size = self._stream.tell()
         return stats.of(writer.writer.metadata), size
 
     def abort(self) -> None:
         with self._stream:
             if self._writer is not None:
                 self._writer.close()
-            if self._sink is not self._stream:
-                self._sink.close()
 
 
 _NEVER_REPEATING = frozenset({ROW_ID, ROW_INDEX})  # unique by construction: no dictionary, no trial
-_WRITE_BUFFER = 1024 * 1024
 
 
 class _Lane:
