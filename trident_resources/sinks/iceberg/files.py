@@ -85,6 +85,7 @@ class _ParquetFile:
 
 
 _NEVER_REPEATING = frozenset({ROW_ID, ROW_INDEX})  # unique by construction: no dictionary, no trial
+_WHOLE_FILES = 8  # small whole files written by one pool task
 
 
 class _Lane:
@@ -469,7 +470,9 @@ class PartitionedDataFileWriter(_TxnFileWriter):
         self._open: OrderedDict[tuple[Any, ...], _PartitionState] = OrderedDict()  # LRU of open files
         self._pending: OrderedDict[tuple[Any, ...], _PartitionState] = OrderedDict()  # LRU of non-empty buffers
         self._inflight: deque[Future[Any]] = deque()
-        self._closing: list[Future[DataFile]] = []  # files being closed on the pool, in order
+        self._closing: list[Future[list[DataFile]]] = []  # files being closed on the pool, in order
+        self._whole: list[tuple[_Lane, Record, pa.Table]] = []  # small whole files not yet handed on
+        self._whole_bytes = 0
         self._buffered = 0
         self._run: tuple[Any, ...] | None = None  # the partition clustered input is in
 
@@ -552,30 +555,44 @@ class PartitionedDataFileWriter(_TxnFileWriter):
         last, lane.pending = lane.pending, None
         record = st.record
 
-        def finish() -> DataFile:
+        def finish() -> list[DataFile]:
             if last is not None:
                 last.result()
-            return self._data_file(lane, record)
+            return [self._data_file(lane, record)]
 
         self._closing.append(self._pool.submit(finish))
 
     def _write_whole(self, st: _PartitionState) -> None:
-        """A partition with no open file and all its rows buffered (the end of the input): open,
-        write and close its file in ONE task on the pool (a backfill of small partitions is mostly
-        these; a task per step cost more in thread hand-offs than the file's own work)."""
+        """A partition with no open file and all its rows buffered (a finished partition of
+        clustered input, or the end of the input): open, write and close its file in ONE task on
+        the pool, together with the next few such small files (a backfill of small partitions is
+        mostly these; a task per step, then a task per file, cost more in thread hand-offs, each
+        a wake-up and a GIL hand-over, than the small file's own Python work)."""
         table = self._take_buffer(st)
-        lane, record = self._new_lane(), st.record
+        self._whole.append((self._new_lane(), st.record, table))
+        self._whole_bytes += table.nbytes
+        if len(self._whole) >= _WHOLE_FILES or self._whole_bytes >= self._row_group_bytes:
+            self._hand_on_whole()
+        failpoint("write.file_flushed")
 
-        def whole() -> DataFile:
-            lane.write(table)
-            return self._data_file(lane, record)
+    def _hand_on_whole(self) -> None:
+        """Submit the small whole files gathered so far as one pool task (bounded: each holds rows)."""
+        if not self._whole:
+            return
+        group, self._whole, self._whole_bytes = self._whole, [], 0
 
-        while len(self._inflight) >= self._parallelism:  # bounded: each task holds its rows
+        def whole() -> list[DataFile]:
+            out = []
+            for lane, record, table in group:
+                lane.write(table)
+                out.append(self._data_file(lane, record))
+            return out
+
+        while len(self._inflight) >= self._parallelism:
             self._inflight.popleft().result()
         task = self._pool.submit(whole)
         self._closing.append(task)
         self._inflight.append(task)
-        failpoint("write.file_flushed")
 
     def close(self) -> list[DataFile]:
         for st in list(self._states.values()):
@@ -583,10 +600,12 @@ class PartitionedDataFileWriter(_TxnFileWriter):
                 self._write_whole(st)
             else:
                 self._flush(st)
+        self._hand_on_whole()
         for st in list(self._states.values()):
             self._close(st)
         closing, self._closing = self._closing, []
-        self.data_files.extend(f.result() for f in closing)
+        for f in closing:
+            self.data_files.extend(f.result())
         self._pool.shutdown()
         return self.data_files
 
@@ -597,4 +616,5 @@ class PartitionedDataFileWriter(_TxnFileWriter):
             st.lane = None
         self._open.clear()
         self._closing = []  # the pool finishes them before the files are deleted
+        self._whole, self._whole_bytes = [], 0  # never opened: nothing to delete but their paths
         self._delete_all(lanes)
