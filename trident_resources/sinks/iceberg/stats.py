@@ -32,11 +32,56 @@ from pyiceberg.io.pyarrow import (
 )
 from pyiceberg.schema import Schema
 from pyiceberg.transforms import TruncateTransform
-from pyiceberg.types import BinaryType, DecimalType, PrimitiveType, StringType
+from pyiceberg.types import (
+    BinaryType,
+    BooleanType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    PrimitiveType,
+    StringType,
+    TimestampType,
+    TimestamptzType,
+)
 from pyiceberg.utils.decimal import unscaled_to_decimal
 from pyiceberg.utils.truncate import truncate_upper_bound_binary_string, truncate_upper_bound_text_string
 
 _NONE, _COUNTS = MetricModeTypes.NONE, MetricModeTypes.COUNTS
+_RAW, _UTF8 = "raw", "utf8"  # how a leaf's bounds are read (else: pyarrow's logical ``min``/``max``)
+
+
+def _reading(t: PrimitiveType, column: Any) -> str | None:
+    """Whether a Parquet leaf's raw statistics ARE the value ``to_bytes`` takes (pyarrow's
+    ``Statistics.min``/``max`` each convert BOTH bounds to logical Python objects, a date, a
+    datetime, with the GIL held: twice the work, on every column of every file). Only where the
+    two agree exactly: signed integers, days, microsecond timestamps, floats, booleans, and
+    UTF-8 strings decoded from their bytes."""
+    physical, logical = column.physical_type, column.logical_type
+    kind = logical.type
+    signed = kind == "NONE" or (kind == "INT" and '"isSigned":true' in logical.to_json())
+    if isinstance(t, BooleanType) and physical == "BOOLEAN":
+        return _RAW
+    if isinstance(t, IntegerType) and physical == "INT32" and signed:
+        return _RAW
+    if isinstance(t, LongType) and physical in ("INT32", "INT64") and signed:
+        return _RAW
+    if isinstance(t, DateType) and physical == "INT32" and kind == "DATE":
+        return _RAW
+    if (
+        isinstance(t, (TimestampType, TimestamptzType))
+        and physical == "INT64"
+        and kind == "TIMESTAMP"
+        and '"timeUnit":"microseconds"' in logical.to_json()
+    ):
+        return _RAW
+    if isinstance(t, (FloatType, DoubleType)) and physical in ("FLOAT", "DOUBLE") and kind == "NONE":
+        return _RAW
+    if isinstance(t, StringType) and physical == "BYTE_ARRAY" and kind == "STRING":
+        return _UTF8
+    return None
 
 
 @dataclass(frozen=True)
@@ -104,13 +149,17 @@ class FileStats:
         self._plan = compute_statistics_plan(schema, properties)
         self._ids = parquet_path_to_id_mapping(schema)
         self._columns = {fid: _column(fid, c) for fid, c in self._plan.items()}
-        self._leaves: list[_Column] | None = None  # by Parquet leaf position, from the first footer
+        self._leaves: list[tuple[_Column, str | None]] | None = None  # by Parquet leaf, from the first footer
         self._checked: set[tuple[int, str]] = set()  # (field id, physical type) pyiceberg accepts
 
-    def _leaves_of(self, metadata: pq.FileMetaData) -> list[_Column]:
+    def _leaves_of(self, metadata: pq.FileMetaData) -> list[tuple[_Column, str | None]]:
         if self._leaves is None or len(self._leaves) != metadata.num_columns:
             schema = metadata.schema
-            self._leaves = [self._columns[self._ids[schema.column(i).path]] for i in range(metadata.num_columns)]
+            leaves = []
+            for i in range(metadata.num_columns):
+                col = self._columns[self._ids[schema.column(i).path]]
+                leaves.append((col, _reading(col.iceberg_type, schema.column(i))))
+            self._leaves = leaves
         return self._leaves
 
     def _check(self, col: _Column, physical: str) -> None:
@@ -139,7 +188,7 @@ class FileStats:
             first = group.column(0)
             data_offset, dict_offset = first.data_page_offset, first.dictionary_page_offset
             split_offsets.append(dict_offset if first.has_dictionary_page and dict_offset < data_offset else data_offset)
-            for pos, col in enumerate(leaves):
+            for pos, (col, reading) in enumerate(leaves):
                 chunk = group.column(pos)
                 fid = col.field_id
                 column_sizes[fid] = column_sizes.get(fid, 0) + chunk.total_compressed_size
@@ -163,6 +212,13 @@ class FileStats:
                         scale = col.iceberg_type.scale
                         lo = unscaled_to_decimal(st.min_raw, scale) if st.min_raw is not None else None
                         hi = unscaled_to_decimal(st.max_raw, scale) if st.max_raw is not None else None
+                    elif reading is _RAW:
+                        lo, hi = (st.min_raw, st.max_raw) if st.has_min_max else (None, None)
+                    elif reading is _UTF8 and st.has_min_max:
+                        try:
+                            lo, hi = st.min_raw.decode(), st.max_raw.decode()
+                        except UnicodeDecodeError:
+                            lo, hi = st.min, st.max  # as pyiceberg gets them (it fails as it does)
                     else:
                         lo, hi = st.min, st.max
                     if lo is not None:
