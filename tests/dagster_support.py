@@ -3,7 +3,9 @@ that returns the result without raising so tests can assert on failures."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import dagster as dg
@@ -55,3 +57,16 @@ def step_errors(result: dg.ExecuteInProcessResult) -> list[str]:
                 err = err.cause
             out.append("\n".join(text))
     return out
+
+
+def cli_env(settings: TridentSettings, repo: Path) -> dict[str, str]:
+    """The environment of a ``dagster`` CLI child: this test's Trident home, control plane and
+    workspace, the repo on ``PYTHONPATH``, and nothing else of ours (no TRIDENT_WRITER_WAIT_SECONDS:
+    the default wait)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRIDENT_", "DAGSTER_"))}
+    return env | {
+        "TRIDENT_HOME": str(settings.home),
+        "TRIDENT_PG_DSN": settings.pg_dsn.get_secret_value() if settings.pg_dsn else "",
+        "TRIDENT_WORKSPACE": settings.workspace,
+        "PYTHONPATH": str(repo),
+    }

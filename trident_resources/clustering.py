@@ -15,7 +15,8 @@ A full sort of the rows (DuckDB's ``ORDER BY``, what this replaces) compares and
 through DuckDB's format and back: about three times slower on TPC-H SF1 ``lineitem`` by
 ``l_shipdate``, and it held up to its memory limit (1 GB by default) meanwhile.
 
-Memory: one input batch (twice: reordered) in pass 1; one bucket (twice: sorted) in pass 2. A
+Memory: one input batch (twice: reordered) being spilled and the next one being read in pass 1;
+one bucket (twice: sorted) in pass 2. A
 bucket over ``bucket_bytes`` is bucketed again (its partitions spread over new buckets) rather
 than loaded, unless it holds a single partition, which needs no grouping and is streamed as is.
 """
@@ -24,7 +25,9 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +44,7 @@ BUCKET_BYTES = 128 * 1024 * 1024
 OUT_ROWS = 65_536
 _MAX_DEPTH = 4
 _WRITE_BUFFER = 256 * 1024
+_SPILL_AHEAD = 1  # batches being spilled while the next one is read
 
 
 def cluster(
@@ -116,12 +120,7 @@ class _Buckets:
 
     def run(self, source: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         self._dir.mkdir(parents=True, exist_ok=True)
-        try:
-            for batch in source:
-                if batch.num_rows:
-                    self._spill(batch)
-        finally:
-            self._close_writers()
+        self._spill_all(source)
         for b in range(BUCKETS):
             path = self._path(b)
             if not path.exists():
@@ -132,6 +131,28 @@ class _Buckets:
                 path.unlink(missing_ok=True)
 
     # -- pass 1 -------------------------------------------------------------------------------
+    def _spill_all(self, source: Iterable[pa.RecordBatch]) -> None:
+        """Spill every batch of ``source``, each on one helper thread while this one reads the
+        next: reading (Parquet decoding, an upstream computation) and spilling (a ``take`` and
+        a copy into the page cache) both run in C++ without the GIL, so pass 1, during which
+        nothing else of a write can run yet, uses two cores instead of one. One thread spills,
+        in input order, so each partition's rows stay in input order; one batch more is held."""
+        pending: deque[Future[None]] = deque()
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="trident-cluster") as spiller:
+            try:
+                for batch in source:
+                    if batch.num_rows:
+                        while len(pending) >= _SPILL_AHEAD:
+                            pending.popleft().result()
+                        pending.append(spiller.submit(self._spill, batch))
+                while pending:
+                    pending.popleft().result()
+            finally:
+                for f in pending:
+                    f.cancel()
+                wait(pending)  # the spiller is done with the writers before they are closed
+                self._close_writers()
+
     def _spill(self, batch: pa.RecordBatch) -> None:
         row_code, present = codes(self._keys(batch))
         bucket_of = self._bucket_of

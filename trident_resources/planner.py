@@ -55,6 +55,7 @@ class WritePlanner:
         first = 0 if ((replace and part is None) or version.schema is None) else req.dataset.next_row_index
         top = [-1]  # highest carried __row_index of an identity-preserving copy
         reader = req.reader if part is None else self._clustered(req.reader, part, req)
+        clustered = reader is not req.reader
         batches = _coalesced(reader, max_bytes=self.settings.row_group_bytes)
 
         def rows(target: pa.Schema) -> Iterator[pa.RecordBatch]:
@@ -74,7 +75,7 @@ class WritePlanner:
                 yield out
 
         with version.begin(req, user_schema, replace=replace) as w:
-            n = w.put(rows(w.arrow_schema))
+            n = w.put(rows(w.arrow_schema), clustered=clustered)
             if req.preserve_identity or req.reserve_rows is not None:
                 next_index = max(req.dataset.next_row_index, top[0] + 1)
             else:

@@ -21,16 +21,30 @@ _BIGINT_MAX = 2**63 - 1
 
 def write_keys(keys: Iterable[str] | str | None) -> tuple[str, ...]:
     """Key column names as a tuple: ``None``, one name, or an iterable of non-empty names."""
-    if keys is None:
-        return ()
-    if isinstance(keys, str):
-        keys = (keys,)
-    elif isinstance(keys, (bytes, dict, set, frozenset)) or not isinstance(keys, Iterable):
-        raise InvalidWriteError(f"keys must be a column name or a list of column names, e.g. keys=['order_id'], got {keys!r}")
-    out = tuple(keys)
-    bad = [k for k in out if not isinstance(k, str) or not k]
+    return tuple(
+        _names(
+            keys,
+            "keys",
+            refused=(bytes, dict, set, frozenset),
+            shape="a column name or a list of column names, e.g. keys=['order_id']",
+            items="non-empty column names (strings)",
+        )
+    )
+
+
+def _names(value: Any, what: str, *, refused: tuple[type, ...], shape: str, items: str) -> list[str]:
+    """One name or an iterable of non-empty strings, as a list: a bare string is ONE name (iterating
+    it would record it letter by letter), and an unordered or byte container is refused."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        value = [value]
+    elif isinstance(value, refused) or not isinstance(value, Iterable):
+        raise InvalidWriteError(f"{what} must be {shape}, got {value!r}")
+    out = list(value)
+    bad = [v for v in out if not isinstance(v, str) or not v]
     if bad:
-        raise InvalidWriteError(f"keys must be non-empty column names (strings); got {bad!r} in keys={list(out)!r}")
+        raise InvalidWriteError(f"{what} must be {items}; got {bad!r} in {what}={out!r}")
     return out
 
 
@@ -97,17 +111,13 @@ def history_limit(limit: Any) -> int | None:
 def source_refs(refs: Any) -> list[str]:
     """What a write was derived from: None, one reference, or an iterable of non-empty strings. A
     bare string used to be recorded letter by letter (``"raw/orders"`` became ``['r', 'a', ...]``)."""
-    if refs is None:
-        return []
-    if isinstance(refs, str):
-        refs = [refs]
-    elif isinstance(refs, (bytes, Mapping)) or not isinstance(refs, Iterable):
-        raise InvalidWriteError(f"source_refs must be a list of references, e.g. ['raw/orders'], got {refs!r}")
-    out = list(refs)
-    bad = [r for r in out if not isinstance(r, str) or not r]
-    if bad:
-        raise InvalidWriteError(f"source_refs must be non-empty strings; got {bad!r} in source_refs={out!r}")
-    return out
+    return _names(
+        refs,
+        "source_refs",
+        refused=(bytes, Mapping),
+        shape="a list of references, e.g. ['raw/orders']",
+        items="non-empty strings",
+    )
 
 
 def metadata(value: Any, name: str = "metadata", error: type[TridentError] = InvalidWriteError) -> dict[str, Any]:

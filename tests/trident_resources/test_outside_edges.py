@@ -189,3 +189,23 @@ def test_set_provenance_of_a_non_mapping_is_a_named_error(trident: Trident) -> N
     trident.write("w/prov", pa.table({"a": [1]}))
     with pytest.raises(InvalidArgumentError, match="mapping"):
         trident.set_provenance("w/prov", [1, 2])  # type: ignore[arg-type]
+
+
+def test_dates_and_instants_outside_years_1_to_9999_round_trip(trident: Trident) -> None:
+    """Arrow, Parquet and DuckDB hold days and microseconds far outside Python's ``date`` range;
+    the data file statistics turned them into Python dates first and the write died with a raw
+    ``OverflowError`` (the ledger aborted, the rows refused). They are stored and read back as given."""
+    days = pa.array([-800_000, 5, 3_000_000], pa.date32())
+    micros = pa.array([-70_000_000_000_000_000, 5, 300_000_000_000_000_000], pa.timestamp("us", tz="UTC"))
+    naive = pa.array([-70_000_000_000_000_000, 5, 300_000_000_000_000_000], pa.timestamp("us"))
+    rows = pa.table({"k": [1, 2, 3], "d": days, "ts": micros, "naive": naive})
+    trident.write("p/far", rows)
+    trident.write("p/far", rows, mode="append")
+    got = trident.read("p/far", columns=["k", "d", "ts", "naive"]).sort_by([("k", "ascending")])
+    assert got.column("d").cast(pa.int32()).to_pylist() == [-800_000, -800_000, 5, 5, 3_000_000, 3_000_000]
+    assert got.column("ts").cast(pa.int64()).to_pylist()[::2] == micros.cast(pa.int64()).to_pylist()
+    assert got.column("naive").cast(pa.int64()).to_pylist()[1::2] == naive.cast(pa.int64()).to_pylist()
+    low = trident.sql("select count(*) as n from \"p/far\" where d < DATE '1900-01-01'")
+    assert low.column("n").to_pylist() == [2]
+    trident.write("p/far_keyed", rows, mode="upsert", keys=["k"])
+    assert trident.write("p/far_keyed", rows, mode="upsert", keys=["k"]).preserved == 3

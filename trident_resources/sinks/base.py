@@ -139,8 +139,10 @@ class SinkWrite(ABC):
     arrow_schema: pa.Schema  # what ``put`` batches must look like (identity columns first)
 
     @abstractmethod
-    def put(self, batches: Iterable[pa.RecordBatch]) -> int:
-        """Store new row versions (already stamped and conformed); returns rows stored."""
+    def put(self, batches: Iterable[pa.RecordBatch], *, clustered: bool = False) -> int:
+        """Store new row versions (already stamped and conformed); returns rows stored.
+        ``clustered``: each partition's rows arrive together (the planner clustered a wide
+        partition write), so a sink may finish a partition's files as soon as the next begins."""
 
     @abstractmethod
     def remove(self, removal: Removal) -> None:

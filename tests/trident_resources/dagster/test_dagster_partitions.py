@@ -1,6 +1,5 @@
 """Dagster partitions through TridentIOManager and the node factories (issue 10)."""
 
-import os
 import subprocess
 import sys
 from datetime import date, timedelta
@@ -10,7 +9,7 @@ from typing import cast
 import dagster as dg
 import pyarrow as pa
 
-from tests.dagster_support import materialized, resources_for, step_errors, succeeded
+from tests.dagster_support import cli_env, materialized, resources_for, step_errors, succeeded
 from trident_resources import PartitionFilter, Trident, TridentSettings
 from trident_resources.sinks.iceberg.sink import IcebergSink
 
@@ -297,13 +296,7 @@ def test_four_separate_dagster_runs_writing_four_partitions_all_land(
     barrier.mkdir()
     (tmp_path / "defs.py").write_text(CONCURRENT_DEFS.format(barrier=str(barrier)))
     trident.write("dpc/daily", _rows("2024-01-31", 5), partition=_day_filter(date(2024, 1, 31)))  # partitioned already
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRIDENT_", "DAGSTER_"))}
-    env |= {  # no TRIDENT_WRITER_WAIT_SECONDS: the default wait
-        "TRIDENT_HOME": str(settings.home),
-        "TRIDENT_PG_DSN": settings.pg_dsn.get_secret_value() if settings.pg_dsn else "",
-        "TRIDENT_WORKSPACE": settings.workspace,
-        "PYTHONPATH": str(REPO),
-    }
+    env = cli_env(settings, REPO)  # no TRIDENT_WRITER_WAIT_SECONDS: the default wait
     dagster = str(Path(sys.executable).with_name("dagster"))
     days = ["2024-01-01", "2024-01-02", "2024-01-03", "2024-01-04"]
     procs = [

@@ -5,7 +5,6 @@ materialize`` processes, each with its own Trident, pool and lock session."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from tests.dagster_support import cli_env
 from trident_resources import PartitionFilter, Trident, TridentSettings
 
 REPO = Path(__file__).resolve().parents[3]
@@ -68,13 +68,7 @@ def test_a_one_day_run_lands_while_a_90_day_single_run_backfill_is_writing(
     trident.write(  # partitioned already (a dataset's first partitioned write locks it whole)
         "rlb/daily", pa.table(seed), partition=PartitionFilter.time_window("day", may - timedelta(days=1), may, "day")
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRIDENT_", "DAGSTER_"))}
-    env |= {  # no TRIDENT_WRITER_WAIT_SECONDS: the default wait
-        "TRIDENT_HOME": str(settings.home),
-        "TRIDENT_PG_DSN": settings.pg_dsn.get_secret_value() if settings.pg_dsn else "",
-        "TRIDENT_WORKSPACE": settings.workspace,
-        "PYTHONPATH": str(REPO),
-    }
+    env = cli_env(settings, REPO)  # no TRIDENT_WRITER_WAIT_SECONDS: the default wait
     dagster = str(Path(sys.executable).with_name("dagster"))
 
     def materialize(*selection: str) -> subprocess.Popen[str]:

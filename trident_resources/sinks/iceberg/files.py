@@ -19,15 +19,8 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from pyiceberg.io import FileIO
-from pyiceberg.io.fileformat import DataFileStatistics
 from pyiceberg.io.fsspec import FsspecFileIO
-from pyiceberg.io.pyarrow import (
-    PyArrowFileIO,
-    compute_statistics_plan,
-    data_file_statistics_from_parquet_metadata,
-    parquet_path_to_id_mapping,
-    schema_to_pyarrow,
-)
+from pyiceberg.io.pyarrow import PyArrowFileIO, schema_to_pyarrow
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.schema import Schema
 from pyiceberg.typedef import Record
@@ -38,6 +31,7 @@ from ...identity import ROW_ID, ROW_INDEX
 from ...partitions import Partitioner
 from ...pyiceberg_compat import parquet_writer_kwargs
 from .encoding import DictionaryChoice
+from .stats import FileStats
 
 
 class _ParquetFile:
@@ -47,13 +41,13 @@ class _ParquetFile:
     The Parquet writer opens with the first row group, so that choice can be made from it."""
 
     def __init__(
-        self, io: FileIO, path: str, arrow_schema: pa.Schema, properties: dict[str, str], dictionary: DictionaryChoice
+        self, io: FileIO, path: str, arrow_schema: pa.Schema, writer_kwargs: dict[str, Any], dictionary: DictionaryChoice
     ) -> None:
         self._output = io.new_output(path)
         self._arrow_schema = arrow_schema
-        self._properties = properties
+        self._writer_kwargs = writer_kwargs
         self._dictionary = dictionary
-        self._stream = self._output.create(overwrite=True)
+        self._stream = self._output.create(overwrite=True)  # buffered by pyiceberg (write.buffer-size)
         self._writer: pq.ParquetWriter | None = None
 
     def _open(self, first: pa.Table) -> pq.ParquetWriter:
@@ -64,7 +58,7 @@ class _ParquetFile:
                     schema=self._arrow_schema,
                     store_decimal_as_integer=True,
                     use_dictionary=self._dictionary.columns(first),
-                    **parquet_writer_kwargs(self._properties),
+                    **self._writer_kwargs,
                 )
             except Exception:
                 self._stream.close()
@@ -74,18 +68,15 @@ class _ParquetFile:
     def write(self, table: pa.Table) -> None:
         self._open(table).write_table(table, row_group_size=max(table.num_rows, 1))
 
-    def close(self, plan: _StatsPlan) -> tuple[DataFileStatistics, int]:
+    def close(self, stats: FileStats) -> tuple[dict[str, Any], int]:
         """Finish the file: its statistics (from the footer just written, no read back) and size."""
         with self._stream:
-            writer = self._open(self._arrow_schema.empty_table())
+            # an empty table only for a file never written to (building one costs ~0.2 ms with
+            # the GIL held, per file: a backfill closes thousands)
+            writer = self._writer or self._open(self._arrow_schema.empty_table())
             writer.close()
             size = self._stream.tell()
-        stats = data_file_statistics_from_parquet_metadata(
-            parquet_metadata=writer.writer.metadata,
-            stats_columns=plan.columns,
-            parquet_column_mapping=plan.mapping,
-        )
-        return stats, size
+        return stats.of(writer.writer.metadata), size
 
     def abort(self) -> None:
         with self._stream:
@@ -93,17 +84,8 @@ class _ParquetFile:
                 self._writer.close()
 
 
-class _StatsPlan:
-    """Which statistics each column gets and each Parquet column's field id: the same for every
-    file of a write, so computed once (pyiceberg derives both per file, a visit of the schema
-    each time, which a backfill of thousands of small files paid thousands of times)."""
-
-    def __init__(self, schema: Schema, properties: dict[str, str]) -> None:
-        self.columns = compute_statistics_plan(schema, properties)
-        self.mapping = parquet_path_to_id_mapping(schema)
-
-
 _NEVER_REPEATING = frozenset({ROW_ID, ROW_INDEX})  # unique by construction: no dictionary, no trial
+_WHOLE_FILES = 8  # small whole files written by one pool task
 
 
 class _Lane:
@@ -162,8 +144,9 @@ class _TxnFileWriter(ABC):
         self._spec_id = spec_id
         self._target_file_bytes = target_file_bytes
         self._row_group_bytes = row_group_bytes
-        self._stats_plan = _StatsPlan(schema, properties)
-        self._dictionary = DictionaryChoice(_NEVER_REPEATING, parquet_writer_kwargs(properties))
+        self._stats = FileStats(schema, properties)  # worked out once for all its files
+        self._writer_kwargs = parquet_writer_kwargs(properties)  # the same for every file: derived once
+        self._dictionary = DictionaryChoice(_NEVER_REPEATING, self._writer_kwargs)
         self._pool = ThreadPoolExecutor(max_workers=max(1, parallelism), thread_name_prefix="trident-parquet")
         self._seq = 0
         self.paths: list[str] = []
@@ -171,12 +154,14 @@ class _TxnFileWriter(ABC):
         self.rows = 0
 
     @abstractmethod
-    def write(self, batch: pa.RecordBatch) -> None:
-        """Buffer ``batch`` (already in ``arrow_schema``) into this transaction's files."""
+    def write(self, batch: pa.RecordBatch, *, clustered: bool = False) -> None:
+        """Buffer ``batch`` (already in ``arrow_schema``) into this transaction's files.
+        ``clustered``: the batches come grouped by partition (``clustering.py``), so a partition
+        whose rows stop is complete."""
 
-    def write_all(self, batches: Iterable[pa.RecordBatch]) -> None:
+    def write_all(self, batches: Iterable[pa.RecordBatch], *, clustered: bool = False) -> None:
         for batch in batches:
-            self.write(batch)
+            self.write(batch, clustered=clustered)
 
     def _new_lane(self) -> _Lane:
         path = f"{self._dir}/{self._txn_id}-{self._seq:05d}.parquet"
@@ -185,7 +170,7 @@ class _TxnFileWriter(ABC):
         return _Lane(path, self._open_file)
 
     def _open_file(self, path: str) -> _ParquetFile:
-        return _ParquetFile(self._io, path, self.arrow_schema, self._properties, self._dictionary)
+        return _ParquetFile(self._io, path, self.arrow_schema, self._writer_kwargs, self._dictionary)
 
     def _finish(self, lane: _Lane, partition: Record) -> None:
         """Close ``lane``'s file and record it as a DataFile of ``partition``."""
@@ -195,7 +180,7 @@ class _TxnFileWriter(ABC):
     def _data_file(self, lane: _Lane, partition: Record) -> DataFile:
         """Close ``lane``'s file (its last write done) into its ``DataFile`` record."""
         assert lane.writer is not None, "a lane is created to be written"
-        stats, size = lane.writer.close(self._stats_plan)
+        stats, size = lane.writer.close(self._stats)
         return DataFile.from_args(
             content=DataFileContent.DATA,
             file_path=lane.path,
@@ -206,7 +191,7 @@ class _TxnFileWriter(ABC):
             spec_id=self._spec_id,
             equality_ids=None,
             key_metadata=None,
-            **stats.to_serialized_dict(),
+            **stats,
         )
 
     def _delete_all(self, lanes: Iterable[_Lane]) -> None:
@@ -256,7 +241,7 @@ class DataFileWriter(_TxnFileWriter):
         self._lanes: list[_Lane | None] = [None] * max(1, parallelism)
         self._turn = 0
 
-    def write(self, batch: pa.RecordBatch) -> None:
+    def write(self, batch: pa.RecordBatch, *, clustered: bool = False) -> None:
         if batch.num_rows == 0:
             return
         self._buffer.append(batch)
@@ -484,15 +469,22 @@ class PartitionedDataFileWriter(_TxnFileWriter):
         self._states: dict[tuple[Any, ...], _PartitionState] = {}
         self._open: OrderedDict[tuple[Any, ...], _PartitionState] = OrderedDict()  # LRU of open files
         self._pending: OrderedDict[tuple[Any, ...], _PartitionState] = OrderedDict()  # LRU of non-empty buffers
-        self._inflight: deque[Future[None]] = deque()
-        self._closing: list[Future[DataFile]] = []  # files being closed on the pool, in order
+        self._inflight: deque[Future[Any]] = deque()
+        self._closing: list[Future[list[DataFile]]] = []  # files being closed on the pool, in order
+        self._whole: list[tuple[_Lane, Record, pa.Table]] = []  # small whole files not yet handed on
+        self._whole_bytes = 0
         self._buffered = 0
+        self._run: tuple[Any, ...] | None = None  # the partition clustered input is in
 
-    def write(self, batch: pa.RecordBatch) -> None:
+    def write(self, batch: pa.RecordBatch, *, clustered: bool = False) -> None:
         if batch.num_rows == 0:
             return
         self.rows += batch.num_rows
         for key, piece in self._partitioner.split(pa.Table.from_batches([batch])):
+            if clustered and key != self._run:
+                if self._run is not None:
+                    self._complete(self._run)
+                self._run = key
             st = self._states.get(key)
             if st is None:
                 st = self._states[key] = _PartitionState(key, self._partitioner.record(key))
@@ -505,6 +497,20 @@ class PartitionedDataFileWriter(_TxnFileWriter):
                 self._flush(st)
         while self._buffered > self._buffer_bytes and self._pending:
             self._flush(next(iter(self._pending.values())))
+
+    def _complete(self, key: tuple[Any, ...]) -> None:
+        """Clustered input has moved past partition ``key``: its file is finished now, in ONE
+        pool task when all its rows are still buffered (a backfill's small days), instead of
+        waiting in the buffers and the open-file LRU for the end of the input. Should the input
+        bring that partition back after all, it simply starts another file of its own."""
+        st = self._states.pop(key, None)
+        if st is None:
+            return
+        if st.lane is None and st.buffer:
+            self._write_whole(st)
+        else:
+            self._flush(st)
+            self._close(st)
 
     def _take_buffer(self, st: _PartitionState) -> pa.Table:
         """The partition's buffered rows as one table in the write's schema; the buffer empties."""
@@ -549,26 +555,44 @@ class PartitionedDataFileWriter(_TxnFileWriter):
         last, lane.pending = lane.pending, None
         record = st.record
 
-        def finish() -> DataFile:
+        def finish() -> list[DataFile]:
             if last is not None:
                 last.result()
-            return self._data_file(lane, record)
+            return [self._data_file(lane, record)]
 
         self._closing.append(self._pool.submit(finish))
 
     def _write_whole(self, st: _PartitionState) -> None:
-        """A partition with no open file and all its rows buffered (the end of the input): open,
-        write and close its file in ONE task on the pool (a backfill of small partitions is mostly
-        these; a task per step cost more in thread hand-offs than the file's own work)."""
+        """A partition with no open file and all its rows buffered (a finished partition of
+        clustered input, or the end of the input): open, write and close its file in ONE task on
+        the pool, together with the next few such small files (a backfill of small partitions is
+        mostly these; a task per step, then a task per file, cost more in thread hand-offs, each
+        a wake-up and a GIL hand-over, than the small file's own Python work)."""
         table = self._take_buffer(st)
-        lane, record = self._new_lane(), st.record
-
-        def whole() -> DataFile:
-            lane.write(table)
-            return self._data_file(lane, record)
-
-        self._closing.append(self._pool.submit(whole))
+        self._whole.append((self._new_lane(), st.record, table))
+        self._whole_bytes += table.nbytes
+        if len(self._whole) >= _WHOLE_FILES or self._whole_bytes >= self._row_group_bytes:
+            self._hand_on_whole()
         failpoint("write.file_flushed")
+
+    def _hand_on_whole(self) -> None:
+        """Submit the small whole files gathered so far as one pool task (bounded: each holds rows)."""
+        if not self._whole:
+            return
+        group, self._whole, self._whole_bytes = self._whole, [], 0
+
+        def whole() -> list[DataFile]:
+            out = []
+            for lane, record, table in group:
+                lane.write(table)
+                out.append(self._data_file(lane, record))
+            return out
+
+        while len(self._inflight) >= self._parallelism:
+            self._inflight.popleft().result()
+        task = self._pool.submit(whole)
+        self._closing.append(task)
+        self._inflight.append(task)
 
     def close(self) -> list[DataFile]:
         for st in list(self._states.values()):
@@ -576,10 +600,12 @@ class PartitionedDataFileWriter(_TxnFileWriter):
                 self._write_whole(st)
             else:
                 self._flush(st)
+        self._hand_on_whole()
         for st in list(self._states.values()):
             self._close(st)
         closing, self._closing = self._closing, []
-        self.data_files.extend(f.result() for f in closing)
+        for f in closing:
+            self.data_files.extend(f.result())
         self._pool.shutdown()
         return self.data_files
 
@@ -590,4 +616,5 @@ class PartitionedDataFileWriter(_TxnFileWriter):
             st.lane = None
         self._open.clear()
         self._closing = []  # the pool finishes them before the files are deleted
+        self._whole, self._whole_bytes = [], 0  # never opened: nothing to delete but their paths
         self._delete_all(lanes)

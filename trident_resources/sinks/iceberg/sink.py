@@ -241,10 +241,10 @@ class IcebergWrite(SinkWrite):
             self.bound = req.partition.bind(_strip(self.arrow_schema))
             self.to_delete, self.partial = version.partition_files(self.bound)
 
-    def put(self, batches: Iterable[pa.RecordBatch]) -> int:
+    def put(self, batches: Iterable[pa.RecordBatch], *, clustered: bool = False) -> int:
         n = 0
         for batch in batches:
-            self.writer.write(batch)
+            self.writer.write(batch, clustered=clustered)
             n += batch.num_rows
         return n
 

@@ -124,7 +124,7 @@ class PgWrite(SinkWrite):
         self.gen = self.seq if (replace or version.prior is None) else version.prior.gen
         self.codec = JsonCodec(user_schema)
 
-    def put(self, batches: Iterable[pa.RecordBatch]) -> int:
+    def put(self, batches: Iterable[pa.RecordBatch], *, clustered: bool = False) -> int:
         with _translated():
             n = self.version.sink.copy_rows(self.conn, batches, self.codec, self.req.dataset, self.gen, self.req.txn_id)
         self.added += n
