@@ -29,6 +29,9 @@ from .errors import SqlNotAllowedError
 
 # table functions that produce rows from their arguments alone; everything else reads something
 SAFE_TABLE_FUNCTIONS = frozenset({"range", "generate_series", "unnest"})
+# scalar functions that read the sandbox's configuration: allowed_paths lists every data file
+# behind the views, home/temp/extension directories the machine's layout
+SETTING_FUNCTIONS = frozenset({"current_setting", "getvariable"})
 INTERNAL_PREFIX = "__trident"
 # a CTE name a query may define and use: a plain identifier, never a path or URL, so that a
 # reference outside the CTE's scope cannot fall through to a replacement scan of a file
@@ -88,6 +91,11 @@ def _check(con: duckdb.DuckDBPyConnection, query: str, exposed: Collection[str])
                     f"the query calls the table function {name}(): only the datasets it names can be read "
                     f"(table functions allowed: {sorted(SAFE_TABLE_FUNCTIONS)})"
                 )
+        elif node.get("class") == "FUNCTION" and _fold(str(node.get("function_name", ""))) in SETTING_FUNCTIONS:
+            raise SqlNotAllowedError(
+                f"the query calls {node.get('function_name')}(): DuckDB's settings and variables are off limits "
+                "(they name the data files and directories behind the views)"
+            )
         elif kind in ("BASE_TABLE", "SHOW_REF"):
             name = str(node.get("table_name", ""))
             if kind == "SHOW_REF" and not name:

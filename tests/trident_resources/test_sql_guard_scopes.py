@@ -78,3 +78,18 @@ def test_a_too_deeply_nested_query_is_refused_by_name(trident: Trident) -> None:
     ):
         with pytest.raises(SqlNotAllowedError, match=r"nested too deeply|could not be checked"):
             t.sql(query)
+
+
+def test_sql_cannot_read_the_sandbox_settings(trident: Trident) -> None:
+    """current_setting('allowed_paths') listed every data file behind the views (and
+    home/temp directories the machine's layout): settings are refused like duckdb_settings()."""
+    t = trident
+    t.write("d/set", pa.table({"a": [1]}))
+    for query in (
+        "select current_setting('allowed_paths') as p from \"d/set\"",
+        "select CURRENT_SETTING('home_directory') as p",
+        "select a from \"d/set\" where getvariable('x') is null",
+    ):
+        with pytest.raises(SqlNotAllowedError):
+            t.sql(query)
+    assert t.sql('select current_date is not null as ok, a from "d/set"').column("ok").to_pylist() == [True]
