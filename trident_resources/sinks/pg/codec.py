@@ -2,8 +2,8 @@
 
 jsonb has no types of its own beyond JSON's, so every value is written in a form that casts back
 exactly to the column's Arrow type recorded with the commit: decimals as JSON numbers (jsonb keeps
-numeric text exactly), floats in shortest round-trip form with NaN/Infinity as strings (JSON has
-no such numbers), binary as base64, temporal types as ISO strings. Reading (``columns.py``)
+numeric text exactly), floats in shortest round-trip form with NaN/Infinity/-0.0 as strings (JSON has
+no such numbers; jsonb's numeric has no negative zero), binary as base64, temporal types as ISO strings. Reading (``columns.py``)
 extracts each wanted member server side and types it with the recorded schema, so a value that
 does not fit fails loudly; a key that is absent (the row was written before its column was
 added) reads as null, as in Iceberg.
@@ -60,7 +60,12 @@ class JsonCodec:
     def _value_json(self, field: pa.Field) -> str:
         c = quote(field.name)
         if _is_float(field.type):
-            return f"CASE WHEN {c} IS NULL THEN NULL WHEN isfinite({c}) THEN {c}::VARCHAR::JSON ELSE to_json({c}::VARCHAR) END"
+            # NaN, infinities and -0.0 as strings: a jsonb number is a numeric, which has no
+            # negative zero ('-0.0'::jsonb reads back 0.0)
+            return (
+                f"CASE WHEN {c} IS NULL THEN NULL WHEN isfinite({c}) AND (NOT signbit({c}) OR {c} < 0) "
+                f"THEN {c}::VARCHAR::JSON ELSE to_json({c}::VARCHAR) END"
+            )
         if _is_binary(field.type):
             return f"to_json(base64({c}::BLOB))"
         return c
