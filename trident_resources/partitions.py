@@ -22,6 +22,7 @@ import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
 from typing import Any, Literal, get_args
 
 import numpy as np
@@ -242,7 +243,7 @@ class _BoundDim:
         """Names of every partition the slice touches (None: not enumerable, or more than
         ``limit``)."""
         if self.values is not None:
-            return [f"{self.column}={_plain(v)}" for v in self.values]
+            return [f"{self.column}={_unit_name(v)}" for v in self.values]
         if self.transform == "identity":
             return None
         lo, hi = self.touched_units()  # type: ignore[misc]
@@ -578,6 +579,20 @@ def _dims_disjoint(a: _BoundDim, b: _BoundDim) -> bool:
         return not any(ranged.start <= v < ranged.end for v in values.values or () if v is not None)
     except TypeError:  # values that do not compare (mixed types): cannot tell
         return False
+
+
+def _unit_name(v: Any) -> Any:
+    """A partition value as it names the partition (a range lock's key, a watermark's name): one
+    name per partition, since writers that name one partition differently take different locks
+    and run at once. Equal values written differently (an instant at another UTC offset, -0.0
+    and 0.0, a negative decimal zero) are one partition (``_same``), so they get one name."""
+    if isinstance(v, datetime) and v.tzinfo is not None:
+        return v.astimezone(UTC).isoformat()
+    if isinstance(v, float) and v == 0:
+        return 0.0
+    if isinstance(v, Decimal) and v.is_zero():
+        return v.copy_abs()
+    return _plain(v)
 
 
 def _plain(v: Any) -> Any:

@@ -8,7 +8,12 @@ the GIL: a backfill of 2,526 small daily files spent about 1.5 CPU s there, seri
 threads. ``FileStats`` works all of that out once per write (and per Parquet leaf on the first
 file) and then only reads each file's column chunks: the same bytes, a fraction of the time.
 
-What it produces is, by construction, pyiceberg's meaning: the same plan
+One deliberate difference: a row group holding values but no min/max (Parquet omits a bound
+longer than its statistics limit, and the bounds of an all-NaN float chunk) leaves the column
+without file bounds. pyiceberg takes the other row groups' bounds as the file's, and a filtered
+read then prunes a file that holds matching rows (``test_stats_missing_bounds.py``).
+
+Otherwise what it produces is, by construction, pyiceberg's meaning: the same plan
 (``compute_statistics_plan``), the same type check (a ``StatsAggregator`` built once per column and
 physical type), the same conversions (``unscaled_to_decimal``, ``TruncateTransform``,
 ``truncate_upper_bound_*``, ``to_bytes``). ``tests/trident_resources/test_file_stats.py`` compares
@@ -182,6 +187,7 @@ class FileStats:
         mins: dict[int, Any] = {}
         maxs: dict[int, Any] = {}
         invalid: set[int] = set()
+        unbounded: set[int] = set()  # a row group with values but no min/max: no file bounds at all
         split_offsets: list[int] = []
         for r in range(metadata.num_row_groups):
             group = metadata.row_group(r)
@@ -208,6 +214,12 @@ class FileStats:
                     self._check(col, physical)
                     if fid not in mins:
                         mins[fid] = maxs[fid] = None
+                    if not st.has_min_max and (not st.has_null_count or st.null_count < chunk.num_values):
+                        # values, but no bounds: Parquet leaves out a min/max longer than its
+                        # statistics limit (4 KiB) and a float chunk of only NaNs. The other row
+                        # groups' bounds are not this file's: a filter would prune it and lose rows
+                        unbounded.add(fid)
+                        continue
                     if isinstance(col.iceberg_type, DecimalType) and physical != "FIXED_LEN_BYTE_ARRAY":
                         scale = col.iceberg_type.scale
                         lo = unscaled_to_decimal(st.min_raw, scale) if st.min_raw is not None else None
@@ -230,6 +242,8 @@ class FileStats:
         for fid in invalid:
             mins.pop(fid, None)
             null_counts.pop(fid, None)
+        for fid in unbounded:
+            mins.pop(fid, None)
         lower_bounds: dict[int, bytes] = {}
         upper_bounds: dict[int, bytes] = {}
         for fid, lo in mins.items():

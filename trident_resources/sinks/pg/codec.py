@@ -2,8 +2,8 @@
 
 jsonb has no types of its own beyond JSON's, so every value is written in a form that casts back
 exactly to the column's Arrow type recorded with the commit: decimals as JSON numbers (jsonb keeps
-numeric text exactly), floats in shortest round-trip form with NaN/Infinity as strings (JSON has
-no such numbers), binary as base64, temporal types as ISO strings. Reading (``columns.py``)
+numeric text exactly), floats in shortest round-trip form with NaN/Infinity/-0.0 as strings (JSON has
+no such numbers; jsonb's numeric has no negative zero), binary as base64, temporal types as ISO strings. Reading (``columns.py``)
 extracts each wanted member server side and types it with the recorded schema, so a value that
 does not fit fails loudly; a key that is absent (the row was written before its column was
 added) reads as null, as in Iceberg.
@@ -37,6 +37,32 @@ def _is_binary(t: pa.DataType) -> bool:
     return pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t)
 
 
+def _floats_as_json(expr: str, t: pa.DataType, depth: int = 0) -> str | None:
+    """``expr`` with every float in it (top level, or inside lists and structs) as a JSON value
+    jsonb keeps exactly; None when ``t`` holds no float. NaN, infinities and -0.0 become strings
+    (JSON has no such numbers, and a jsonb number is a numeric, which has no negative zero): a
+    nested NaN made the whole row invalid JSON and the write was refused. Reads accept both
+    forms (pyarrow's CSV reader and ``json_transform_strict`` parse "nan", "-inf", "-0.0")."""
+    if _is_float(t):
+        return (
+            f"CASE WHEN {expr} IS NULL THEN NULL WHEN isfinite({expr}) AND (NOT signbit({expr}) OR {expr} < 0) "
+            f"THEN {expr}::VARCHAR::JSON ELSE to_json({expr}::VARCHAR) END"
+        )
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t) or pa.types.is_list_view(t):
+        x = f"x{depth}"
+        inner = _floats_as_json(x, t.value_type, depth + 1)
+        return None if inner is None else f"list_transform({expr}, lambda {x}: {inner})"
+    if pa.types.is_struct(t):
+        members = [(f.name, _floats_as_json(f"struct_extract({expr}, {_sql_literal(f.name)})", f.type, depth + 1)) for f in t]
+        if all(m is None for _, m in members):
+            return None
+        fields = ", ".join(
+            f"{quote(name)} := {m if m is not None else f'struct_extract({expr}, {_sql_literal(name)})'}" for name, m in members
+        )
+        return f"CASE WHEN {expr} IS NULL THEN NULL ELSE struct_pack({fields}) END"
+    return None  # maps and the rest: as they are
+
+
 class JsonCodec:
     """Encodes stamped batches to COPY text lines and decodes fetched ranges, for one user schema."""
 
@@ -59,11 +85,9 @@ class JsonCodec:
     # -- encode -----------------------------------------------------------------------------
     def _value_json(self, field: pa.Field) -> str:
         c = quote(field.name)
-        if _is_float(field.type):
-            return f"CASE WHEN {c} IS NULL THEN NULL WHEN isfinite({c}) THEN {c}::VARCHAR::JSON ELSE to_json({c}::VARCHAR) END"
         if _is_binary(field.type):
             return f"to_json(base64({c}::BLOB))"
-        return c
+        return _floats_as_json(c, field.type) or c
 
     def row_json_sql(self) -> str:
         if not len(self.user_schema):
