@@ -134,3 +134,18 @@ def test_identity_columns_are_delta_encoded_and_every_reader_gets_them_back(trid
         assert "DELTA_BINARY_PACKED" in encodings["__row_index"] and "PLAIN" not in encodings["__row_index"]
         after = t.read("enc/ids", columns=["__row_index", "__row_id"]).sort_by("__row_index")
         assert after["__row_id"].to_pylist() == ids["__row_id"].to_pylist()
+
+
+def test_the_dictionary_trial_encodes_at_most_its_row_cap() -> None:
+    """The trial (two encodes of the first row group) looks at its first ``TRIAL_MAX_ROWS`` rows
+    only: a column that repeats there keeps its dictionary whatever follows in the row group."""
+    from trident_resources.pyiceberg_compat import parquet_writer_kwargs
+    from trident_resources.sinks.iceberg.encoding import TRIAL_MAX_ROWS, dictionary_columns
+
+    head, tail = TRIAL_MAX_ROWS, 3 * TRIAL_MAX_ROWS
+    rng = np.random.default_rng(12)
+    repeating = np.array(["open", "closed", "pending"])[rng.integers(0, 3, head)].tolist()
+    unique = [uuid.UUID(bytes=rng.bytes(16)).hex for _ in range(head + tail)]
+    table = pa.table({"mixed": repeating + unique[head:], "unique": unique})
+    chosen = dictionary_columns(table, [], parquet_writer_kwargs({"write.parquet.compression-codec": "zstd"}))
+    assert chosen == ["mixed"]
