@@ -30,6 +30,9 @@ class Expectation:
     blocking: bool = True
     bounds: tuple[int | None, int | None] | None = None
     details: dict[str, Any] = field(default_factory=dict)
+    # A cheaper query that returns 0 only when ``sql`` would (a necessary condition for a
+    # violation is checked first); ``sql`` runs only when the screen finds a candidate.
+    screen: str | None = None
 
     def evaluate(self, t: Trident, key: str, staged: uuid.UUID | None = None) -> tuple[bool, int, dict[str, Any]]:
         """(passed, observed number, metadata) against the dataset's current rows, or against
@@ -37,8 +40,11 @@ class Expectation:
         if staged is None and not t.exists(key):
             return False, -1, {"error": f"dataset {key!r} does not exist yet: materialize it first"}
         try:
-            query = self.sql.format(dataset=f'"{key}"')
-            value = int(t.sql(query, staged={key: staged} if staged else None).column(0)[0].as_py() or 0)
+            value = -1
+            if self.screen is not None:
+                value = _count(t, self.screen, key, staged)
+            if value != 0:
+                value = _count(t, self.sql, key, staged)
         except (TridentError, duckdb.Error) as exc:
             return False, -1, {"error": f"{type(exc).__name__}: {exc}"}
         if self.bounds is not None:
@@ -46,6 +52,11 @@ class Expectation:
             passed = (lo is None or value >= lo) and (hi is None or value <= hi)
             return passed, value, {"row_count": value, "min": lo, "max": hi}
         return value == 0, value, {"violations": value}
+
+
+def _count(t: Trident, sql: str, key: str, staged: uuid.UUID | None) -> int:
+    query = sql.format(dataset=f'"{key}"')
+    return int(t.sql(query, staged={key: staged} if staged else None).column(0)[0].as_py() or 0)
 
 
 def _cols(columns: str | Sequence[str]) -> list[str]:
@@ -68,7 +79,14 @@ def unique(columns: str | Sequence[str], *, blocking: bool = True) -> Expectatio
     cols = _cols(columns)
     group = ", ".join(_q(c) for c in cols)
     sql = f"SELECT count(*) FROM (SELECT {group} FROM {{dataset}} GROUP BY {group} HAVING count(*) > 1)"
-    return Expectation(f"unique_{'_'.join(cols)}", f"({', '.join(cols)}) unique", sql, blocking)
+    # Over several columns, grouping by one 64-bit hash of them is ~1.6x cheaper than by the
+    # columns (6M distinct (l_orderkey, l_linenumber): ~1.1 vs ~1.8 s; the example pipeline
+    # checks two such datasets). Equal keys have equal hashes (NULLs included), so no repeated
+    # hash means no repeated key; a repeated hash (a duplicate or a collision) runs the exact query.
+    screen = None
+    if len(cols) > 1:
+        screen = f"SELECT count(*) FROM (SELECT hash({group}) AS h FROM {{dataset}} GROUP BY h HAVING count(*) > 1)"
+    return Expectation(f"unique_{'_'.join(cols)}", f"({', '.join(cols)}) unique", sql, blocking, screen=screen)
 
 
 def accepted_values(column: str, values: Sequence[Any], *, blocking: bool = True) -> Expectation:

@@ -103,6 +103,9 @@ def _children(t: pa.DataType) -> list[list[pa.Field]]:
 
 _LUT = np.array([ord(a) | (ord(b) << 8) for a in "0123456789abcdef" for b in "0123456789abcdef"], dtype=np.uint16)
 
+# the 4 hex digits of every 16-bit value as one little-endian uint32 (4 ASCII bytes in text order)
+_HEX4 = _LUT[np.arange(1 << 16) >> 8].astype(np.uint32) | (_LUT[np.arange(1 << 16) & 0xFF].astype(np.uint32) << 16)
+
 SEQ_BITS = 40  # rows one block can number: 2**40 (a trillion) per minted block
 _BLOCK_BITS = 48  # the last UUID group: 8 random bits above the 40-bit sequence
 
@@ -146,12 +149,23 @@ class RowIdBlock:
             raise ValueError(f"row-id sequence {first_seq}+{n} exceeds {SEQ_BITS} bits; mint another block")
         if n == 0:
             return pa.array([], type=pa.large_string())
-        last = np.arange(first_seq + self.low, first_seq + self.low + n, dtype=np.uint64)
-        # 16 hex digits of each big-endian value; the last 12 are the 48-bit last group
-        hexed = _LUT[last.astype(">u8").view(np.uint8).reshape(n, 8)].view(np.uint8).reshape(n, 16)
-        out = np.empty((n, 36), dtype=np.uint8)
-        out[:, :24] = np.frombuffer(self.head.encode(), dtype=np.uint8)
-        out[:, 24:] = hexed[:, 4:]
+        # A row is 36 bytes = 9 uint32: 6 of head, then the last group's 12 hex digits as three
+        # 4-digit words, each one ``_HEX4`` entry. The lowest word cycles through all 65536 values
+        # in order (a rotated copy of ``_HEX4``, repeated); the two above it change once every
+        # 65536 rows (a few values, repeated). No per-row arithmetic: ~2x faster than converting
+        # each id (this is ~8% of a pipeline run's CPU)
+        base = self.low + first_seq
+        start = base & 0xFFFF
+        out = np.empty((n, 9), dtype=np.uint32)
+        out[:, :6] = np.frombuffer(self.head.encode(), dtype=np.uint32)
+        out[:, 8] = np.resize(np.concatenate((_HEX4[start:], _HEX4[:start])), n)
+        segments = (start + n + 0xFFFF) >> 16
+        counts = np.full(segments, 1 << 16, dtype=np.int64)
+        counts[0] = (1 << 16) - start
+        counts[-1] -= int(counts.sum()) - n
+        upper = (base >> 16) + np.arange(segments, dtype=np.uint64)  # bits 16.. of each segment's ids
+        out[:, 7] = np.repeat(_HEX4[(upper & 0xFFFF).astype(np.intp)], counts)
+        out[:, 6] = np.repeat(_HEX4[((upper >> 16) & 0xFFFF).astype(np.intp)], counts)
         offsets = np.arange(0, 36 * (n + 1), 36, dtype=np.int64)
         return pa.LargeStringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(out))
 

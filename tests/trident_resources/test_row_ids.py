@@ -88,3 +88,21 @@ def test_python_and_sql_generators_share_one_scheme() -> None:
     assert py == sql
     _canonical_v8(py)
     assert len({p[:24] for p in py}) == 1
+
+
+def test_numpy_generator_matches_the_sql_one_across_digit_carries() -> None:
+    """The numpy generator builds the last group's three 4-digit words separately (the lowest
+    cycles, the upper ones change every 65536 rows): its ids equal the SQL scheme's per-row
+    formatting wherever a carry crosses those words, including a block's last sequence numbers."""
+    import duckdb
+
+    from trident_resources.identity import SEQ_BITS, RowIdBlock
+
+    con = duckdb.connect()
+    for block in (RowIdBlock.mint(), RowIdBlock(head=RowIdBlock.mint().head, low=0xFF << SEQ_BITS)):
+        for first, n in [(0, 1), (65535, 1), (65530, 70_000), ((1 << 32) - 3, 65_540), ((1 << SEQ_BITS) - 4, 4), (7, 200_001)]:
+            py = block.arrow(first, n).to_pylist()
+            sql = [
+                r[0] for r in con.execute(f"SELECT {block.sql('s')} FROM range({first}, {first + n}) t(s) ORDER BY s").fetchall()
+            ]
+            assert py == sql, (first, n)

@@ -1,0 +1,46 @@
+"""Issue 12: ``describe`` of an unchanged Iceberg dataset reuses the parsed table metadata.
+
+The example pipeline describes every source of a node three times while the node starts (plan,
+stability check, provenance); each ``describe`` loaded and parsed the table's metadata file twice
+(partitioning, partition statistics). It now reuses the table ``scan_plan`` keeps while the
+catalog still names the same metadata file, and sees a new commit at once."""
+
+from __future__ import annotations
+
+from datetime import date
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from trident_resources import PartitionFilter, Trident
+
+D0, D2, D3 = date(2024, 1, 1), date(2024, 1, 3), date(2024, 1, 4)
+
+
+def test_describe_of_an_unchanged_dataset_loads_no_table_and_sees_the_next_commit(
+    trident: Trident, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    t = trident
+    days = PartitionFilter.time_window("d", D0, D2, "day")
+    t.write("d/parts", pa.table({"d": [D0, date(2024, 1, 2)], "v": [1, 2]}), partition=days)
+    first = t.describe("d/parts")
+    assert first.partitioning and len(first.partitions) == 2
+    catalog = t.driver.sinks["iceberg_native"].catalog  # type: ignore[attr-defined]
+    loads: list[Any] = []
+    real = catalog.load_table
+
+    def counting(identifier: Any) -> Any:
+        loads.append(identifier)
+        return real(identifier)
+
+    monkeypatch.setattr(catalog, "load_table", counting)
+    for _ in range(3):
+        again = t.describe("d/parts")
+        assert (again.partitioning, again.partitions) == (first.partitioning, first.partitions)
+    assert loads == []
+
+    t.write("d/parts", pa.table({"d": [D2], "v": [3]}), partition=PartitionFilter.time_window("d", D2, D3, "day"))
+    after = t.describe("d/parts")
+    assert after.row_count == 3 and len(after.partitions) == 3 and after.partitioning == first.partitioning
+    assert sum(p["row_count"] for p in after.partitions) == 3
