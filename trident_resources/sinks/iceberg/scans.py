@@ -164,7 +164,7 @@ def scan_plan(sink: IcebergSink, ds: DatasetRecord, snapshot_id: int | None = No
     The trident never writes delete files, so these files ARE the dataset; DuckDB matches
     columns by field id (as Iceberg does), so a column added later reads NULL in older files."""
     path, reason = sink.scan_path(ds)
-    table = _table_to_read(sink, ds)
+    table = table_to_read(sink, ds)
     snap = table.current_snapshot() if snapshot_id is None else table.snapshot_by_id(snapshot_id)
     iceberg_schema = published_iceberg_schema(table) if snapshot_id is None else _snapshot_iceberg_schema(table, snapshot_id)
     schema = schema_to_pyarrow(iceberg_schema, include_field_ids=False)
@@ -193,7 +193,7 @@ def scan_plan(sink: IcebergSink, ds: DatasetRecord, snapshot_id: int | None = No
     )
 
 
-def _table_to_read(sink: IcebergSink, ds: DatasetRecord) -> Table:
+def table_to_read(sink: IcebergSink, ds: DatasetRecord) -> Table:
     """The table for ``scan_plan`` (read only, never committed through): on the SQL catalog
     the parsed metadata is reused while the catalog still names the same metadata file
     (one small query instead of ``load_table``'s query and parse: issue 12's per-query cost)."""

@@ -561,9 +561,9 @@ class IcebergSink(Sink):
         """The table for ``partitioning``/``partition_stats`` (read only; ``None`` when there is
         none): ``describe`` calls both, and the pipeline describes each source of a node three
         times while it starts, so loading and parsing the metadata file each time was ~4% of a
-        pipeline run's CPU; ``_table_to_read`` reuses it while the catalog names the same file."""
+        pipeline run's CPU; ``scans.table_to_read`` reuses it while the catalog names the same file."""
         try:
-            return self._table_to_read(ds)
+            return scans.table_to_read(self, ds)
         except DatasetNotFoundError:
             return None
 
