@@ -1,5 +1,5 @@
 """``Trident.maintain`` of one dataset: under its writer lock taken without waiting, stale staged
-versions discarded, small files compacted, old snapshots expired with the files only they used,
+versions discarded, small files compacted (and files whose bounds lose rows rewritten), old snapshots expired with the files only they used,
 incomplete uploads aborted, and aborted transactions' pending storage cleanups retried."""
 
 from __future__ import annotations
@@ -80,6 +80,7 @@ def maintain(
                 discarded_staged=[e.txn_id for e in stale],
                 compacted_files=compacted.compacted_files,
                 compaction_files_written=compacted.compaction_files_written,
+                repaired_files=compacted.repaired_files,
                 data_files_before=compacted.data_files_before,
                 data_files_after=compacted.data_files_after,
             )

@@ -81,6 +81,8 @@ class Maintenance:
     compaction_files_written: int = 0
     data_files_before: int | None = None
     data_files_after: int | None = None
+    # data files rewritten because their manifest bounds lost rows (a row group without min/max)
+    repaired_files: int = 0
 
     aborted_uploads: int = 0  # incomplete multipart uploads of dead writers
     cleaned_txns: int = 0  # aborted transactions whose pending storage cleanup ran now

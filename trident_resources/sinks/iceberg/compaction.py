@@ -30,6 +30,7 @@ from ...errors import StorageUnavailableError, TransactionConflictError
 from ...failpoints import failpoint
 from ...pyiceberg_compat import transaction_io
 from ...schemas import conform
+from .bounds_repair import files_with_missing_bounds
 from .files import DataFileWriter
 
 if TYPE_CHECKING:
@@ -48,6 +49,7 @@ class Compaction:
     rewritten: int  # small files replaced
     written: int  # target-size files written for them
     snapshot_id: int | None  # the compaction snapshot, None when nothing was worth rewriting
+    repaired: int = 0  # of ``rewritten``: files rewritten because their bounds lost rows
 
 
 def small_file_bytes(target_file_bytes: int) -> int:
@@ -57,12 +59,21 @@ def small_file_bytes(target_file_bytes: int) -> int:
 
 
 def compact(sink: IcebergSink, ds: DatasetRecord, table: Table, *, min_input_files: int = MIN_INPUT_FILES) -> Compaction:
-    """Rewrite the current snapshot's small data files into target-size files, one snapshot."""
+    """Rewrite the current snapshot's small data files, and those whose bounds lose rows, into
+    target-size files, one snapshot."""
     files = sink.data_files(table)
     limit = small_file_bytes(sink.settings.target_file_bytes)
     small = [f for f in files if f.file_size_in_bytes < limit]
     current = table.current_snapshot()
-    if len(small) < min_input_files or current is None:
+    if current is None:
+        return Compaction(len(files), len(files), 0, 0, None)
+    # a missing or corrupt footer raises as compaction's reads do: ``dataset_maintenance`` names it
+    broken = files_with_missing_bounds(table, files)
+    if len(small) < min_input_files:
+        small = []
+    repaired = {f.file_path for f in broken}
+    small = [f for f in small if f.file_path not in repaired] + broken
+    if not small:
         return Compaction(len(files), len(files), 0, 0, None)
     txn = table.transaction()
     meta = txn.table_metadata
@@ -101,7 +112,12 @@ def compact(sink: IcebergSink, ds: DatasetRecord, table: Table, *, min_input_fil
     after = table.refresh()
     snap = after.current_snapshot()
     return Compaction(
-        len(files), len(files) - len(small) + len(written), len(small), len(written), None if snap is None else snap.snapshot_id
+        len(files),
+        len(files) - len(small) + len(written),
+        len(small),
+        len(written),
+        None if snap is None else snap.snapshot_id,
+        len(broken),
     )
 
 

@@ -752,8 +752,9 @@ class IcebergSink(Sink):
         return scans.scan_plan(self, ds, snapshot_id)
 
     def compact(self, ds: DatasetRecord) -> Maintenance:
-        """Small data files rewritten into target-size ones, ONE snapshot, identity unchanged
-        (``compaction.py``); ``Trident.maintain`` runs it before expiring snapshots."""
+        """Small data files, and files whose bounds lose rows (``bounds_repair.py``), rewritten
+        into target-size ones, ONE snapshot, identity unchanged (``compaction.py``);
+        ``Trident.maintain`` runs it before expiring snapshots."""
         from .compaction import compact
 
         done = compact(self, ds, self._existing_table(ds))
@@ -761,8 +762,9 @@ class IcebergSink(Sink):
             key=ds.key,
             expired_snapshots=0,
             deleted_files=0,
-            compacted_files=done.rewritten,
+            compacted_files=done.rewritten - done.repaired,
             compaction_files_written=done.written,
+            repaired_files=done.repaired,
             data_files_before=done.files_before,
             data_files_after=done.files_after,
         )
