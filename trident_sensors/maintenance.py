@@ -26,7 +26,7 @@ class MaintenanceConfig(dg.Config):
 def maintain_tables(context: dg.OpExecutionContext, config: MaintenanceConfig, trident: TridentResource) -> dg.Output[int]:
     t = trident.get_client()
     keys = config.keys or sorted({d.key for d in t.datasets() if d.sink == "iceberg_native"} | set(t.pending_cleanup_keys()))
-    expired = deleted = compacted = 0
+    expired = deleted = compacted = repaired = 0
     skipped: dict[str, str] = {}
     for key in keys:
         report = t.maintain(key, older_than=timedelta(days=config.older_than_days), retain_last=config.retain_last)
@@ -37,8 +37,9 @@ def maintain_tables(context: dg.OpExecutionContext, config: MaintenanceConfig, t
         expired += report.expired_snapshots
         deleted += report.deleted_files
         compacted += report.compacted_files
+        repaired += report.repaired_files
         context.log.info(
-            f"{key}: compacted {report.compacted_files} small files, expired {report.expired_snapshots} snapshots, "
+            f"{key}: compacted {report.compacted_files} small files, repaired {report.repaired_files} files' bounds, expired {report.expired_snapshots} snapshots, "
             f"deleted {report.deleted_files} files"
         )
     return dg.Output(
@@ -48,6 +49,7 @@ def maintain_tables(context: dg.OpExecutionContext, config: MaintenanceConfig, t
             "expired_snapshots": expired,
             "deleted_files": deleted,
             "compacted_files": compacted,
+            "repaired_files": repaired,
             "skipped": len(skipped),
             "skipped_datasets": dg.MetadataValue.json(skipped),
         },
