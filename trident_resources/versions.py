@@ -38,15 +38,9 @@ def version_at(t: Trident, ds: DatasetRecord, as_of: AsOf) -> int | None:
             if e.snapshot_id == as_of:
                 return as_of
         raise InvalidReadError(f"no committed version of {ds.key!r} has snapshot id {as_of}")
-    try:
-        txn = uuid.UUID(str(as_of))
-    except ValueError:
-        raise InvalidReadError(f"as_of {as_of!r} is neither a transaction id (uuid) nor a snapshot id") from None
-    entry = t.control.ledger_entry(txn)
-    if entry is None or entry.dataset_id != ds.dataset_id:
-        raise InvalidReadError(f"transaction {txn} is not a transaction of {ds.key!r}")
+    entry = _entry_of(t, ds, as_of, f"as_of {as_of!r} is neither a transaction id (uuid) nor a snapshot id")
     if entry.status != "committed" or entry.snapshot_id is None:
-        raise InvalidReadError(f"transaction {txn} of {ds.key!r} is {entry.status}, not committed: it has no version")
+        raise InvalidReadError(f"transaction {entry.txn_id} of {ds.key!r} is {entry.status}, not committed: it has no version")
     return entry.snapshot_id
 
 
@@ -54,13 +48,20 @@ def staged_entry(t: Trident, key: str, txn_id: uuid.UUID | str) -> tuple[Dataset
     ds = t.control.dataset(t.workspace, validate_key(key))
     if ds is None:
         raise DatasetNotFoundError(key, t.workspace)
+    entry = _entry_of(t, ds, txn_id, f"{txn_id!r} is not a transaction id")
+    if entry.status != "staged":
+        raise InvalidReadError(f"transaction {entry.txn_id} of {ds.key!r} is {entry.status}, not staged")
+    return ds, entry
+
+
+def _entry_of(t: Trident, ds: DatasetRecord, txn_id: object, not_an_id: str) -> LedgerEntry:
+    """The ledger entry ``txn_id`` names, refused unless it is a transaction of ``ds`` (an id of
+    another dataset must not select a version of this one)."""
     try:
         txn = uuid.UUID(str(txn_id))
     except ValueError:
-        raise InvalidReadError(f"{txn_id!r} is not a transaction id") from None
+        raise InvalidReadError(not_an_id) from None
     entry = t.control.ledger_entry(txn)
     if entry is None or entry.dataset_id != ds.dataset_id:
-        raise InvalidReadError(f"transaction {txn} is not a transaction of {key!r}")
-    if entry.status != "staged":
-        raise InvalidReadError(f"transaction {txn} of {key!r} is {entry.status}, not staged")
-    return ds, entry
+        raise InvalidReadError(f"transaction {txn} is not a transaction of {ds.key!r}")
+    return entry
