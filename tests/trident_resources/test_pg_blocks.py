@@ -3,13 +3,12 @@ stored as Arrow row blocks and reads take their rows from them; every change of 
 holds (keyed writes, undo, SQL by hand) drops that block, so reads always return the jsonb truth.
 
 Each test compares a read through blocks with a read of the same dataset by a Trident that
-reads jsonb only (``pg_row_blocks=False``), and checks the blocks it expects are there (or gone).
+reads jsonb only (``pg_row_blocks=False``, the ``jsonb_only`` fixture), and checks the blocks it expects are there (or gone).
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -23,14 +22,6 @@ from trident_resources.sinks.pg import blocks
 from trident_resources.sinks.pg.blocks import decode_block
 
 from .test_pg_sink import _child
-
-
-@pytest.fixture
-def jsonb_only(settings: TridentSettings) -> Iterator[Trident]:
-    """The same control plane, read without blocks: the truth the cache must equal."""
-    t = Trident(settings.model_copy(update={"pg_row_blocks": False}))
-    yield t
-    t.close()
 
 
 @pytest.fixture
