@@ -22,7 +22,8 @@ CREATE TABLE IF NOT EXISTS trident_row_blocks (
     PRIMARY KEY (dataset_id, gen, first_row_index),
     CHECK (last_row_index - first_row_index + 1 = n_rows)
 );
--- Already zstd-compressed: EXTERNAL stores it out of line without a (wasted) pglz attempt.
+-- Already zstd-compressed: EXTERNAL stores it out of line without a (wasted) pglz attempt
+-- (measured on a 2.4 MB lineitem block: insert 15 ms vs 62 ms MAIN, 73 ms EXTENDED; same size and read time).
 ALTER TABLE trident_row_blocks ALTER COLUMN ipc SET STORAGE EXTERNAL;
 
 -- The blocks of (dataset_id, gen) that hold a row index of `changed` (a transition table).
