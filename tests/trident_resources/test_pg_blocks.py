@@ -197,3 +197,18 @@ def test_blocks_are_bounded_and_cover_a_large_write(trident: Trident, jsonb_only
     assert comparable(t.read("blk/big", row_filter="k >= 65000 and k < 70000")) == comparable(
         jsonb_only.read("blk/big", row_filter="k >= 65000 and k < 70000")
     )
+
+
+def test_truncate_of_the_rows_drops_every_block(trident: Trident) -> None:
+    """TRUNCATE fires no row trigger: a statement trigger empties the blocks with it (checked
+    inside a transaction that is rolled back, so the other tests' rows stay)."""
+    t = trident
+    t.router.set_pin("blk/t", "pg")
+    t.write("blk/t", _data(0, 5))
+    before = _blocks(t, "blk/t")
+    assert before
+    with t.control.pool.connection() as conn, conn.transaction(force_rollback=True):
+        conn.execute("TRUNCATE trident_rows")
+        left = conn.execute("SELECT count(*) AS n FROM trident_row_blocks").fetchone()
+        assert left is not None and left["n"] == 0
+    assert _blocks(t, "blk/t") == before
