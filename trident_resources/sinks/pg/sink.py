@@ -7,7 +7,8 @@
 - Bulk writes use COPY with lines built in DuckDB; reads are row-index ranges read by aggregated
   binary COPYs on a few connections sharing one snapshot (``reader.py``), each wanted member
   extracted by Postgres and typed by pyarrow (``columns.py``); both run in bounded memory
-  whatever the size.
+  whatever the size. Replace/append batches are also kept as Arrow row blocks, a read cache
+  that reads take rows from where one holds them (``blocks.py``).
 - Keyed modes reuse the sink-neutral ``KeyedMerge``; identity rules are the lakehouse's.
 - A replace writes a new generation; the old one (and the undo log of keyed writes) is purged by
   the next write, so ``undo`` of a write whose ledger COMMIT failed is exact and cheap.
