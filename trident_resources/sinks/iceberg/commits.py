@@ -18,7 +18,7 @@ from ...errors import TransactionConflictError
 from ...failpoints import failpoint
 from ...pyiceberg_compat import added_manifests_in_groups, name_commit_files
 from ..base import WriteRequest
-from .snapshots import TXN_PROPERTY, _has, audit_branch, published_schema
+from .snapshots import BOUNDS_PROPERTY, EXACT_BOUNDS, TXN_PROPERTY, _has, audit_branch, published_schema
 
 if TYPE_CHECKING:
     from .sink import IcebergSink
@@ -65,7 +65,8 @@ def commit_snapshot(
         branch: str | None = MAIN_BRANCH
         if req.stage:  # an audit branch; a table with no version yet takes an unreferenced snapshot
             branch = audit_branch(req.txn_id) if txn.table_metadata.current_snapshot() is not None else None
-        update = txn.update_snapshot(snapshot_properties=props, branch=branch)
+        # every file added here came from Trident's file writers: exact bounds (``stats.py``)
+        update = txn.update_snapshot(snapshot_properties={**props, BOUNDS_PROPERTY: EXACT_BOUNDS}, branch=branch)
         # named after the txn, so discard finds them if the commit never lands
         snapshot_id = _commit_files(txn, update, to_delete, files, name_for=req.txn_id)
         failpoint("commit.before_catalog")

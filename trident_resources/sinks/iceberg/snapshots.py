@@ -17,6 +17,12 @@ from ...control_plane import Outcome
 from ...schemas import describe_schema
 
 TXN_PROPERTY = "trident.txn-id"
+# The data files a snapshot ADDED have bounds from ``stats.py``, which leaves a column unbounded
+# when a row group has values but no min/max: ``bounds_repair`` never reads their footers. Every
+# snapshot whose files come from Trident's file writers carries it (writes, compaction; a rebased
+# publish copies the staged snapshot's summary, so it says what the staged write said).
+BOUNDS_PROPERTY = "trident.bounds"
+EXACT_BOUNDS = "v2"
 
 
 def _num(summary: Any, key: str) -> int:
@@ -48,6 +54,11 @@ def _summary_outcome(snap: Snapshot, schema: pa.Schema) -> Outcome:
 def _carries(snap: Snapshot, txn_id: uuid.UUID) -> bool:
     """Was ``snap`` committed by transaction ``txn_id`` (its summary says so)?"""
     return snap.summary is not None and snap.summary.get(TXN_PROPERTY) == str(txn_id)
+
+
+def has_exact_bounds(snap: Snapshot) -> bool:
+    """Were the files ``snap`` added written with ``stats.py``'s bounds (see ``BOUNDS_PROPERTY``)?"""
+    return snap.summary is not None and snap.summary.get(BOUNDS_PROPERTY) == EXACT_BOUNDS
 
 
 def audit_branch(txn_id: uuid.UUID) -> str:
