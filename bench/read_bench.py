@@ -316,7 +316,16 @@ def _postmaster_cpu(home: Path) -> float | None:
     return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
-def _pg_child(code_root: Path, home: Path, dsn: str, workspace: str, key: str, repeat: int, columns: str = "") -> dict[str, Any]:
+def _pg_child(
+    code_root: Path,
+    home: Path,
+    dsn: str,
+    workspace: str,
+    key: str,
+    repeat: int,
+    columns: str = "",
+    env: dict[str, str] | None = None,
+) -> dict[str, Any]:
     """Stream ``key`` in a fresh process importing ``trident_resources`` from ``code_root``: the
     old readers and the new one run the same way, each with its own peak RSS and CPU."""
     server0 = _postmaster_cpu(home)
@@ -325,7 +334,7 @@ def _pg_child(code_root: Path, home: Path, dsn: str, workspace: str, key: str, r
         check=True,
         capture_output=True,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(code_root)},
+        env={**os.environ, "PYTHONPATH": str(code_root), **(env or {})},
     ).stdout
     time.sleep(0.5)  # the child's backends exit and are reaped
     server1 = _postmaster_cpu(home)
@@ -343,6 +352,50 @@ def _archive(rev: str, into: Path) -> Path:
     return into
 
 
+def _pg_sizes(t: Trident, key: str) -> tuple[int, int, int, int]:
+    """Stored bytes of ``key``'s current rows (whole tuples) and blocks, and the two tables' total
+    relation sizes (heap + TOAST + indexes; the bench home holds little else)."""
+    ds = t.control.dataset(t.settings.workspace, key)
+    assert ds is not None
+    with t.control.pool.connection() as conn:
+        row = conn.execute(
+            """SELECT (SELECT coalesce(sum(pg_column_size(r.*)), 0) FROM trident_rows r WHERE r.dataset_id = %(d)s
+                        AND r.gen = (SELECT max(gen) FROM trident_rows WHERE dataset_id = %(d)s))::bigint AS rows,
+                      (SELECT coalesce(sum(pg_column_size(b.ipc)), 0) FROM trident_row_blocks b WHERE b.dataset_id = %(d)s
+                        AND b.gen = (SELECT max(gen) FROM trident_rows WHERE dataset_id = %(d)s))::bigint AS blocks,
+                      pg_total_relation_size('trident_rows') AS rows_rel, pg_total_relation_size('trident_row_blocks') AS blocks_rel""",
+            {"d": ds.dataset_id},
+        ).fetchone()
+    assert row is not None
+    return row["rows"], row["blocks"], row["rows_rel"], row["blocks_rel"]
+
+
+def pg_write_cost(t: Trident, data: pa.Table, repeat: int) -> None:
+    """The write side of the row-block cache: a replace of the same rows with blocks (this tree)
+    vs without (TRIDENT_PG_ROW_BLOCKS off: the jsonb rows only, as before), alternating."""
+    off = Trident(t.settings.model_copy(update={"pg_row_blocks": False}))
+    try:
+        t.router.set_pin("b/pgw_on", "pg")
+        t.router.set_pin("b/pgw_off", "pg")
+        s_on, s_off, _, _ = best_pair(lambda: t.write("b/pgw_on", data), lambda: off.write("b/pgw_off", data), repeat)
+        rows_on, blocks_on, rows_rel, blocks_rel = _pg_sizes(t, "b/pgw_on")
+        rows_off, blocks_off, _, _ = _pg_sizes(t, "b/pgw_off")
+        header(f"pg write of {data.num_rows:,} lineitem rows (replace, best of {repeat}): with row blocks vs without")
+        print(row("write time", s_on, s_off))
+        both, alone = rows_on + blocks_on, rows_off + blocks_off
+        print(f"{'stored bytes (rows + blocks)':<44}{both / 2**20:>8.1f}M{alone / 2**20:>9.1f}M{both / max(alone, 1):>8.2f}x")
+        print(
+            f"  rows {rows_on:,} B, blocks {blocks_on:,} B ({blocks_on / max(rows_on, 1):.1%} of the rows); without: rows {rows_off:,} B"
+        )
+        print(
+            f"  pg_total_relation_size: trident_rows {rows_rel:,} B, trident_row_blocks {blocks_rel:,} B (both datasets, 2 gens each)"
+        )
+        t.drop("b/pgw_on")
+        t.drop("b/pgw_off")
+    finally:
+        off.close()
+
+
 def pg_read(t: Trident, path: Path, n: int, home: Path, dsn: str, repeat: int, baseline_rev: str, previous_rev: str) -> None:
     """pg-sink read rows/s: the readers at ``baseline_rev`` and ``previous_rev`` (exported with
     ``git archive``, no checkout of this tree) vs this tree's, on the same dataset in the same
@@ -352,32 +405,35 @@ def pg_read(t: Trident, path: Path, n: int, home: Path, dsn: str, repeat: int, b
     f = pq.ParquetFile(path)
     data = pa.Table.from_batches(list(f.iter_batches(batch_size=131_072)), schema=f.schema_arrow).slice(0, n)
     t.router.set_pin("b/pg", "pg")
+    pg_write_cost(t, data, repeat)
     t.write("b/pg", data)
     t.write("b/pg_ice", data)
+    off = {"TRIDENT_PG_ROW_BLOCKS": "false"}
     with tempfile.TemporaryDirectory(prefix="pg_baseline_") as tmp:
-        roots = {
-            f"cursor reader ({baseline_rev})": _archive(baseline_rev, Path(tmp) / "baseline"),
-            f"documents reader ({previous_rev})": _archive(previous_rev, Path(tmp) / "previous"),
-            "this tree": ROOT.parent,
+        roots: dict[str, tuple[Path, dict[str, str]]] = {
+            f"cursor reader ({baseline_rev})": (_archive(baseline_rev, Path(tmp) / "baseline"), {}),
+            f"documents reader ({previous_rev})": (_archive(previous_rev, Path(tmp) / "previous"), {}),
+            "this tree, jsonb only (blocks off)": (ROOT.parent, off),
+            "this tree": (ROOT.parent, {}),
         }
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name in roots}
         narrow: dict[str, list[dict[str, Any]]] = {name: [] for name in roots}
         two = "l_orderkey,l_shipdate"
         for _ in range(2):  # alternate, so that load on the shared machine hits all alike
-            for name, root in roots.items():
-                runs[name].append(_pg_child(root, home, dsn, t.settings.workspace, "b/pg", repeat))
-                narrow[name].append(_pg_child(root, home, dsn, t.settings.workspace, "b/pg", repeat, two))
+            for name, (root, env) in roots.items():
+                runs[name].append(_pg_child(root, home, dsn, t.settings.workspace, "b/pg", repeat, env=env))
+                narrow[name].append(_pg_child(root, home, dsn, t.settings.workspace, "b/pg", repeat, two, env=env))
     s_ice, _ = best(lambda: sum(b.num_rows for b in t.stream("b/pg_ice")), repeat)
     for title, measured in (("every column", runs), (f"columns {two}", narrow)):
         best_of = {name: min(r, key=lambda x: x["s"]) for name, r in measured.items()}
         assert all(r["rows"] == n for r in best_of.values())
         base = best_of[f"cursor reader ({baseline_rev})"]
         print(f"\npg sink read of {n:,} lineitem rows (Trident.stream, {title}; best of {2 * repeat} each; CPU per read)")
-        print(f"{'reader':<34}{'wall':>8}{'rows/s':>10}{'vs cursor':>11}{'client CPU':>12}{'server CPU':>12}{'peak RSS':>10}")
+        print(f"{'reader':<36}{'wall':>8}{'rows/s':>10}{'vs cursor':>11}{'client CPU':>12}{'server CPU':>12}{'peak RSS':>10}")
         for name, r in best_of.items():
             server = "n/a" if r["server_cpu"] is None else f"{r['server_cpu']:.2f}s"
             print(
-                f"{name:<34}{r['s']:>7.3f}s{n / r['s'] / 1000:>9,.0f}k{base['s'] / r['s']:>10.2f}x"
+                f"{name:<36}{r['s']:>7.3f}s{n / r['s'] / 1000:>9,.0f}k{base['s'] / r['s']:>10.2f}x"
                 f"{r['cpu']:>11.2f}s{server:>12}{r['peak_rss_mib']:>7.0f} MiB"
             )
         if title == "every column":

@@ -77,6 +77,15 @@ def trident(settings: TridentSettings) -> Iterator[Trident]:
     t.close()
 
 
+@pytest.fixture
+def jsonb_only(settings: TridentSettings) -> Iterator[Trident]:
+    """The same control plane, its pg datasets read without the row-block cache (jsonb only):
+    the truth a read through the cache must equal."""
+    t = Trident(settings.model_copy(update={"pg_row_blocks": False}))
+    yield t
+    t.close()
+
+
 # -- storage backends: the same suite runs on each --------------------------------------------
 BACKENDS = ("local", "s3", "rest")
 

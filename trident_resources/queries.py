@@ -163,6 +163,17 @@ PG_COPY_RANGE = """COPY (SELECT string_agg(int8send(row_index), ''::bytea), stri
 PG_RANGE_GROUP = "string_agg(ROW(0, {members}, 0)::text, E'\\n')"
 PG_MEMBER_TEXT = "data->>{key}"  # a JSON string unescaped, a number's or boolean's text; SQL NULL for JSON null or no key
 PG_MEMBER_JSON = "data->{key}"  # the member's own JSON text (lists, structs, timestamps...); SQL NULL when absent
+# The read cache (sinks/pg/blocks.py; DDL and the triggers that keep it right in
+# migrations/0007_pg_row_blocks.sql). Purges and drops delete blocks by generation first, so the
+# triggers fired by the row DELETEs that follow find no block left to check.
+PG_INSERT_BLOCK = """INSERT INTO trident_row_blocks (dataset_id, gen, first_row_index, last_row_index, txn_id, n_rows, ipc)
+    VALUES (%s, %s, %s, %s, %s, %s, %s)"""
+PG_LIST_BLOCKS = """SELECT first_row_index, last_row_index, n_rows FROM trident_row_blocks
+    WHERE dataset_id = %s AND gen = %s ORDER BY first_row_index"""
+PG_BLOCK_IPC = "SELECT n_rows, ipc FROM trident_row_blocks WHERE dataset_id = %s AND gen = %s AND first_row_index = %s"
+PG_PURGE_OLD_BLOCKS = "DELETE FROM trident_row_blocks WHERE dataset_id = %s AND gen <> %s"
+PG_UNDO_DELETE_BLOCKS = "DELETE FROM trident_row_blocks WHERE dataset_id = %s AND txn_id = %s"
+PG_DROP_BLOCKS = "DELETE FROM trident_row_blocks WHERE dataset_id = %s"
 PG_DROP_ROWS = "DELETE FROM trident_rows WHERE dataset_id = %s"
 PG_DROP_UNDO = "DELETE FROM trident_rows_undo WHERE dataset_id = %s"
 PG_DROP_COMMITS = "DELETE FROM trident_pg_commits WHERE dataset_id = %s"

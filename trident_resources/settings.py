@@ -105,6 +105,11 @@ class TridentSettings(BaseSettings):
     write_parallelism: int = Field(
         2, ge=1, description="Parquet files encoded at once by one write (one row group each in flight)."
     )
+    pg_row_blocks: bool = Field(
+        True,
+        description="pg sink: replace/append writes also store their rows as Arrow row blocks (a read cache next to "
+        "the jsonb rows, which stay the truth) and reads use them; off = write none and read jsonb only.",
+    )
     duckdb_memory_limit: str = Field("1GB", description="DuckDB memory cap for merges and SQL; it spills past it.")
     duckdb_threads: int = Field(2, ge=1)
     flag_refresh_seconds: float = Field(5.0, ge=0, description="Router flag cache lifetime (flags apply within 2x this).")

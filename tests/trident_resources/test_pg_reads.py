@@ -14,13 +14,15 @@ import pytest
 
 from tests.sinks_support import comparable
 from trident_resources import Trident
-from trident_resources.sinks.pg import reader
+from trident_resources.sinks.pg import blocks, reader
 
 
 @pytest.fixture
 def small_ranges(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Ranges of a few rows, so that small test datasets take the multi-range, multi-connection path."""
+    """Ranges and row blocks of a few rows, so that small test datasets take the multi-range,
+    multi-block, multi-connection path."""
     monkeypatch.setattr(reader, "CHUNK_ROWS", 7)
+    monkeypatch.setattr(blocks, "BLOCK_ROWS", 7)
     yield
 
 

@@ -21,6 +21,7 @@ from ...errors import SchemaMismatchError
 from ...identity import CREATED_AT, ROW_ID, ROW_INDEX
 from ...merge import quote
 from ...schemas import user_fields
+from .blocks import decode_block
 from .columns import ColumnReader
 from .reader import RangeQuery
 
@@ -120,8 +121,13 @@ class JsonCodec:
         return memoryview(col.buffers()[2])[int(offsets[0]) : int(offsets[-1])]
 
     # -- decode -----------------------------------------------------------------------------
-    def reader(self, target: pa.Schema) -> RangeQuery:
+    def reader(self, target: pa.Schema, *, blocks: bool = True) -> RangeQuery:
         """How a read into ``target`` (a projection of identity + user columns, in the caller's
-        order) fetches and decodes each range: only the wanted members, typed (``columns.py``)."""
+        order) fetches and decodes each range: only the wanted members, typed (``columns.py``), or
+        a row block's wanted columns (``blocks.py``)."""
         columns = ColumnReader(self.con, {f.name: self._duck_types[f.name] for f in self.user_schema}, target)
-        return RangeQuery(columns.fields(), len(columns.groups), columns.decode)
+
+        def block(data: bytes, rows: int) -> pa.RecordBatch:
+            return decode_block(data, rows, target)
+
+        return RangeQuery(columns.fields(), len(columns.groups), columns.decode, block if blocks else None)

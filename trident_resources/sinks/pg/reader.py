@@ -17,6 +17,8 @@ Why this shape (issue 12, measured on the lineitem bench):
   runs in parallel too and the consumer only takes finished batches in order.
 - All aggregates of one group see the rows in the same order, so the fields line up; the rows are
   sorted by ``__row_index`` on the client (a bitmap scan returns heap order).
+- Row blocks (``blocks.py``), listed in the same snapshot, replace the ranges they cover: a
+  block is one fetch of its IPC bytes and a zstd decode, no jsonb rendering at all.
 - A range is sized from the plan (row count, index span, stored bytes) so that one COPY row stays
   around ``CHUNK_BYTES``; ranges are fetched at most ``connections + 1`` ahead of the consumer,
   so memory stays bounded whatever the dataset's size.
@@ -41,6 +43,7 @@ from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 from ... import queries as q
 from ...errors import StorageUnavailableError
 from ...identity import TIMESTAMP_TYPE
+from .blocks import Block, segments
 
 CHUNK_BYTES = 8 << 20  # stored jsonb bytes per range (one COPY row); the text is about as large
 CHUNK_ROWS = 65_536  # and never more rows than this per range
@@ -127,15 +130,46 @@ def _chunk(fields: list[memoryview | None], groups: int) -> RawChunk | None:
 
 
 class RangeQuery:
-    """What a read fetches per range and how a range becomes a batch (called on fetcher threads)."""
+    """What a read fetches per range and how a range becomes a batch (called on fetcher threads);
+    ``block`` turns a row block's IPC bytes into a batch of the same shape (``blocks.py``), or is
+    None to read every row from jsonb."""
 
-    def __init__(self, fields: sql.Composable, groups: int, decode: Callable[[RawChunk], pa.RecordBatch]) -> None:
+    def __init__(
+        self,
+        fields: sql.Composable,
+        groups: int,
+        decode: Callable[[RawChunk], pa.RecordBatch],
+        block: Callable[[bytes, int], pa.RecordBatch] | None = None,
+    ) -> None:
         self.statement = sql.SQL(q.PG_COPY_RANGE).format(fields=fields)
         self.groups = groups
         self.decode = decode
+        self.block = block
+
+
+Item = tuple[int, int, Block | None]  # a half-open row-index range, and the block holding it (None: jsonb rows)
 
 
 def _fetch(
+    conn: psycopg.Connection[Any], dataset_id: uuid.UUID, gen: int, item: Item, query: RangeQuery
+) -> pa.RecordBatch | None:
+    if item[2] is not None:
+        return _fetch_block(conn, dataset_id, gen, item[2], query)
+    return _fetch_rows(conn, dataset_id, gen, (item[0], item[1]), query)
+
+
+def _fetch_block(
+    conn: psycopg.Connection[Any], dataset_id: uuid.UUID, gen: int, block: Block, query: RangeQuery
+) -> pa.RecordBatch:
+    assert query.block is not None
+    row = conn.cursor(binary=True).execute(q.PG_BLOCK_IPC, (dataset_id, gen, block.first)).fetchone()
+    if row is None:  # listed in this very snapshot: it cannot have gone
+        raise StorageUnavailableError(f"the pg sink's row block at {block.first} vanished from the read's snapshot")
+    values = list(row.values()) if isinstance(row, dict) else list(row)
+    return query.block(bytes(values[1]), int(values[0]))
+
+
+def _fetch_rows(
     conn: psycopg.Connection[Any], dataset_id: uuid.UUID, gen: int, span: tuple[int, int], query: RangeQuery
 ) -> pa.RecordBatch | None:
     parts: list[bytes] = []
@@ -162,7 +196,7 @@ def _begin_snapshot(conn: psycopg.Connection[Any], snapshot: str | None = None) 
 class _Ranges:
     """The ranges still to fetch and the fetched ones not yet consumed, shared by the fetchers."""
 
-    def __init__(self, spans: list[tuple[int, int]], ahead: int) -> None:
+    def __init__(self, spans: list[Item], ahead: int) -> None:
         self.spans = spans
         self.next = 0
         self.done: dict[int, pa.RecordBatch | BaseException | None] = {}
@@ -217,7 +251,7 @@ def read_ranges(
             plan_row = lead.execute(q.PG_SCAN_PLAN, {"ds": dataset_id, "gen": gen}).fetchone()
             assert plan_row is not None
             plan = ScanPlan(*(plan_row.values() if isinstance(plan_row, dict) else plan_row))
-            spans = plan.ranges(with_data=query.groups > 0)
+            spans = _items(lead, dataset_id, gen, plan, query)
             helpers = min(connections - 1, len(spans) - 1, _spare_connections(pool))
             if helpers <= 0:
                 for span in spans:
@@ -230,6 +264,19 @@ def read_ranges(
             yield from _parallel(pool, lead, name, dataset_id, gen, spans, helpers, query)
     except psycopg.Error as exc:
         raise StorageUnavailableError(f"the pg sink could not read the dataset's rows from Postgres: {exc}") from exc
+
+
+def _items(conn: psycopg.Connection[Any], dataset_id: uuid.UUID, gen: int, plan: ScanPlan, query: RangeQuery) -> list[Item]:
+    """What to fetch, in row-index order: the generation's row blocks (listed in the read's
+    snapshot) and the jsonb ranges between them. When the blocks hold every row of the
+    generation (counted in the same snapshot), no jsonb range is left to ask for."""
+    spans = plan.ranges(with_data=query.groups > 0)
+    if query.block is None:
+        return [(a, z, None) for a, z in spans]
+    blocks = [Block(*(r.values() if isinstance(r, dict) else r)) for r in conn.execute(q.PG_LIST_BLOCKS, (dataset_id, gen))]
+    if sum(b.rows for b in blocks) == plan.rows:
+        spans = []
+    return segments(spans, blocks)
 
 
 def _spare_connections(pool: ConnectionPool[Any]) -> int:
@@ -245,7 +292,7 @@ def _parallel(
     snapshot: str,
     dataset_id: uuid.UUID,
     gen: int,
-    spans: list[tuple[int, int]],
+    spans: list[Item],
     helpers: int,
     query: RangeQuery,
 ) -> Iterator[pa.RecordBatch]:

@@ -7,7 +7,8 @@
 - Bulk writes use COPY with lines built in DuckDB; reads are row-index ranges read by aggregated
   binary COPYs on a few connections sharing one snapshot (``reader.py``), each wanted member
   extracted by Postgres and typed by pyarrow (``columns.py``); both run in bounded memory
-  whatever the size.
+  whatever the size. Replace/append batches are also kept as Arrow row blocks, a read cache
+  that reads take rows from where one holds them (``blocks.py``).
 - Keyed modes reuse the sink-neutral ``KeyedMerge``; identity rules are the lakehouse's.
 - A replace writes a new generation; the old one (and the undo log of keyed writes) is purged by
   the next write, so ``undo`` of a write whose ledger COMMIT failed is exact and cheap.
@@ -47,6 +48,7 @@ from ...partitions import PartitionFilter
 from ...schemas import conform, describe_schema, to_iceberg, with_identity
 from ...settings import TridentSettings
 from ..base import AsOf, Discarded, Removal, Sink, SinkWrite, StoredVersion, WriteCounts, WriteRequest
+from .blocks import block_slices
 from .codec import JsonCodec
 from .reader import read_ranges
 
@@ -115,6 +117,7 @@ class PgWrite(SinkWrite):
                 self._stack.enter_context(self.conn.transaction())
                 prior, ds_id = version.prior, req.dataset.dataset_id
                 if prior is not None:  # every earlier transaction is settled: we hold the writer lock
+                    self.conn.execute(q.PG_PURGE_OLD_BLOCKS, (ds_id, prior.gen))  # first: the rows' trigger then finds none
                     self.conn.execute(q.PG_PURGE_OLD_GENS, (ds_id, prior.gen))
                     self.conn.execute(q.PG_PURGE_UNDO, (ds_id,))
                 self.seq: int = cast(DictRow, self.conn.execute(q.PG_NEXT_SEQ).fetchone())["seq"]
@@ -125,8 +128,13 @@ class PgWrite(SinkWrite):
         self.codec = JsonCodec(user_schema)
 
     def put(self, batches: Iterable[pa.RecordBatch], *, clustered: bool = False) -> int:
+        # Only replace/append batches carry contiguous new row indexes; a keyed write's rows keep
+        # scattered indexes (and its removals drop blocks anyway), so it writes none (blocks.py).
+        blocks = self.version.sink.settings.pg_row_blocks and self.req.mode in ("append", "replace") and not self.req.keys
         with _translated():
-            n = self.version.sink.copy_rows(self.conn, batches, self.codec, self.req.dataset, self.gen, self.req.txn_id)
+            n = self.version.sink.copy_rows(
+                self.conn, batches, self.codec, self.req.dataset, self.gen, self.req.txn_id, blocks=blocks
+            )
         self.added += n
         return n
 
@@ -229,15 +237,22 @@ class PgSink(Sink):
         ds: DatasetRecord,
         gen: int,
         txn: uuid.UUID,
+        *,
+        blocks: bool = False,
     ) -> int:
+        """COPY the batches' rows; with ``blocks``, each batch's row blocks follow its rows in the
+        same transaction (one COPY per batch, so the block INSERTs can run between them)."""
         n = 0
-        with conn.cursor().copy(q.PG_COPY_ROWS) as copy:
-            for batch in batches:
-                if batch.num_rows == 0:
-                    continue
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            with conn.cursor().copy(q.PG_COPY_ROWS) as copy:
                 copy.write(codec.copy_payload(batch, ds.dataset_id, gen, txn))
-                n += batch.num_rows
-                failpoint("write.file_flushed")
+            if blocks:
+                for first, last, data in block_slices(batch):
+                    conn.execute(q.PG_INSERT_BLOCK, (ds.dataset_id, gen, first, last, txn, last - first + 1, data))
+            n += batch.num_rows
+            failpoint("write.file_flushed")
         return n
 
     def move_to_undo(
@@ -266,6 +281,7 @@ class PgSink(Sink):
         with self.control.tx() as conn:
             if conn.execute(q.PG_COMMIT_OF_TXN, (txn_id,)).fetchone() is None:
                 return
+            conn.execute(q.PG_UNDO_DELETE_BLOCKS, (ds.dataset_id, txn_id))
             conn.execute(q.PG_UNDO_DELETE_WRITTEN, (ds.dataset_id, txn_id))
             conn.execute(q.PG_UNDO_RESTORE, (txn_id,))
             conn.execute(q.PG_UNDO_FORGET, (txn_id,))
@@ -300,12 +316,12 @@ class PgSink(Sink):
         check_columns(columns, full)
         wanted = pa.schema([full.field(c) for c in (columns or full.names)])
         decode_to = full if expr is not None else wanted
-        pool, gen = self.control.pool, state.gen
+        pool, gen, use_blocks = self.control.pool, state.gen, self.settings.pg_row_blocks
 
         def batches() -> Iterator[pa.RecordBatch]:
             codec = JsonCodec(state.user_schema)
             try:
-                for batch in read_ranges(pool, ds.dataset_id, gen, codec.reader(decode_to)):
+                for batch in read_ranges(pool, ds.dataset_id, gen, codec.reader(decode_to, blocks=use_blocks)):
                     if expr is not None:
                         for b in pa.Table.from_batches([batch]).filter(expr).select(wanted.names).to_batches():
                             yield conform(b, wanted)
@@ -343,6 +359,7 @@ class PgSink(Sink):
 
     def drop(self, ds: DatasetRecord) -> None:
         with self.control.tx() as conn:
+            conn.execute(q.PG_DROP_BLOCKS, (ds.dataset_id,))
             conn.execute(q.PG_DROP_ROWS, (ds.dataset_id,))
             conn.execute(q.PG_DROP_UNDO, (ds.dataset_id,))
             conn.execute(q.PG_DROP_COMMITS, (ds.dataset_id,))
