@@ -61,7 +61,7 @@ def main() -> None:
         t.write(
             "bench/locks", pa.table({"d": [D0], "v": [1]}), partition=PartitionFilter.time_window("d", D0, D0 + timedelta(days=1))
         )
-        ds = t._record("bench/locks")
+        ds = t.dataset_record("bench/locks")
         schema = t.schema("bench/locks")
         cp = t.control
 

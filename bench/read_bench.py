@@ -150,7 +150,7 @@ def main() -> None:
         f = pq.ParquetFile(path)
         t.write("b/li", pa.RecordBatchReader.from_batches(f.schema_arrow, f.iter_batches(batch_size=131_072)))
         plan = t.scan_plan("b/li")
-        table = t.driver.sink("iceberg_native").table(t._record("b/li"))  # type: ignore[attr-defined]
+        table = t.driver.sink("iceberg_native").table(t.dataset_record("b/li"))  # type: ignore[attr-defined]
         assert table is not None
         print(f"scan path: {plan.path} ({len(plan.files)} data files)")
 

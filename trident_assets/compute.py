@@ -23,7 +23,7 @@ from trident_resources.identity import CREATED_AT, IDENTITY_COLUMNS, ROW_INDEX
 from trident_resources.sql import native_paths, parser, register_dataset, sandbox
 from trident_resources.sql_guard import check_reads_only
 
-from .strategies import Plan, Strategy, _open_write, plan_output, wait_for_quiet_sources
+from .strategies import Plan, Strategy, open_write, plan_output, wait_for_quiet_sources
 
 SOURCE_ROW_INDEX = "__source_row_index__"
 DEFAULT_BATCH_ROWS = 65_536
@@ -93,7 +93,7 @@ def open_session(
         except BaseException:
             con.close()
             raise
-        stable = all(t.describe(k).last_txn_id == plan.sources[k].last_txn_id and not _open_write(t, k) for k in keys)
+        stable = all(t.describe(k).last_txn_id == plan.sources[k].last_txn_id and not open_write(t, k) for k in keys)
         if stable:
             return Session(con, plan, dict(sources))
         con.close()

@@ -190,12 +190,15 @@ def wait_for_quiet_sources(t: Trident, sources: Sequence[str], wait_s: float) ->
     control plane has not recorded yet (they would be read again by the next delta run)."""
     deadline = time.monotonic() + wait_s
     for s in sources:
-        while _open_write(t, s):
+        while open_write(t, s):
             if time.monotonic() >= deadline:
                 raise TridentError(f"source {s!r} has a write in flight for over {wait_s:.0f}s; retry the node when it finishes")
             time.sleep(0.2)
 
 
-def _open_write(t: Trident, key: str) -> bool:
+def open_write(t: Trident, key: str) -> bool:
+    """Is the newest ledger entry of ``key`` an open write? Planning waits for one to finish, and
+    the compute step re-checks it when its sources are opened (a source written meanwhile means
+    the sources are not stable: open them again)."""
     newest = t.history(key, limit=1)
     return bool(newest) and newest[0].status == "open"

@@ -33,7 +33,9 @@ from .render import console, print_table
 
 
 @contextmanager
-def _trident() -> Iterator[Trident]:
+def open_trident() -> Iterator[Trident]:
+    """The ``Trident`` of this command's environment, closed when the command ends (every
+    command module opens it the same way)."""
     with Trident.from_env() as t:
         yield t
 
@@ -86,7 +88,7 @@ def _where_error(where: str, exc: InvalidFilterError) -> InvalidFilterError | No
 @click.command("datasets")
 def datasets() -> None:
     """List this workspace's datasets: sink, rows, schema version, last commit."""
-    with _trident() as t:
+    with open_trident() as t:
         out = Table(title=f"datasets in workspace {t.workspace!r}")
         # a key or id is never cut: in a narrow terminal it folds onto the next line instead
         for col in ("key", "sink", "rows", "schema v", "committed at", "last txn"):
@@ -115,7 +117,7 @@ def datasets() -> None:
 def describe(key: str, max_partitions: int) -> None:
     """Show a dataset: sink, rows, schema, snapshot, provenance, and its partitions (key, rows,
     files, last txn) when it is partitioned."""
-    with _trident() as t:
+    with open_trident() as t:
         d = t.describe(key)
         _kv(
             d.key,
@@ -173,7 +175,7 @@ def _partitions(parts: list[dict[str, Any]], limit: int) -> None:
 @click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True, help="Newest transactions to show.")
 def history(key: str, limit: int) -> None:
     """The ledger of a dataset, newest first (committed, aborted and open transactions)."""
-    with _trident() as t:
+    with open_trident() as t:
         out = Table(title=f"history of {key}")
         for col in ("started", "status", "mode", "writer", "sink", "route", "written", "rows", "txn", "error"):
             out.add_column(col, overflow="fold")
@@ -211,7 +213,7 @@ def sql(query: str, max_rows: int, staged: tuple[str, ...]) -> None:
         if not sep or not key or not txn:
             raise click.BadParameter(f"{item!r}: expected KEY=TXN", param_hint="--staged")
         versions[key] = txn
-    with _trident() as t:
+    with open_trident() as t:
         print_table(t.sql(query, staged=versions), max_rows=max_rows)
 
 
@@ -235,7 +237,7 @@ def export(key: str, fmt: str, out: Path, columns: str | None, where: str | None
         raise click.BadParameter(
             f"{columns!r} names an empty column (two commas in a row, or one at an end)", param_hint="--columns"
         )
-    with _trident() as t:
+    with open_trident() as t:
         total = t.describe(key).row_count
         try:
             reader = t.stream(key, columns=cols, row_filter=where)
@@ -275,7 +277,7 @@ def export(key: str, fmt: str, out: Path, columns: str | None, where: str | None
 @click.command("writers")
 def writers() -> None:
     """The writer registry: tier, default and max mode, and where each writer routes now."""
-    with _trident() as t:
+    with open_trident() as t:
         flags = t.router.flags()
         out = Table(title="writers")
         for col in ("writer", "tier", "default_mode", "max_mode", "flag", "routes new datasets to"):
@@ -296,7 +298,7 @@ def flag() -> None:
 @click.argument("sink", type=click.Choice(SINKS))
 def flag_set(writer: str, sink: str) -> None:
     """Route WRITER to SINK."""
-    with _trident() as t:
+    with open_trident() as t:
         d = t.router.set_flag(writer, sink)
         msg = f"flag {writer} -> {sink}"
         if d.clamped:
@@ -308,7 +310,7 @@ def flag_set(writer: str, sink: str) -> None:
 @click.argument("writer", type=click.Choice(sorted(WRITERS)))
 def flag_clear(writer: str) -> None:
     """Remove WRITER's flag (back to its default)."""
-    with _trident() as t:
+    with open_trident() as t:
         t.router.clear_flag(writer)
         console.print(f"flag of {writer} cleared")
 
@@ -323,7 +325,7 @@ def pin() -> None:
 @click.argument("sink", type=click.Choice(SINKS))
 def pin_set(key: str, sink: str) -> None:
     """Pin dataset KEY to SINK."""
-    with _trident() as t:
+    with open_trident() as t:
         t.router.set_pin(key, sink)
         if t.exists(key) and t.describe(key).sink != sink:
             refusal = t.move_refusal(key, sink)
@@ -344,7 +346,7 @@ def pin_set(key: str, sink: str) -> None:
 @click.argument("key")
 def pin_clear(key: str) -> None:
     """Remove KEY's pin."""
-    with _trident() as t:
+    with open_trident() as t:
         t.router.clear_pin(key)
         console.print(f"pin of {key} cleared")
 
@@ -352,7 +354,7 @@ def pin_clear(key: str) -> None:
 @click.command("pins")
 def pins() -> None:
     """List flags and pins in force."""
-    with _trident() as t:
+    with open_trident() as t:
         out = Table(title="flags and pins")
         for col in ("kind", "name", "sink"):
             out.add_column(col)
@@ -371,7 +373,7 @@ def canary(key: str, to_sink: str) -> None:
     """Move dataset KEY to another sink: copy with identity, compare checksums, flip only on parity.
 
     Exit status 0 when flipped, 1 when the copies differed and the move was reverted."""
-    with _trident() as t:
+    with open_trident() as t:
         total = t.describe(key).row_count
         with _progress() as bar:
             tasks = {"copy": bar.add_task(f"copy {key}", total=total), "verify": bar.add_task("verify copy", total=total)}
@@ -403,7 +405,7 @@ def canary(key: str, to_sink: str) -> None:
 @click.command("reconcile")
 def reconcile() -> None:
     """Repair transactions left open by crashed writers (live writers are left alone)."""
-    with _trident() as t:
+    with open_trident() as t:
         r = t.reconcile()
         _kv(
             "reconcile",
@@ -448,7 +450,7 @@ def _finite(value: float, name: str) -> float:
 def maintain(keys: tuple[str, ...], older_than_days: float, retain_last: int) -> None:
     """Table maintenance: compact small data files, expire old snapshots and delete the files only
     they used (default: every iceberg dataset). Time travel to expired versions ends here."""
-    with _trident() as t:
+    with open_trident() as t:
         targets = list(keys) or sorted(
             {d.key for d in t.datasets() if d.sink == "iceberg_native"} | set(t.pending_cleanup_keys())
         )
@@ -481,7 +483,7 @@ def adopt(key: str) -> None:
     """Take over the existing Iceberg table at KEY's identifier (one this control plane did not
     create, e.g. after rebuilding the control plane). It must carry Trident's identity columns and
     no other dataset's id; __row_index continues from its max + 1."""
-    with _trident() as t:
+    with open_trident() as t:
         d = t.adopt(key)
         _kv("adopted", [("key", d.key), ("dataset id", str(d.dataset_id)), ("rows", d.row_count)])
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import click
 from rich.table import Table
 
-from .admin import _trident
+from .admin import open_trident
 from .render import console
 
 
@@ -15,7 +15,7 @@ from .render import console
 @click.argument("key", required=False)
 def staged(key: str | None) -> None:
     """Staged versions waiting for publish or discard (all datasets, or KEY's)."""
-    with _trident() as t:
+    with open_trident() as t:
         rows = t.staged(key)
         table = Table(show_lines=False)
         for col in ("dataset", "txn", "mode", "writer", "rows", "staged at"):
@@ -33,7 +33,7 @@ def staged(key: str | None) -> None:
 @click.argument("txn")
 def publish(key: str, txn: str) -> None:
     """Make staged transaction TXN the published version of KEY (metadata only)."""
-    with _trident() as t:
+    with open_trident() as t:
         r = t.publish(key, txn)
         console.print(f"published {key}: txn {r.txn_id}, {r.row_count} rows, snapshot {r.snapshot_id}")
 
@@ -43,7 +43,7 @@ def publish(key: str, txn: str) -> None:
 @click.argument("txn")
 def discard(key: str, txn: str) -> None:
     """Drop staged transaction TXN of KEY (ledger 'rejected'; its files are removed)."""
-    with _trident() as t:
+    with open_trident() as t:
         t.discard(key, txn)
         console.print(f"discarded {key}: txn {txn}")
 

@@ -28,7 +28,7 @@ def adopt(t: Trident, key: str) -> Description:
     from .sinks.iceberg.sink import IcebergSink
 
     validate_key(key)
-    sink = t._sink("iceberg_native")
+    sink = t.driver.sink("iceberg_native")
     assert isinstance(sink, IcebergSink)
     existing = t.control.dataset(t.workspace, key)
     upgrade = existing is not None and existing.exists

@@ -144,7 +144,7 @@ def _refuse_a_move_its_writers_cannot_follow(t: Trident, dataset_id: uuid.UUID, 
 def migrate(t: Trident, key: str, to_sink: str, progress: Progress | None = None) -> MigrationReport:
     if to_sink not in SINKS:
         raise MigrationError(f"unknown sink {to_sink!r}; sinks are {list(SINKS)}")
-    ds = t._record(key)
+    ds = t.dataset_record(key)
     if ds.sink == to_sink:
         raise MigrationError(f"dataset {key!r} already lives in {to_sink!r}; nothing to migrate")
     _refuse_a_move_its_writers_cannot_follow(t, ds.dataset_id, key, to_sink)

@@ -143,7 +143,9 @@ def _masked(text: str, dsn: str) -> str:
     return text.replace(str(password), "***") if password else text
 
 
-def _migrations() -> list[tuple[int, str, str]]:
+def migration_files() -> list[tuple[int, str, str]]:
+    """The versioned migrations shipped in ``trident_resources/migrations``, in order:
+    ``(version, file name, SQL)``."""
     files = sorted(
         (p for p in resources.files("trident_resources.migrations").iterdir() if p.name.endswith(".sql")), key=lambda p: p.name
     )
@@ -220,7 +222,7 @@ class ControlPlane:
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
             conn.execute(q.CREATE_MIGRATIONS_TABLE)
             done = {r["version"] for r in conn.execute(q.APPLIED_MIGRATIONS)}
-            for version, name, sql in _migrations():
+            for version, name, sql in migration_files():
                 if version in done:
                     continue
                 conn.execute(sql)

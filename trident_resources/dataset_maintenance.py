@@ -49,7 +49,7 @@ def maintain(
             if not (cleanups.cleaned or cleanups.pending):
                 raise DatasetNotFoundError(key, t.workspace)
             done = Maintenance(key=ds.key, expired_snapshots=0, deleted_files=0)
-        elif (nothing_to_do := t._sink(ds.sink).no_maintenance) is not None:
+        elif (nothing_to_do := t.driver.sink(ds.sink).no_maintenance) is not None:
             log.info("trident maintain %s: skipped, %s", key, nothing_to_do)
             done = Maintenance(key=ds.key, expired_snapshots=0, deleted_files=0, skipped=nothing_to_do)
         else:
@@ -60,7 +60,7 @@ def maintain(
                 t.driver.discard_staged(
                     ds, entry, f"discarded by maintenance: staged over {t.settings.staged_max_age_days} days ago"
                 )
-            sink = t._sink(ds.sink)
+            sink = t.driver.sink(ds.sink)
             try:
                 compacted = sink.compact(ds)
             except Exception as exc:  # compaction reads every small file: a damaged one is named

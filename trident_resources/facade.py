@@ -92,7 +92,9 @@ class Trident:
         return self.settings.workspace
 
     # -- datasets -------------------------------------------------------------------------------
-    def _record(self, key: str) -> DatasetRecord:
+    def dataset_record(self, key: str) -> DatasetRecord:
+        """The control plane's record of an existing dataset (``DatasetNotFoundError`` otherwise):
+        what the facade's modules (canary, write records) and tools hand to a sink."""
         ds = self.control.dataset(self.workspace, validate_key(key))
         if ds is None or not ds.exists:
             raise DatasetNotFoundError(key, self.workspace)
@@ -274,7 +276,7 @@ class Trident:
             row_filter = self._with_partition(sink, ds, row_filter, partition)
             snapshot = entry.snapshot_id
             return reading.guarded(key, lambda: sink.scan(ds, columns=columns, row_filter=row_filter, as_of=snapshot))
-        ds = self._record(key)
+        ds = self.dataset_record(key)
         sink = self._sink(ds.sink)
         row_filter = self._with_partition(sink, ds, row_filter, partition)
         version = versions.version_at(self, ds, as_of) if sink.time_travel else as_of
@@ -301,7 +303,7 @@ class Trident:
         columns = validate.read_columns(columns)
         if columns == []:  # as pyarrow's read_table(columns=[]): no columns, the matching rows' count kept
             return self.read(key, [ROW_INDEX], row_filter, as_of, partition).select([])
-        ds = self._record(key)
+        ds = self.dataset_record(key)
         sink = self._sink(ds.sink)
         row_filter = self._with_partition(sink, ds, row_filter, partition)
         version = versions.version_at(self, ds, as_of) if sink.time_travel else as_of
@@ -387,7 +389,7 @@ class Trident:
         return part if not row_filter else f"({row_filter}) and {part}"
 
     def schema(self, key: str) -> pa.Schema:
-        ds = self._record(key)
+        ds = self.dataset_record(key)
         return self._sink(ds.sink).schema(ds)
 
     def arrow_source(self, key: str, partition: PartitionFilter | None = None, *, staged: uuid.UUID | str | None = None) -> Any:
@@ -397,7 +399,7 @@ class Trident:
         if staged is not None:
             ds, entry = versions.staged_entry(self, key, staged)
             return self._sink(ds.sink).arrow_source(ds, snapshot_id=entry.snapshot_id)
-        ds = self._record(key)
+        ds = self.dataset_record(key)
         sink = self._sink(ds.sink)
         partition = validate.partition_filter(partition)
         if partition is None:
@@ -416,13 +418,13 @@ class Trident:
             ds, entry = versions.staged_entry(self, key, staged)
             plan = self._sink(ds.sink).scan_plan(ds, snapshot_id=entry.snapshot_id)
         else:
-            ds = self._record(key)
+            ds = self.dataset_record(key)
             plan = self._sink(ds.sink).scan_plan(ds)
         log.info("trident scan %s path=%s files=%d (%s)", key, plan.path, len(plan.files), plan.reason)
         return plan
 
     def describe(self, key: str) -> Description:
-        ds = self._record(key)
+        ds = self.dataset_record(key)
         scan_path, scan_reason = self._sink(ds.sink).scan_path(ds)
         return Description(
             scan_path=scan_path,
@@ -453,7 +455,7 @@ class Trident:
 
     def set_provenance(self, key: str, provenance: Mapping[str, Any]) -> None:
         checked = validate.metadata(provenance, "provenance (a dict of governance fields)", InvalidArgumentError)
-        self.control.set_provenance(self._record(key).dataset_id, checked)
+        self.control.set_provenance(self.dataset_record(key).dataset_id, checked)
 
     def watermarks(self, key: str, partition: PartitionFilter | None = None) -> dict[str, datetime]:
         """Per source key, how far the output ``key`` has consumed it (delta strategies).
@@ -523,7 +525,7 @@ class Trident:
 
     def drop(self, key: str) -> None:
         """Delete a dataset: its rows, storage and control-plane records."""
-        with self.driver.locked(self._record(key)) as ds:
+        with self.driver.locked(self.dataset_record(key)) as ds:
             self._sink(ds.sink).drop(ds)
             self.control.execute(q.DELETE_DATASET, (ds.dataset_id,))
 
@@ -630,7 +632,7 @@ class Trident:
         """Why a canary may not move ``key`` to ``to_sink`` (its writers could not follow), or None."""
         from .canary import move_refusal
 
-        return move_refusal(self, self._record(key).dataset_id, key, to_sink)
+        return move_refusal(self, self.dataset_record(key).dataset_id, key, to_sink)
 
     def migrate(self, key: str, to_sink: str = "iceberg_native", *, progress: Any = None) -> MigrationReport:
         """Canary: copy ``key`` to ``to_sink`` preserving identity, compare order-independent

@@ -351,7 +351,7 @@ class BoundPartition:
         by_source = {schema.find_column_name(f.source_id): (i, f) for i, f in enumerate(spec.fields)}
         for d in self.dims:
             hit = by_source.get(d.column)
-            if hit is None or _transform_name(hit[1].transform) != d.transform:
+            if hit is None or transform_name(hit[1].transform) != d.transform:
                 return False
             if not d.contains(record[hit[0]]):
                 return False
@@ -360,19 +360,21 @@ class BoundPartition:
 
 def matches_spec(spec: PartitionSpec, schema: Schema, wanted: Sequence[tuple[str, TransformName]]) -> bool:
     """Is the table partitioned exactly as ``wanted`` (same columns and transforms, any order)?"""
-    have = {(schema.find_column_name(f.source_id), _transform_name(f.transform)) for f in spec.fields}
+    have = {(schema.find_column_name(f.source_id), transform_name(f.transform)) for f in spec.fields}
     return have == set(wanted) and len(spec.fields) == len(wanted)
 
 
 def describe_spec(spec: PartitionSpec, schema: Schema) -> list[str]:
-    return [f"{_transform_name(f.transform)}({schema.find_column_name(f.source_id)})" for f in spec.fields]
+    return [f"{transform_name(f.transform)}({schema.find_column_name(f.source_id)})" for f in spec.fields]
 
 
 def iceberg_transform(name: TransformName) -> Transform[Any, Any]:
     return {"identity": IdentityTransform(), "hour": HourTransform(), "day": DayTransform(), "month": MonthTransform()}[name]
 
 
-def _transform_name(t: Transform[Any, Any]) -> str:
+def transform_name(t: Transform[Any, Any]) -> str:
+    """The word Trident uses for a pyiceberg transform (``identity``, ``day``...): specs here and
+    the sink's ``partitioning``/``partition_stats`` speak the same names."""
     return {IdentityTransform: "identity", HourTransform: "hour", DayTransform: "day", MonthTransform: "month"}.get(
         type(t), repr(t)
     )
@@ -612,7 +614,7 @@ class Partitioner:
         self.fields: list[tuple[str, TransformName]] = []
         for f in spec.fields:
             name = schema.find_column_name(f.source_id)
-            t = _transform_name(f.transform)
+            t = transform_name(f.transform)
             if name is None or t not in TRANSFORMS:
                 raise PartitionError(f"partition field {f.name!r} ({f.transform}) is not one Trident writes")
             self.fields.append((name, t))

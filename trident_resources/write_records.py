@@ -33,7 +33,7 @@ def watermark_rows(
     for key, value in watermarks.items():
         if not isinstance(value, (tuple, list)) or len(value) != 2 or not isinstance(value[0], datetime):
             raise InvalidWriteError(f"watermarks[{key!r}] must be (committed_at: datetime, source txn id or None), got {value!r}")
-        source = t._record(key).dataset_id
+        source = t.dataset_record(key).dataset_id
         rows.extend((source, part, value[0], validate.txn_id(value[1])) for part in partition_keys)
     return rows
 

@@ -3,8 +3,10 @@ we rely on are where ``pyiceberg_compat`` says."""
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
+from pathlib import Path
 
 ENGINE_MODULES = [
     "trident_resources",
@@ -100,3 +102,48 @@ def test_pyiceberg_commit_file_naming_still_exists() -> None:
         "pyiceberg's snapshot producer no longer names its files by commit_uuid: update "
         "pyiceberg_compat.name_commit_files (discard finds a failed commit's manifests by that name)"
     )
+
+
+PACKAGES = ("trident_resources", "trident_assets", "trident_sensors", "trident_cli")
+
+
+def _module_name(path: Path, root: Path) -> str:
+    return ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+
+
+def _imported_from(node: ast.ImportFrom, module: str, is_package: bool) -> str:
+    """The absolute module a (possibly relative) ``from ... import`` names."""
+    if not node.level:
+        return node.module or ""
+    base = module.split(".") if is_package else module.split(".")[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def test_no_module_uses_another_modules_private_names() -> None:
+    """A helper one module of ours uses from another is a public name of its module: an
+    underscore name is private to its module, so a split module reaching into its sibling's
+    ``_helpers`` (``from .scans import _scan``, ``wap._drop_branch(...)``) is refused here."""
+    root = Path(__file__).resolve().parents[2]
+    files = [p for pkg in PACKAGES for p in (root / pkg).rglob("*.py")]
+    ours = {_module_name(p, root) for p in files}
+    found: list[str] = []
+    for path in files:
+        module = _module_name(path, root)
+        tree = ast.parse(path.read_text(), str(path))
+        aliases: dict[str, str] = {}  # local name -> our module it stands for
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            source = _imported_from(node, module, path.name == "__init__.py")
+            for a in node.names:
+                if f"{source}.{a.name}" in ours:
+                    aliases[a.asname or a.name] = f"{source}.{a.name}"
+                elif source in ours and source != module and a.name.startswith("_") and not a.name.startswith("__"):
+                    found.append(f"{module}: from {source} import {a.name}")
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases):
+                continue
+            if node.attr.startswith("_") and not node.attr.startswith("__") and aliases[node.value.id] != module:
+                found.append(f"{module}:{node.lineno}: {node.value.id}.{node.attr}")
+    assert not found, "private names used across modules (make them public names of their module):\n" + "\n".join(found)

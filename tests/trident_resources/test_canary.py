@@ -21,7 +21,7 @@ def tpch_tables(tmp_path_factory: pytest.TempPathFactory) -> dict[str, pa.Table]
 
 
 def _rows_left_in_pg(t: Trident, key: str) -> int:
-    ds = t._record(key)
+    ds = t.dataset_record(key)
     return t.control.execute("SELECT count(*) AS n FROM trident_rows WHERE dataset_id = %s", (ds.dataset_id,))[0]["n"]
 
 
@@ -76,7 +76,7 @@ def test_a_checksum_mismatch_reverts_the_flip(
     assert comparable(t.read("tpch/nation")) == comparable(before)
     entry = t.history("tpch/nation")[0]
     assert (entry.writer, entry.status) == ("canary", "aborted") and "no parity" in (entry.error or "")
-    assert t.driver.sinks["iceberg_native"].table(t._record("tpch/nation")) is None  # type: ignore[attr-defined]
+    assert t.driver.sinks["iceberg_native"].table(t.dataset_record("tpch/nation")) is None  # type: ignore[attr-defined]
     # the CLI reports it and exits 1; a clean retry then flips
     env = {
         "TRIDENT_HOME": str(settings.home),

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import psycopg
 
-from trident_resources.control_plane import ControlPlane, _migrations
+from trident_resources.control_plane import ControlPlane, migration_files
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -29,7 +29,7 @@ def test_migrations_apply_once_and_are_idempotent(pg_dsn: str) -> None:
     try:
         assert cp.migrate() == []  # the constructor applied everything; a second run finds nothing
         rows = cp.execute("SELECT version FROM trident_migrations ORDER BY version")
-        assert [r["version"] for r in rows] == [v for v, _, _ in _migrations()]
+        assert [r["version"] for r in rows] == [v for v, _, _ in migration_files()]
     finally:
         cp.close()
 
@@ -45,7 +45,7 @@ def test_two_processes_migrating_at_once_is_harmless(pg_dsn: str) -> None:
     with psycopg.connect(dsn) as conn:
         versions = [r[0] for r in conn.execute("SELECT version FROM trident_migrations ORDER BY version")]
         tables = {r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
-    assert versions == [v for v, _, _ in _migrations()]
+    assert versions == [v for v, _, _ in migration_files()]
     assert {
         "trident_datasets",
         "trident_ledger",

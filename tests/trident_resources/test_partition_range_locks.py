@@ -225,7 +225,7 @@ def test_a_refused_overlapping_claim_keeps_no_lock_it_took_on_the_way(trident: T
     """Locks are taken in one round trip up to the first one held elsewhere; a writer that gives
     up releases every one it took (they would otherwise outlive it on a pooled session)."""
     seed(trident)
-    ds, schema = trident._record("rl/x"), trident.schema("rl/x")
+    ds, schema = trident.dataset_record("rl/x"), trident.schema("rl/x")
     baseline = _advisory_locks(trident)  # other tests' sessions may hold some
     held = claim(window(D0, 90).bind(schema))
     inside = claim(window(D0 + timedelta(days=45)).bind(schema))

@@ -8,17 +8,35 @@ found here and ``compaction.compact`` rewrites them (identity unchanged, new cor
 
 Only a file with more than one row group can be affected (one row group without a min/max gives
 no bounds at all), and a DataFile's ``split_offsets`` say how many row groups it has without
-reading it: only those files' footers are read.
+reading it. Even so, reading those footers on every ``maintain`` would cost a request per such
+file forever, for a repair that is needed once. So a footer is read at most once per file:
+
+- a file added by a snapshot marked ``trident.bounds=v2`` (``snapshots.BOUNDS_PROPERTY``: written
+  by Trident's file writers, whose bounds are exact) is never read;
+- after a pass, the table property ``trident.bounds-checked-through`` records the data sequence
+  number of the snapshot the pass looked at. Every live file at or below it was checked (or
+  rewritten); sequence numbers only grow, so anything committed later, even while the pass ran,
+  lies above it. The next pass skips manifests and entries at or below it without reading them.
+
+A format-1 table has no sequence numbers (all 0): it records nothing and relies on the marks.
 """
 
 from __future__ import annotations
 
+import logging
+
 import pyarrow.parquet as pq
+from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.io.pyarrow import parquet_path_to_id_mapping
-from pyiceberg.manifest import DataFile
-from pyiceberg.table import Table
+from pyiceberg.manifest import DataFile, DataFileContent, ManifestContent
+from pyiceberg.table import Table, Transaction
 
 from .files import filesystem_for
+from .snapshots import has_exact_bounds
+
+log = logging.getLogger("trident")
+
+CHECKED_THROUGH_PROPERTY = "trident.bounds-checked-through"
 
 
 def may_be_affected(f: DataFile) -> bool:
@@ -49,9 +67,80 @@ def has_missing_bounds(table: Table, f: DataFile) -> bool:
     return False
 
 
-def files_with_missing_bounds(table: Table, files: list[DataFile]) -> list[DataFile]:
-    """The ``files`` whose bounds are wrong (footers read only for multi-row-group files)."""
-    return [f for f in files if may_be_affected(f) and has_missing_bounds(table, f)]
+def checked_through(table: Table) -> int:
+    """The data sequence number through which every live file was checked (-1: none, or a
+    format-1 table, whose sequence numbers are all 0 and so cannot say what is newer)."""
+    if table.format_version < 2:
+        return -1
+    try:
+        return int(table.properties.get(CHECKED_THROUGH_PROPERTY, -1))
+    except ValueError:  # not ours to trust: check everything again
+        return -1
 
 
-__all__ = ["files_with_missing_bounds", "has_missing_bounds", "may_be_affected"]
+def files_to_check(table: Table) -> list[DataFile]:
+    """The current snapshot's data files whose footers must be read: multi-row-group files with
+    bounds, added by an unmarked snapshot after the last pass. Manifests at or below the recorded
+    sequence number are not even opened (a manifest's entries are never newer than it)."""
+    snap = table.current_snapshot()
+    if snap is None:
+        return []
+    through = checked_through(table)
+    exact = {s.snapshot_id for s in table.snapshots() if has_exact_bounds(s)}
+    out: list[DataFile] = []
+    for manifest in snap.manifests(table.io):
+        if manifest.content != ManifestContent.DATA or manifest.sequence_number <= through:
+            continue
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+            f = entry.data_file
+            if f.content != DataFileContent.DATA or entry.snapshot_id in exact:
+                continue
+            if entry.sequence_number is not None and entry.sequence_number <= through:
+                continue
+            if may_be_affected(f):
+                out.append(f)
+    return out
+
+
+def files_with_missing_bounds(table: Table) -> list[DataFile]:
+    """The current files whose bounds are wrong (footers read only of ``files_to_check``)."""
+    return [f for f in files_to_check(table) if has_missing_bounds(table, f)]
+
+
+def checked_marker(table: Table) -> dict[str, str]:
+    """The table property to record once this pass over the current snapshot has ended (its
+    broken files rewritten): empty when it would not move the mark forward."""
+    snap = table.current_snapshot()
+    if snap is None or table.format_version < 2 or snap.sequence_number is None:
+        return {}
+    if snap.sequence_number <= checked_through(table):
+        return {}
+    return {CHECKED_THROUGH_PROPERTY: str(snap.sequence_number)}
+
+
+def record_checked(target: Table | Transaction, marker: dict[str, str]) -> None:
+    """Record ``marker`` (``checked_marker``): in the caller's transaction when it commits anyway
+    (compaction), else in a metadata-only commit of its own. That commit failing loses nothing but
+    the shortcut (the next pass reads those footers again), so it is logged, not raised."""
+    if not marker:
+        return
+    if isinstance(target, Transaction):
+        target.set_properties(marker)
+        return
+    try:
+        with target.transaction() as txn:
+            txn.set_properties(marker)
+    except (CommitFailedException, OSError) as exc:
+        log.warning("could not record the bounds check of %s (%s); the next maintain checks again", target.name(), exc)
+
+
+__all__ = [
+    "CHECKED_THROUGH_PROPERTY",
+    "checked_marker",
+    "checked_through",
+    "files_to_check",
+    "files_with_missing_bounds",
+    "has_missing_bounds",
+    "may_be_affected",
+    "record_checked",
+]

@@ -18,7 +18,7 @@ from ...errors import TransactionConflictError
 from ...failpoints import failpoint
 from ...pyiceberg_compat import added_manifests_in_groups, name_commit_files
 from ..base import WriteRequest
-from .snapshots import TXN_PROPERTY, _has, audit_branch, published_schema
+from .snapshots import BOUNDS_PROPERTY, EXACT_BOUNDS, TXN_PROPERTY, audit_branch, has_column, published_schema
 
 if TYPE_CHECKING:
     from .sink import IcebergSink
@@ -65,9 +65,10 @@ def commit_snapshot(
         branch: str | None = MAIN_BRANCH
         if req.stage:  # an audit branch; a table with no version yet takes an unreferenced snapshot
             branch = audit_branch(req.txn_id) if txn.table_metadata.current_snapshot() is not None else None
-        update = txn.update_snapshot(snapshot_properties=props, branch=branch)
+        # every file added here came from Trident's file writers: exact bounds (``stats.py``)
+        update = txn.update_snapshot(snapshot_properties={**props, BOUNDS_PROPERTY: EXACT_BOUNDS}, branch=branch)
         # named after the txn, so discard finds them if the commit never lands
-        snapshot_id = _commit_files(txn, update, to_delete, files, name_for=req.txn_id)
+        snapshot_id = commit_files(txn, update, to_delete, files, name_for=req.txn_id)
         failpoint("commit.before_catalog")
         req.fence()
         committed = txn.commit_transaction()
@@ -91,12 +92,12 @@ def _rebased(
     ours = txn.table_metadata
     new = fresh.transaction()
     current = new.table_metadata.schema()
-    if any(not _has(current, f.name) for f in ours.schema().fields):
+    if any(not has_column(current, f.name) for f in ours.schema().fields):
         with new.update_schema() as upd:
             upd.union_by_name(ours.schema())
     theirs = new.table_metadata
     for f in ours.schema().fields:
-        other = theirs.schema().find_field(f.name) if _has(theirs.schema(), f.name) else None
+        other = theirs.schema().find_field(f.name) if has_column(theirs.schema(), f.name) else None
         if other is None or other.field_id != f.field_id or other.field_type != f.field_type:
             raise TransactionConflictError(
                 f"the schema of {req.dataset.key!r} changed while this partition was being written "
@@ -117,7 +118,7 @@ def _rebased(
     return new
 
 
-def _commit_files(
+def commit_files(
     txn: Any, update: Any, deleted: Iterable[DataFile], added: Iterable[DataFile], *, name_for: uuid.UUID | None = None
 ) -> int:
     """One snapshot of ``update`` that deletes and adds exactly these data files (an overwrite when

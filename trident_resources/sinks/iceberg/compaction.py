@@ -24,14 +24,15 @@ from typing import TYPE_CHECKING
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.manifest import DataFile
-from pyiceberg.table import Table
+from pyiceberg.table import Table, Transaction
 
 from ...errors import StorageUnavailableError, TransactionConflictError
 from ...failpoints import failpoint
 from ...pyiceberg_compat import transaction_io
 from ...schemas import conform
-from .bounds_repair import files_with_missing_bounds
+from .bounds_repair import checked_marker, files_with_missing_bounds, record_checked
 from .files import DataFileWriter
+from .snapshots import BOUNDS_PROPERTY, EXACT_BOUNDS
 
 if TYPE_CHECKING:
     from ...control_plane import DatasetRecord
@@ -68,12 +69,14 @@ def compact(sink: IcebergSink, ds: DatasetRecord, table: Table, *, min_input_fil
     if current is None:
         return Compaction(len(files), len(files), 0, 0, None)
     # a missing or corrupt footer raises as compaction's reads do: ``dataset_maintenance`` names it
-    broken = files_with_missing_bounds(table, files)
+    repaired = {f.file_path for f in files_with_missing_bounds(table)}
+    broken = [f for f in files if f.file_path in repaired]
+    checked = checked_marker(table)  # recorded only once the broken files are rewritten
     if len(small) < min_input_files:
         small = []
-    repaired = {f.file_path for f in broken}
     small = [f for f in small if f.file_path not in repaired] + broken
     if not small:
+        record_checked(table, checked)
         return Compaction(len(files), len(files), 0, 0, None)
     txn = table.transaction()
     meta = txn.table_metadata
@@ -97,6 +100,7 @@ def compact(sink: IcebergSink, ds: DatasetRecord, table: Table, *, min_input_fil
                 writer.write(conform(batch, target))
         written = writer.close()
         failpoint("compaction.before_commit")
+        record_checked(txn, checked)
         _commit(txn, small, written, current.snapshot_id, compaction_id)
     except CommitFailedException as exc:
         writer.discard()
@@ -121,20 +125,23 @@ def compact(sink: IcebergSink, ds: DatasetRecord, table: Table, *, min_input_fil
     )
 
 
-def _commit(txn: object, inputs: list[DataFile], outputs: list[DataFile], parent: int, compaction_id: uuid.UUID) -> None:
+def _commit(txn: Transaction, inputs: list[DataFile], outputs: list[DataFile], parent: int, compaction_id: uuid.UUID) -> None:
+    """One snapshot of ``txn`` that replaces ``inputs`` by ``outputs`` (written by ``DataFileWriter``:
+    marked as having exact bounds, so ``bounds_repair`` never reads them)."""
     props = {
+        BOUNDS_PROPERTY: EXACT_BOUNDS,
         OPERATION_PROPERTY: "compaction",
         "trident.compaction-id": str(compaction_id),
         "trident.compacted-from": str(parent),
         "trident.rewritten-files": str(len(inputs)),
     }
-    update = txn.update_snapshot(snapshot_properties=props)  # type: ignore[attr-defined]
+    update = txn.update_snapshot(snapshot_properties=props)
     with update.overwrite() as p:
         for f in inputs:
             p.delete_data_file(f)
         for f in outputs:
             p.append_data_file(f)
-    txn.commit_transaction()  # type: ignore[attr-defined]
+    txn.commit_transaction()
 
 
 __all__ = ["MIN_INPUT_FILES", "Compaction", "compact", "small_file_bytes"]

@@ -1,10 +1,13 @@
 """The read side of the ``iceberg_native`` sink: streamed and whole scans of the current or a past
 snapshot, the DuckDB scan plan (a snapshot's exact data files and field ids) and which path
-(native or Arrow) a query takes. Plain functions of the sink: it owns the caches they fill
-(table locations, parsed tables, each snapshot's file list)."""
+(native or Arrow) a query takes. Plain functions of the sink; the caches they fill (table
+locations, parsed tables, each snapshot's file list) are a ``ReadCaches`` the sink holds."""
 
 from __future__ import annotations
 
+import threading
+import uuid
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
@@ -21,16 +24,28 @@ from ...partitions import BoundPartition
 from ...pyiceberg_compat import sql_catalog_metadata_location
 from ...schemas import conform
 from ..base import AsOf, ScanPath, ScanPlan
-from .snapshots import _strip, published_iceberg_schema, published_schema
+from .snapshots import published_iceberg_schema, published_schema, without_metadata
 
 if TYPE_CHECKING:
     from .sink import IcebergSink
+
+
+@dataclass
+class ReadCaches:
+    """What the read side remembers per sink. A sink serves every thread of its ``Trident``, so
+    the entries filled concurrently (files, tables) change under ``lock``."""
+
+    locations: dict[uuid.UUID, str] = field(default_factory=dict)  # dataset id -> table location (scan_path)
+    files_by_snapshot: dict[tuple[str, int], tuple[str, ...]] = field(default_factory=dict)  # (table uuid, snapshot) -> files
+    read_tables: dict[uuid.UUID, tuple[str, Table]] = field(default_factory=dict)  # dataset id -> (metadata file, table)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
 
 SNAPSHOT_FILES_CACHED = 256  # snapshots whose data file lists scan_plan remembers (immutable, so never stale)
 
 # Scans of this format (ours, or DuckDB's through arrow_source) read one row group at a time:
 # pre-buffering would hold whole files' compressed bytes in memory.
-_PARQUET = pads.ParquetFileFormat(default_fragment_scan_options=pads.ParquetFragmentScanOptions(pre_buffer=False))
+PARQUET_FORMAT = pads.ParquetFileFormat(default_fragment_scan_options=pads.ParquetFragmentScanOptions(pre_buffer=False))
 
 
 # ``read()`` holds the whole result anyway: pre-buffer each file's column chunks (fewer, larger
@@ -38,7 +53,7 @@ _PARQUET = pads.ParquetFileFormat(default_fragment_scan_options=pads.ParquetFrag
 _PARQUET_PARALLEL = pads.ParquetFileFormat(default_fragment_scan_options=pads.ParquetFragmentScanOptions(pre_buffer=True))
 
 
-def _scan(dataset: pads.Dataset, columns: list[str] | None, expr: Any) -> pa.RecordBatchReader:
+def scan_batches(dataset: pads.Dataset, columns: list[str] | None, expr: Any) -> pa.RecordBatchReader:
     """A bounded-memory scan: pyarrow's default read-ahead (16 batches x 4 files) holds far more
     than a row group in flight, which is what made keyed writes grow with the data."""
     return dataset.scanner(
@@ -75,12 +90,12 @@ def scan(
     facade resolved through the ledger; a past version is read by pyiceberg with THAT
     version's schema (columns matched by Iceberg field id, not by name).
     """
-    table = sink._existing_table(ds)
+    table = sink.existing_table(ds)
     current = table.current_snapshot()
     if as_of is not None and (current is None or as_of != current.snapshot_id):
         return _scan_past(table, int(as_of), columns, row_filter)  # type: ignore[arg-type]
     schema, expr, files = _plan_current(table, columns, row_filter)
-    return _scan(sink.file_dataset(table, files, schema), columns or schema.names, expr)
+    return scan_batches(sink.file_dataset(table, files, schema), columns or schema.names, expr)
 
 
 def _plan_current(table: Table, columns: list[str] | None, row_filter: str | None) -> tuple[pa.Schema, Any, list[str]]:
@@ -98,7 +113,7 @@ def read(sink: IcebergSink, ds: DatasetRecord, *, columns: list[str] | None, row
     """The whole result at once (the caller holds it in memory anyway), so every file is read
     in parallel with pre-buffered I/O (pyarrow's threaded ``to_table``), unlike ``scan``,
     which keeps one file and one batch in flight to stay bounded."""
-    table = sink._existing_table(ds)
+    table = sink.existing_table(ds)
     current = table.current_snapshot()
     if as_of is not None and (current is None or as_of != current.snapshot_id):
         return _scan_past(table, int(as_of), columns, row_filter).read_all()  # type: ignore[arg-type]
@@ -117,25 +132,27 @@ def _scan_past(table: Table, snapshot_id: int, columns: list[str] | None, row_fi
         arrow_filter(schema, row_filter)  # the same named error as a current read
     scan = table.scan(snapshot_id=snapshot_id, row_filter=row_filter or AlwaysTrue(), selected_fields=tuple(columns or ("*",)))
     reader = scan.to_arrow_batch_reader()
-    wanted = _strip(reader.schema)
+    wanted = without_metadata(reader.schema)
     return pa.RecordBatchReader.from_batches(wanted, (conform(b, wanted) for b in reader))
 
 
 def arrow_source(
     sink: IcebergSink, ds: DatasetRecord, partition: BoundPartition | None = None, snapshot_id: int | None = None
 ) -> Any:
-    table = sink._existing_table(ds)
+    table = sink.existing_table(ds)
     expr = partition.iceberg_expr() if partition is not None else None
     files = [f.file_path for f in sink.data_files(table, snapshot_id=snapshot_id, row_filter=expr)]
-    return sink.file_dataset(table, files, None if snapshot_id is None else _snapshot_schema(table, snapshot_id))
+    return sink.file_dataset(table, files, None if snapshot_id is None else snapshot_schema(table, snapshot_id))
 
 
-def _snapshot_iceberg_schema(table: Table, snapshot_id: int) -> Any:
+def snapshot_iceberg_schema(table: Table, snapshot_id: int) -> Any:
+    """The Iceberg schema a past snapshot was written with (time travel, publishing a staged one)."""
     return table.scan(snapshot_id=snapshot_id).projection()
 
 
-def _snapshot_schema(table: Table, snapshot_id: int) -> pa.Schema:
-    return schema_to_pyarrow(_snapshot_iceberg_schema(table, snapshot_id), include_field_ids=False)
+def snapshot_schema(table: Table, snapshot_id: int) -> pa.Schema:
+    """``snapshot_iceberg_schema`` as an Arrow schema."""
+    return schema_to_pyarrow(snapshot_iceberg_schema(table, snapshot_id), include_field_ids=False)
 
 
 def scan_path(sink: IcebergSink, ds: DatasetRecord) -> tuple[ScanPath, str]:
@@ -143,12 +160,12 @@ def scan_path(sink: IcebergSink, ds: DatasetRecord) -> tuple[ScanPath, str]:
     Arrow path, because DuckDB's S3 reader (httpfs) is not built into the pinned DuckDB and
     no wheel of it matches that version, and loading one would be a download at run time.
     A table's location never changes, so it is looked up once per dataset."""
-    location = sink._locations.get(ds.dataset_id)
+    location = sink.read_caches.locations.get(ds.dataset_id)
     if location is None and not sink.settings.catalog_uri:
         location = sink.settings.warehouse  # the SQL catalog puts every table under it
     if location is None:  # a REST catalog decides where tables live: ask it once
-        location = sink._existing_table(ds).location()
-        sink._locations[ds.dataset_id] = location
+        location = sink.existing_table(ds).location()
+        sink.read_caches.locations[ds.dataset_id] = location
     scheme = location.split("://", 1)[0] if "://" in location else "file"
     if scheme == "file":
         return "native", "local warehouse: DuckDB read_parquet over the snapshot's data files"
@@ -166,7 +183,7 @@ def scan_plan(sink: IcebergSink, ds: DatasetRecord, snapshot_id: int | None = No
     path, reason = sink.scan_path(ds)
     table = table_to_read(sink, ds)
     snap = table.current_snapshot() if snapshot_id is None else table.snapshot_by_id(snapshot_id)
-    iceberg_schema = published_iceberg_schema(table) if snapshot_id is None else _snapshot_iceberg_schema(table, snapshot_id)
+    iceberg_schema = published_iceberg_schema(table) if snapshot_id is None else snapshot_iceberg_schema(table, snapshot_id)
     schema = schema_to_pyarrow(iceberg_schema, include_field_ids=False)
     if path != "native":
         return ScanPlan(
@@ -198,16 +215,16 @@ def table_to_read(sink: IcebergSink, ds: DatasetRecord) -> Table:
     the parsed metadata is reused while the catalog still names the same metadata file
     (one small query instead of ``load_table``'s query and parse: issue 12's per-query cost)."""
     location = sql_catalog_metadata_location(sink.catalog, sink.identifier(ds))
-    with sink._files_lock:
-        hit = sink._read_tables.get(ds.dataset_id)
+    with sink.read_caches.lock:
+        hit = sink.read_caches.read_tables.get(ds.dataset_id)
     if location is not None and hit is not None and hit[0] == location:
         return hit[1]
-    table = sink._existing_table(ds)
+    table = sink.existing_table(ds)
     if location is not None and table.metadata_location == location:
-        with sink._files_lock:
-            sink._read_tables[ds.dataset_id] = (location, table)
-            while len(sink._read_tables) > SNAPSHOT_FILES_CACHED:
-                sink._read_tables.pop(next(iter(sink._read_tables)))
+        with sink.read_caches.lock:
+            sink.read_caches.read_tables[ds.dataset_id] = (location, table)
+            while len(sink.read_caches.read_tables) > SNAPSHOT_FILES_CACHED:
+                sink.read_caches.read_tables.pop(next(iter(sink.read_caches.read_tables)))
     return table
 
 
@@ -218,13 +235,13 @@ def _snapshot_files(sink: IcebergSink, table: Table, snapshot_id: int | None) ->
     if snapshot_id is None:
         return []
     key = (str(table.metadata.table_uuid), snapshot_id)
-    with sink._files_lock:
-        hit = sink._files_by_snapshot.get(key)
+    with sink.read_caches.lock:
+        hit = sink.read_caches.files_by_snapshot.get(key)
     if hit is not None:
         return list(hit)
     files = tuple(f.file_path for f in sink.data_files(table, snapshot_id=snapshot_id))
-    with sink._files_lock:
-        sink._files_by_snapshot[key] = files
-        while len(sink._files_by_snapshot) > SNAPSHOT_FILES_CACHED:
-            sink._files_by_snapshot.pop(next(iter(sink._files_by_snapshot)))
+    with sink.read_caches.lock:
+        sink.read_caches.files_by_snapshot[key] = files
+        while len(sink.read_caches.files_by_snapshot) > SNAPSHOT_FILES_CACHED:
+            sink.read_caches.files_by_snapshot.pop(next(iter(sink.read_caches.files_by_snapshot)))
     return list(files)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import threading
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
@@ -42,10 +41,10 @@ from ...partitions import (
     BoundPartition,
     Partitioner,
     PartitionFilter,
-    _transform_name,
     describe_spec,
     iceberg_transform,
     matches_spec,
+    transform_name,
 )
 from ...pyiceberg_compat import (
     transaction_io,
@@ -72,8 +71,16 @@ from .credentials import StorageAccess
 from .files import DataFileWriter, PartitionedDataFileWriter, delete_paths, filesystem_for, list_txn_files, list_txn_metadata
 from .maintenance import data_files_of, existing_under, once_referenced
 from .s3_housekeeping import abort_incomplete_uploads
-from .scans import _PARQUET, _scan
-from .snapshots import TXN_PROPERTY, _carries, _num, _strip, _summary_outcome, audit_branch, published_schema
+from .scans import PARQUET_FORMAT, scan_batches
+from .snapshots import (
+    TXN_PROPERTY,
+    audit_branch,
+    carries_txn,
+    published_schema,
+    summary_number,
+    summary_outcome,
+    without_metadata,
+)
 
 OWNER_PROPERTY = "trident.dataset-id"
 """Table property naming the control-plane dataset that created (or adopted) the table."""
@@ -170,7 +177,7 @@ class IcebergVersion(StoredVersion):
         def batches() -> Iterator[pa.RecordBatch]:
             for i in wanted:
                 f = files[i]
-                for b in _scan(self.sink.file_dataset(table, [f.file_path], existing), cols, expr):
+                for b in scan_batches(self.sink.file_dataset(table, [f.file_path], existing), cols, expr):
                     yield pa.RecordBatch.from_arrays([*b.columns, _constant(i, b.num_rows)], schema=out_schema)
 
         return pa.RecordBatchReader.from_batches(out_schema, batches())
@@ -182,7 +189,7 @@ class IcebergVersion(StoredVersion):
 
         def batches() -> Iterator[pa.RecordBatch]:
             for i, f in enumerate(files):
-                for b in _scan(self.sink.file_dataset(table, [f.file_path], schema), [ROW_ID], expr):
+                for b in scan_batches(self.sink.file_dataset(table, [f.file_path], schema), [ROW_ID], expr):
                     yield pa.RecordBatch.from_arrays([b.column(0), _constant(i, b.num_rows)], schema=out_schema)
 
         return pa.RecordBatchReader.from_batches(out_schema, batches())
@@ -238,7 +245,7 @@ class IcebergWrite(SinkWrite):
         self.to_delete: list[DataFile] = list(version.files) if replace and req.partition is None else []
         self.partial: list[DataFile] = []
         if replace and req.partition is not None:  # replace exactly the partition's rows
-            self.bound = req.partition.bind(_strip(self.arrow_schema))
+            self.bound = req.partition.bind(without_metadata(self.arrow_schema))
             self.to_delete, self.partial = version.partition_files(self.bound)
 
     def put(self, batches: Iterable[pa.RecordBatch], *, clustered: bool = False) -> int:
@@ -255,7 +262,7 @@ class IcebergWrite(SinkWrite):
         if not affected:
             return
         assert self.version.table is not None
-        rows = _scan(self.version.sink.file_dataset(self.version.table, [f.file_path for f in affected]), None, None)
+        rows = scan_batches(self.version.sink.file_dataset(self.version.table, [f.file_path for f in affected]), None, None)
         self.writer.write_all(conform(b, self.arrow_schema) for b in removal.kept_rows(rows))
         self.to_delete = affected
 
@@ -267,7 +274,9 @@ class IcebergWrite(SinkWrite):
         assert self.version.table is not None
         old = self.version.schema
         keep = pc_invert(self.bound.arrow_expr())
-        rows = _scan(self.version.sink.file_dataset(self.version.table, [f.file_path for f in self.partial], old), None, keep)
+        rows = scan_batches(
+            self.version.sink.file_dataset(self.version.table, [f.file_path for f in self.partial], old), None, keep
+        )
         self.writer.write_all(conform(b, self.arrow_schema) for b in rows)
         self.to_delete = [*self.to_delete, *self.partial]
 
@@ -285,7 +294,7 @@ class IcebergWrite(SinkWrite):
         snap = self.version.sink.commit_snapshot(
             self.req, self.txn, files, self.to_delete, props, base_snapshot_id=base.snapshot_id if base else None
         )
-        return _summary_outcome(snap, _strip(self.arrow_schema))
+        return summary_outcome(snap, without_metadata(self.arrow_schema))
 
     def discard(self) -> None:
         self.writer.discard()
@@ -302,10 +311,7 @@ class IcebergSink(Sink):
         self.settings = settings
         self.access = StorageAccess(settings)
         self._staged_create = not self.access.refreshable_only
-        self._locations: dict[uuid.UUID, str] = {}  # dataset id -> table location (scan_path)
-        self._files_by_snapshot: dict[tuple[str, int], tuple[str, ...]] = {}  # (table uuid, snapshot) -> data files
-        self._files_lock = threading.Lock()
-        self._read_tables: dict[uuid.UUID, tuple[str, Table]] = {}  # dataset id -> (metadata file, table) for scan_plan
+        self.read_caches = scans.ReadCaches()  # filled by scans.py: locations, parsed tables, snapshot files
         self._manifest_rows: dict[str, list[dict[str, Any]]] = {}  # manifest path -> its live entries (immutable)
         self._nested = (
             settings.catalog_nested_namespaces if settings.catalog_nested_namespaces is not None else bool(settings.catalog_uri)
@@ -396,9 +402,11 @@ class IcebergSink(Sink):
         table = self.adoptable(ds)
         snap = table.current_snapshot()
         assert snap is not None
-        schema = _strip(schema_to_pyarrow(table.schema(), include_field_ids=False))
+        schema = without_metadata(schema_to_pyarrow(table.schema(), include_field_ids=False))
         top = -1
-        for batch in _scan(self.file_dataset(table, [f.file_path for f in self.data_files(table)], schema), [ROW_INDEX], None):
+        for batch in scan_batches(
+            self.file_dataset(table, [f.file_path for f in self.data_files(table)], schema), [ROW_INDEX], None
+        ):
             m = pc.max(batch.column(0)).as_py()
             if m is not None and m > top:
                 top = m
@@ -406,13 +414,15 @@ class IcebergSink(Sink):
             txn.set_properties({OWNER_PROPERTY: str(ds.dataset_id), "trident.adopted-by-txn": str(txn_id)})
         return Outcome(
             rows_written=0,
-            row_count=_num(snap.summary, "total-records"),
+            row_count=summary_number(snap.summary, "total-records"),
             next_row_index=top + 1,
             snapshot_id=snap.snapshot_id,
             schema=describe_schema(schema),
         )
 
-    def _existing_table(self, ds: DatasetRecord) -> Table:
+    def existing_table(self, ds: DatasetRecord) -> Table:
+        """The dataset's table, which must exist (``DatasetNotFoundError``): the read side and
+        write-audit-publish start from it."""
         table = self.table(ds)
         if table is None:
             raise DatasetNotFoundError(ds.key, ds.workspace)
@@ -423,7 +433,7 @@ class IcebergSink(Sink):
             ensure_namespace(self.catalog, ident[:i])
 
     def schema(self, ds: DatasetRecord) -> pa.Schema:
-        return published_schema(self._existing_table(ds))
+        return published_schema(self.existing_table(ds))
 
     # -- WRITE (storage only: the planner decides the rows) ------------------------------------
     def current(self, ds: DatasetRecord) -> IcebergVersion:
@@ -572,7 +582,7 @@ class IcebergSink(Sink):
         if table is None:
             return None
         schema = table.schema()
-        return tuple((schema.find_column_name(f.source_id) or "", _transform_name(f.transform)) for f in table.spec().fields)
+        return tuple((schema.find_column_name(f.source_id) or "", transform_name(f.transform)) for f in table.spec().fields)
 
     def partition_stats(self, ds: DatasetRecord) -> list[dict[str, Any]]:
         """Computed from the current snapshot's data files (not kept in the control plane): the
@@ -583,7 +593,7 @@ class IcebergSink(Sink):
             return []
         schema = table.schema()
         spec = table.spec()
-        names = [f"{_transform_name(f.transform)}({schema.find_column_name(f.source_id)})" for f in spec.fields]
+        names = [f"{transform_name(f.transform)}({schema.find_column_name(f.source_id)})" for f in spec.fields]
         txn_of = {s.snapshot_id: s.summary.get(TXN_PROPERTY) if s.summary is not None else None for s in table.snapshots()}
         out: dict[tuple[Any, ...], dict[str, Any]] = {}
         for r in self._live_entries(table):
@@ -642,7 +652,7 @@ class IcebergSink(Sink):
             yield from rows
 
     def file_dataset(
-        self, table: Table, paths: list[str], schema: pa.Schema | None = None, fmt: pads.ParquetFileFormat = _PARQUET
+        self, table: Table, paths: list[str], schema: pa.Schema | None = None, fmt: pads.ParquetFileFormat = PARQUET_FORMAT
     ) -> pads.Dataset:
         schema = schema or published_schema(table)
         if not paths:
@@ -666,7 +676,7 @@ class IcebergSink(Sink):
     # -- recovery ---------------------------------------------------------------------------
     def _txn_snapshot(self, table: Table, txn_id: uuid.UUID) -> Snapshot | None:
         """The published snapshot (main or its ancestors) that ``txn_id`` committed."""
-        return next((s for s in ancestors_of(table.current_snapshot(), table.metadata) if _carries(s, txn_id)), None)
+        return next((s for s in ancestors_of(table.current_snapshot(), table.metadata) if carries_txn(s, txn_id)), None)
 
     def find_committed(self, ds: DatasetRecord, txn_id: uuid.UUID) -> Outcome | None:
         table = self.table(ds)
@@ -674,7 +684,7 @@ class IcebergSink(Sink):
         if snap is None:
             return None
         assert table is not None
-        return _summary_outcome(snap, schema_to_pyarrow(table.schema(), include_field_ids=False))
+        return summary_outcome(snap, schema_to_pyarrow(table.schema(), include_field_ids=False))
 
     def _table_if_ours(self, ds: DatasetRecord) -> Table | None:
         """The dataset's table for a failure path (undo, discard): a table this control plane does
@@ -711,7 +721,7 @@ class IcebergSink(Sink):
         if table is not None and table.current_snapshot() is None:
             self.catalog.drop_table(self.identifier(ds))  # created empty (or staged only) by an aborted first write
         elif table is not None and audit_branch(txn_id) in table.metadata.refs:
-            wap._drop_branch(table, txn_id)
+            wap.drop_audit_branch(table, txn_id)
         if not where:
             return Discarded()
         io = io or load_file_io(dict(self.catalog.properties), where)
@@ -757,7 +767,7 @@ class IcebergSink(Sink):
         ``Trident.maintain`` runs it before expiring snapshots."""
         from .compaction import compact
 
-        done = compact(self, ds, self._existing_table(ds))
+        done = compact(self, ds, self.existing_table(ds))
         return Maintenance(
             key=ds.key,
             expired_snapshots=0,
@@ -778,7 +788,7 @@ class IcebergSink(Sink):
         started before ``uploads_before``. Never "every unused file in the folder": a folder may
         hold another dataset's files (see ``maintenance.py``). The caller holds the dataset's
         writer lock, so no Trident write has files in flight."""
-        table = self._existing_table(ds)
+        table = self.existing_table(ds)
         keep = {s.snapshot_id for s in sorted(table.snapshots(), key=lambda s: s.timestamp_ms)[-max(retain_last, 1) :]}
         cutoff = int(older_than.timestamp() * 1000)
         expire = [s.snapshot_id for s in table.snapshots() if s.snapshot_id not in keep and s.timestamp_ms < cutoff]
@@ -797,6 +807,6 @@ class IcebergSink(Sink):
         return Maintenance(key=ds.key, expired_snapshots=len(expire), deleted_files=len(garbage), aborted_uploads=uploads)
 
     def drop(self, ds: DatasetRecord) -> None:
-        self._locations.pop(ds.dataset_id, None)
+        self.read_caches.locations.pop(ds.dataset_id, None)
         with contextlib.suppress(NoSuchTableError):
             self.catalog.purge_table(self.identifier(ds))

@@ -17,9 +17,15 @@ from ...control_plane import Outcome
 from ...schemas import describe_schema
 
 TXN_PROPERTY = "trident.txn-id"
+# The data files a snapshot ADDED have bounds from ``stats.py``, which leaves a column unbounded
+# when a row group has values but no min/max: ``bounds_repair`` never reads their footers. Every
+# snapshot whose files come from Trident's file writers carries it (writes, compaction; a rebased
+# publish copies the staged snapshot's summary, so it says what the staged write said).
+BOUNDS_PROPERTY = "trident.bounds"
+EXACT_BOUNDS = "v2"
 
 
-def _num(summary: Any, key: str) -> int:
+def summary_number(summary: Any, key: str) -> int:
     """A numeric snapshot-summary property (absent means zero)."""
     try:
         value = summary[key]
@@ -28,26 +34,31 @@ def _num(summary: Any, key: str) -> int:
     return int(value) if value is not None else 0
 
 
-def _summary_outcome(snap: Snapshot, schema: pa.Schema) -> Outcome:
+def summary_outcome(snap: Snapshot, schema: pa.Schema) -> Outcome:
     """A transaction's outcome as its snapshot summary recorded it: the same numbers whether the
     writer commits them itself or the reconciler rolls a crashed writer's transaction forward."""
     s = snap.summary
     assert s is not None
     return Outcome(
-        rows_written=_num(s, "trident.rows-written"),
-        row_count=_num(s, "total-records"),
-        next_row_index=_num(s, "trident.next-row-index"),
+        rows_written=summary_number(s, "trident.rows-written"),
+        row_count=summary_number(s, "total-records"),
+        next_row_index=summary_number(s, "trident.next-row-index"),
         snapshot_id=snap.snapshot_id,
         schema=describe_schema(schema),
-        skipped=_num(s, "trident.skipped"),
-        preserved=_num(s, "trident.preserved"),
-        deleted=_num(s, "trident.deleted"),
+        skipped=summary_number(s, "trident.skipped"),
+        preserved=summary_number(s, "trident.preserved"),
+        deleted=summary_number(s, "trident.deleted"),
     )
 
 
-def _carries(snap: Snapshot, txn_id: uuid.UUID) -> bool:
+def carries_txn(snap: Snapshot, txn_id: uuid.UUID) -> bool:
     """Was ``snap`` committed by transaction ``txn_id`` (its summary says so)?"""
     return snap.summary is not None and snap.summary.get(TXN_PROPERTY) == str(txn_id)
+
+
+def has_exact_bounds(snap: Snapshot) -> bool:
+    """Were the files ``snap`` added written with ``stats.py``'s bounds (see ``BOUNDS_PROPERTY``)?"""
+    return snap.summary is not None and snap.summary.get(BOUNDS_PROPERTY) == EXACT_BOUNDS
 
 
 def audit_branch(txn_id: uuid.UUID) -> str:
@@ -69,7 +80,8 @@ def published_schema(table: Table) -> pa.Schema:
     return schema_to_pyarrow(published_iceberg_schema(table), include_field_ids=False)
 
 
-def _has(schema: Any, name: str) -> bool:
+def has_column(schema: Any, name: str) -> bool:
+    """Does the Iceberg ``schema`` have a top-level column ``name``? (``find_field`` raises.)"""
     try:
         schema.find_field(name)
     except ValueError:
@@ -77,5 +89,7 @@ def _has(schema: Any, name: str) -> bool:
     return True
 
 
-def _strip(schema: pa.Schema) -> pa.Schema:
+def without_metadata(schema: pa.Schema) -> pa.Schema:
+    """``schema`` without field metadata (Iceberg field ids): the shape the sink reports and
+    compares, whichever table or snapshot it came from."""
     return pa.schema([pa.field(f.name, f.type, f.nullable) for f in schema])

@@ -17,9 +17,9 @@ from ...control_plane import DatasetRecord, Outcome
 from ...errors import InvalidWriteError, StagedVersionConflictError
 from ...partitions import PartitionFilter
 from ...pyiceberg_compat import remove_branch_in
-from .commits import _commit_files
-from .scans import _snapshot_iceberg_schema, _snapshot_schema
-from .snapshots import TXN_PROPERTY, _carries, _has, _summary_outcome, audit_branch, published_schema
+from .commits import commit_files
+from .scans import snapshot_iceberg_schema, snapshot_schema
+from .snapshots import TXN_PROPERTY, audit_branch, carries_txn, has_column, published_schema, summary_outcome
 
 if TYPE_CHECKING:
     from .sink import IcebergSink
@@ -39,7 +39,7 @@ def publish(
     added and deleted) becomes a new snapshot on the current main, so their commits are kept.
     Refused when the change would lose something: main moved for a whole-dataset write, or
     the staged partition's own files changed since staging (whoever committed that)."""
-    table = sink._existing_table(ds)
+    table = sink.existing_table(ds)
     branch = audit_branch(txn_id)
     staged = _staged_snapshot(table, txn_id)
     if staged is None:
@@ -65,7 +65,7 @@ def publish(
     except CommitFailedException as exc:
         raise StagedVersionConflictError(f"{ds.key!r} changed while publishing {txn_id}: {exc}") from exc
     table = table.refresh()
-    return _summary_outcome(staged, published_schema(table))
+    return summary_outcome(staged, published_schema(table))
 
 
 def _publish_rebased(sink: IcebergSink, ds: DatasetRecord, table: Table, staged: Snapshot, partition: PartitionFilter) -> Outcome:
@@ -75,7 +75,7 @@ def _publish_rebased(sink: IcebergSink, ds: DatasetRecord, table: Table, staged:
     snapshot deleted and added, carrying its summary (txn id, counts, next ``__row_index``)."""
     txn_id = uuid.UUID(str(staged.summary[TXN_PROPERTY])) if staged.summary is not None else None
     assert txn_id is not None and staged.parent_snapshot_id is not None
-    expr = partition.bind(_snapshot_schema(table, staged.snapshot_id)).iceberg_expr()
+    expr = partition.bind(snapshot_schema(table, staged.snapshot_id)).iceberg_expr()
     parent = {f.file_path: f for f in sink.data_files(table, staged.parent_snapshot_id)}
     mine = {f.file_path: f for f in sink.data_files(table, staged.snapshot_id)}
     head = table.current_snapshot()
@@ -100,12 +100,12 @@ def _publish_rebased(sink: IcebergSink, ds: DatasetRecord, table: Table, staged:
     props = {k: v for k, v in summary.items() if k.startswith("trident.")}
     try:
         txn = table.transaction()
-        ours, theirs = _snapshot_iceberg_schema(table, staged.snapshot_id), txn.table_metadata.schema()
-        if any(not _has(theirs, f.name) for f in ours.fields):
+        ours, theirs = snapshot_iceberg_schema(table, staged.snapshot_id), txn.table_metadata.schema()
+        if any(not has_column(theirs, f.name) for f in ours.fields):
             with txn.update_schema() as upd:
                 upd.union_by_name(ours)
         update = txn.update_snapshot(snapshot_properties=props, branch=MAIN_BRANCH)
-        snapshot_id = _commit_files(txn, update, deleted, added)
+        snapshot_id = commit_files(txn, update, deleted, added)
         if audit_branch(txn_id) in table.metadata.refs:
             remove_branch_in(txn, audit_branch(txn_id))
         committed = txn.commit_transaction()
@@ -113,7 +113,7 @@ def _publish_rebased(sink: IcebergSink, ds: DatasetRecord, table: Table, staged:
         raise StagedVersionConflictError(f"{ds.key!r} changed while publishing {txn_id}: {exc}") from exc
     snap = committed.snapshot_by_id(snapshot_id)
     assert snap is not None
-    return _summary_outcome(snap, published_schema(committed))
+    return summary_outcome(snap, published_schema(committed))
 
 
 def _staged_snapshot(table: Table, txn_id: uuid.UUID) -> Snapshot | None:
@@ -122,10 +122,12 @@ def _staged_snapshot(table: Table, txn_id: uuid.UUID) -> Snapshot | None:
     ref = table.metadata.refs.get(audit_branch(txn_id))
     if ref is not None:
         return table.snapshot_by_id(ref.snapshot_id)
-    return next((s for s in table.snapshots() if _carries(s, txn_id)), None)
+    return next((s for s in table.snapshots() if carries_txn(s, txn_id)), None)
 
 
-def _drop_branch(table: Table, txn_id: uuid.UUID) -> None:
+def drop_audit_branch(table: Table, txn_id: uuid.UUID) -> None:
+    """Remove the transaction's audit branch and expire its staged snapshot (only that one):
+    what discarding a staged version does to the table before its files are deleted."""
     branch = audit_branch(txn_id)
     ref = table.metadata.refs.get(branch)
     if ref is None:
@@ -133,7 +135,7 @@ def _drop_branch(table: Table, txn_id: uuid.UUID) -> None:
     table.manage_snapshots().remove_branch(branch).commit()
     table = table.refresh()
     snap = table.snapshot_by_id(ref.snapshot_id)
-    if snap is not None and _carries(snap, txn_id):
+    if snap is not None and carries_txn(snap, txn_id):
         table.maintenance.expire_snapshots().by_id(ref.snapshot_id).commit()  # only the staged one
 
 
