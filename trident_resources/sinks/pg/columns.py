@@ -68,7 +68,11 @@ def _text_type(t: pa.DataType) -> pa.DataType | None:
     if pa.types.is_float32(t) or pa.types.is_float64(t):
         return t
     if (pa.types.is_decimal128(t) or pa.types.is_decimal256(t)) and t.scale >= 0:
-        return t
+        # Parsed at the widest precision, then cast (safely) to ``t`` by ``conform``: DuckDB's
+        # to_json writes a decimal of up to 15 digits through a double, so jsonb holds
+        # ``99999.0`` for a decimal(5, 0) 99999, which pyarrow refuses as decimal(5, 0) (its
+        # text has 6 digits) though the value fits.
+        return pa.decimal128(38, t.scale) if t.precision < 38 and pa.types.is_decimal128(t) else t
     if pa.types.is_string(t) or pa.types.is_string_view(t):
         return pa.string()
     if pa.types.is_large_string(t):
