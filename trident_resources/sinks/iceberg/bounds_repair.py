@@ -13,10 +13,16 @@ file forever, for a repair that is needed once. So a footer is read at most once
 
 - a file added by a snapshot marked ``trident.bounds=v2`` (``snapshots.BOUNDS_PROPERTY``: written
   by Trident's file writers, whose bounds are exact) is never read;
-- after a pass, the table property ``trident.bounds-checked-through`` records the data sequence
-  number of the snapshot the pass looked at. Every live file at or below it was checked (or
-  rewritten); sequence numbers only grow, so anything committed later, even while the pass ran,
-  lies above it. The next pass skips manifests and entries at or below it without reading them.
+- after a pass, the table property ``trident.bounds-checked-through`` records the sequence
+  number of the snapshot the pass looked at, and ``trident.bounds-checked-snapshot`` its id.
+  Every file live in that snapshot was checked (or rewritten); sequence numbers only grow, so
+  anything a later commit adds, even while the pass ran, lies above it. The next pass skips
+  manifests and entries at or below it without reading them, but only when the current
+  snapshot IS that snapshot or descends from it: a table rolled back (or set) to an older
+  snapshot by another tool holds files that were not live when the pass looked, at sequence
+  numbers below the mark (they were never checked), so the mark is ignored and every candidate
+  read again. An entry is compared by its FILE sequence number (the commit that added it): a
+  rewrite may give its new files an older DATA sequence number.
 
 A format-1 table has no sequence numbers (all 0): it records nothing and relies on the marks.
 """
@@ -37,6 +43,7 @@ from .snapshots import has_exact_bounds
 log = logging.getLogger("trident")
 
 CHECKED_THROUGH_PROPERTY = "trident.bounds-checked-through"
+CHECKED_SNAPSHOT_PROPERTY = "trident.bounds-checked-snapshot"
 
 
 def may_be_affected(f: DataFile) -> bool:
@@ -68,14 +75,30 @@ def has_missing_bounds(table: Table, f: DataFile) -> bool:
 
 
 def checked_through(table: Table) -> int:
-    """The data sequence number through which every live file was checked (-1: none, or a
-    format-1 table, whose sequence numbers are all 0 and so cannot say what is newer)."""
+    """The sequence number through which every live file was checked (-1: none, a format-1
+    table, whose sequence numbers are all 0 and so cannot say what is newer, or a current
+    snapshot that does not descend from the one the mark was taken of)."""
     if table.format_version < 2:
         return -1
     try:
-        return int(table.properties.get(CHECKED_THROUGH_PROPERTY, -1))
-    except ValueError:  # not ours to trust: check everything again
+        through = int(table.properties[CHECKED_THROUGH_PROPERTY])
+        checked = int(table.properties[CHECKED_SNAPSHOT_PROPERTY])
+    except (KeyError, ValueError):  # none, or not ours to trust: check everything again
         return -1
+    return through if _descends_from(table, checked) else -1
+
+
+def _descends_from(table: Table, snapshot_id: int) -> bool:
+    """Whether the current snapshot is ``snapshot_id`` or has it as an ancestor (an expired link
+    of the chain counts as no: then the mark cannot be vouched for)."""
+    snap = table.current_snapshot()
+    seen: set[int] = set()
+    while snap is not None and snap.snapshot_id not in seen:
+        if snap.snapshot_id == snapshot_id:
+            return True
+        seen.add(snap.snapshot_id)
+        snap = None if snap.parent_snapshot_id is None else table.snapshot_by_id(snap.parent_snapshot_id)
+    return False
 
 
 def files_to_check(table: Table) -> list[DataFile]:
@@ -95,7 +118,8 @@ def files_to_check(table: Table) -> list[DataFile]:
             f = entry.data_file
             if f.content != DataFileContent.DATA or entry.snapshot_id in exact:
                 continue
-            if entry.sequence_number is not None and entry.sequence_number <= through:
+            added = entry.file_sequence_number if entry.file_sequence_number is not None else entry.sequence_number
+            if added is not None and added <= through:
                 continue
             if may_be_affected(f):
                 out.append(f)
@@ -115,7 +139,7 @@ def checked_marker(table: Table) -> dict[str, str]:
         return {}
     if snap.sequence_number <= checked_through(table):
         return {}
-    return {CHECKED_THROUGH_PROPERTY: str(snap.sequence_number)}
+    return {CHECKED_THROUGH_PROPERTY: str(snap.sequence_number), CHECKED_SNAPSHOT_PROPERTY: str(snap.snapshot_id)}
 
 
 def record_checked(target: Table | Transaction, marker: dict[str, str]) -> None:
@@ -135,6 +159,7 @@ def record_checked(target: Table | Transaction, marker: dict[str, str]) -> None:
 
 
 __all__ = [
+    "CHECKED_SNAPSHOT_PROPERTY",
     "CHECKED_THROUGH_PROPERTY",
     "checked_marker",
     "checked_through",
