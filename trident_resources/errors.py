@@ -119,6 +119,12 @@ class SinkMismatchError(TridentError):
     """A write resolved to a sink other than where the dataset's rows live."""
 
 
+class DatasetChangedError(TridentError):
+    """A pg-sink read found the dataset at another version than the one it was opened on: the pg
+    sink keeps only its current version, so rows of the planned one are gone (a replace and a
+    later write purge them). Read again; ``read`` and SQL retry on their own."""
+
+
 class UnsupportedBySinkError(TridentError):
     """The dataset's sink cannot do this (e.g. time travel on the pg sink); the message says which can."""
 

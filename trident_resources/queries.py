@@ -123,6 +123,7 @@ DELETE_PIN = "DELETE FROM trident_dataset_pins WHERE workspace = %s AND key = %s
 # -- the pg sink (rows as jsonb; DDL in migrations/0002_pg_rows.sql) ------------------------------
 PG_LATEST_COMMIT = """SELECT seq, gen, arrow_schema, outcome, txn_id FROM trident_pg_commits
     WHERE dataset_id = %s ORDER BY seq DESC LIMIT 1"""
+PG_LATEST_SEQ = "SELECT max(seq) AS seq FROM trident_pg_commits WHERE dataset_id = %s"
 PG_COMMIT_OF_TXN = "SELECT seq, gen, arrow_schema, outcome, txn_id FROM trident_pg_commits WHERE txn_id = %s"
 PG_NEXT_SEQ = "SELECT nextval(pg_get_serial_sequence('trident_pg_commits', 'seq')) AS seq"
 PG_INSERT_COMMIT = """INSERT INTO trident_pg_commits (seq, dataset_id, txn_id, gen, arrow_schema, outcome)

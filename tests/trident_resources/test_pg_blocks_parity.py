@@ -5,8 +5,10 @@ did not try. Each test here failed before the fix it names."""
 from __future__ import annotations
 
 import decimal
+from typing import Any
 
 import pyarrow as pa
+import pytest
 
 from trident_resources import Trident
 
@@ -39,3 +41,55 @@ def test_decimals_of_every_precision_read_the_same_from_blocks_jsonb_and_iceberg
     got = t.read("dec/pg").select(user).sort_by("k")  # the block is gone: every row from jsonb
     assert got.column("d5_0").to_pylist() == [decimal.Decimal(99999), decimal.Decimal(-99999), 1, 7]
     assert got.drop_columns(["d5_0"]).equals(data.drop_columns(["d5_0"]))
+
+
+def test_a_pg_stream_opened_before_two_writes_never_returns_rows_of_no_version(trident: Trident) -> None:
+    """A pg read looked its commit (generation, schema) up before its Postgres snapshot existed.
+    A stream opened, then a replace (new generation) and an append (which purges the old one):
+    the stream returned NO rows, silently, though the dataset never was empty (the Iceberg sink
+    returns the version it was opened on). The pg sink keeps one version: the read now names
+    the change (DatasetChangedError), and an eager read or SQL reads the new version."""
+    from trident_resources import DatasetChangedError
+
+    t = trident
+    for key, sink in (("race/pg", "pg"), ("race/ice", "iceberg_native")):
+        t.router.set_pin(key, sink)
+        t.write(key, pa.table({"k": [1, 2, 3]}))
+    ice = t.stream("race/ice")
+    stream = t.stream("race/pg")
+    for key in ("race/pg", "race/ice"):
+        t.write(key, pa.table({"k": [10, 20]}))
+        t.write(key, pa.table({"k": [30], "extra": ["x"]}), mode="append")
+    assert ice.read_all().column("k").to_pylist() == [1, 2, 3]
+    try:
+        got = stream.read_all().column("k").to_pylist()
+    except DatasetChangedError as exc:
+        assert "read again" in str(exc)
+    else:
+        raise AssertionError(f"a stream of a version that is gone returned {got}")
+    assert sorted(t.read("race/pg").column("k").to_pylist()) == [10, 20, 30]
+    assert t.sql('select sum(k) as s from "race/pg"').column("s").to_pylist() == [60]
+
+
+def test_an_eager_pg_read_with_commits_between_its_plan_and_its_snapshot_reads_the_new_version(
+    trident: Trident, jsonb_only: Trident, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same race for ``read``: two real commits (by another Trident) land right after the read
+    looked its commit up. It returned an empty table; now it reads again and gets the new version."""
+    t = trident
+    t.router.set_pin("race/eager", "pg")
+    t.write("race/eager", pa.table({"k": [1, 2, 3]}))
+    sink = t.driver.sink("pg")
+    planned = sink._existing  # type: ignore[attr-defined]
+    landed: list[int] = []
+
+    def plan_then_two_commits(ds: Any) -> Any:
+        state = planned(ds)
+        if not landed:
+            landed.append(jsonb_only.write("race/eager", pa.table({"k": [10, 20]})).row_count)
+            landed.append(jsonb_only.write("race/eager", pa.table({"k": [30]}), mode="append").row_count)
+        return state
+
+    monkeypatch.setattr(sink, "_existing", plan_then_two_commits)
+    assert sorted(t.read("race/eager").column("k").to_pylist()) == [10, 20, 30]
+    assert landed == [2, 3]

@@ -41,7 +41,7 @@ from psycopg import sql
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from ... import queries as q
-from ...errors import StorageUnavailableError
+from ...errors import DatasetChangedError, StorageUnavailableError
 from ...identity import TIMESTAMP_TYPE
 from .blocks import Block, segments
 
@@ -242,12 +242,20 @@ def read_ranges(
     gen: int,
     query: RangeQuery,
     *,
+    seq: int | None = None,
     connections: int = READ_CONNECTIONS,
 ) -> Iterator[pa.RecordBatch]:
-    """Every row of one generation, in ``__row_index`` order, as ``query``'s batches (bounded memory)."""
+    """Every row of one generation, in ``__row_index`` order, as ``query``'s batches (bounded memory).
+
+    ``seq`` is the commit the caller planned the read on (its generation and schema), looked up
+    before this snapshot existed: a commit in between would make the read mix versions, or find
+    nothing at all once a replace and the next write purged ``gen``; then the read raises
+    ``DatasetChangedError`` rather than return rows of no version the dataset ever had."""
     try:
         with pool.connection() as lead, lead.transaction():
             _begin_snapshot(lead)
+            if seq is not None:
+                _check_version(lead, dataset_id, seq)
             plan_row = lead.execute(q.PG_SCAN_PLAN, {"ds": dataset_id, "gen": gen}).fetchone()
             assert plan_row is not None
             plan = ScanPlan(*(plan_row.values() if isinstance(plan_row, dict) else plan_row))
@@ -264,6 +272,16 @@ def read_ranges(
             yield from _parallel(pool, lead, name, dataset_id, gen, spans, helpers, query)
     except psycopg.Error as exc:
         raise StorageUnavailableError(f"the pg sink could not read the dataset's rows from Postgres: {exc}") from exc
+
+
+def _check_version(conn: psycopg.Connection[Any], dataset_id: uuid.UUID, seq: int) -> None:
+    row = conn.execute(q.PG_LATEST_SEQ, (dataset_id,)).fetchone()
+    now = None if row is None else (row["seq"] if isinstance(row, dict) else row[0])
+    if now != seq:
+        raise DatasetChangedError(
+            f"the pg dataset changed since this read was opened (commit {seq}, now {now}): the pg sink keeps "
+            "only its current version; read again"
+        )
 
 
 def _items(conn: psycopg.Connection[Any], dataset_id: uuid.UUID, gen: int, plan: ScanPlan, query: RangeQuery) -> list[Item]:

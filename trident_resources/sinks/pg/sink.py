@@ -36,6 +36,7 @@ from pyiceberg.io.pyarrow import schema_to_pyarrow
 from ... import queries as q
 from ...control_plane import ControlPlane, DatasetRecord, Outcome
 from ...errors import (
+    DatasetChangedError,
     DatasetNotFoundError,
     SchemaMismatchError,
     StorageUnavailableError,
@@ -199,6 +200,9 @@ def _translated() -> Iterator[None]:
         raise StorageUnavailableError(f"the pg sink lost Postgres; nothing was committed: {exc}") from exc
 
 
+_READ_ATTEMPTS = 3  # reads of the current version retried when a commit lands between planning and snapshot
+
+
 class PgSink(Sink):
     name = "pg"
     time_travel = False  # only the current version is kept: scan checks ``as_of`` itself
@@ -316,12 +320,12 @@ class PgSink(Sink):
         check_columns(columns, full)
         wanted = pa.schema([full.field(c) for c in (columns or full.names)])
         decode_to = full if expr is not None else wanted
-        pool, gen, use_blocks = self.control.pool, state.gen, self.settings.pg_row_blocks
+        pool, gen, seq, use_blocks = self.control.pool, state.gen, state.seq, self.settings.pg_row_blocks
 
         def batches() -> Iterator[pa.RecordBatch]:
             codec = JsonCodec(state.user_schema)
             try:
-                for batch in read_ranges(pool, ds.dataset_id, gen, codec.reader(decode_to, blocks=use_blocks)):
+                for batch in read_ranges(pool, ds.dataset_id, gen, codec.reader(decode_to, blocks=use_blocks), seq=seq):
                     if expr is not None:
                         for b in pa.Table.from_batches([batch]).filter(expr).select(wanted.names).to_batches():
                             yield conform(b, wanted)
@@ -332,16 +336,33 @@ class PgSink(Sink):
 
         return pa.RecordBatchReader.from_batches(wanted, batches())
 
+    def read(self, ds: DatasetRecord, *, columns: list[str] | None, row_filter: str | None, as_of: AsOf) -> pa.Table:
+        """The current version; a commit between planning the read and its snapshot
+        (``DatasetChangedError``) is answered by reading again, as a read begun a moment later would."""
+        for attempt in range(_READ_ATTEMPTS):
+            try:
+                return self.scan(ds, columns=columns, row_filter=row_filter, as_of=as_of).read_all()
+            except DatasetChangedError:
+                if attempt + 1 == _READ_ATTEMPTS or as_of is not None:  # a named version cannot be read again
+                    raise
+        raise AssertionError("unreachable")
+
     def arrow_source(self, ds: DatasetRecord, partition: Any = None, snapshot_id: int | None = None) -> Any:
         """A re-scannable pyarrow dataset for DuckDB: the current version spilled once to an Arrow
         IPC file under ``<home>/tmp/pg_cache`` (bounded memory, column projection), reused until
-        the dataset changes."""
-        state = self._existing(ds)
+        the dataset changes (a commit during the spill: spilled again, see ``read``)."""
         folder = self.settings.home / "tmp" / "pg_cache"
         folder.mkdir(parents=True, exist_ok=True)
-        path = folder / f"{ds.dataset_id}-{state.seq}.arrow"
-        if not path.exists():
-            self._spill(ds, state, folder, path)
+        for attempt in range(_READ_ATTEMPTS):
+            state = self._existing(ds)
+            path = folder / f"{ds.dataset_id}-{state.seq}.arrow"
+            try:
+                if not path.exists():
+                    self._spill(ds, state, folder, path)
+                break
+            except DatasetChangedError:
+                if attempt + 1 == _READ_ATTEMPTS:
+                    raise
         return pads.dataset(str(path), format="ipc")
 
     def _spill(self, ds: DatasetRecord, state: PgCommit, folder: Path, path: Path) -> None:
