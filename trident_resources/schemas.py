@@ -78,6 +78,8 @@ def _hint(t: pa.DataType) -> str:
         return f"{t}: Iceberg has no interval type; store its months/days/nanoseconds as int columns, or as a string"
     if pa.types.is_decimal(t) and t.precision > 38:
         return f"{t}: Iceberg decimals have at most 38 digits; cast to decimal128(38, {t.scale}) if the values fit, or to string"
+    if pa.types.is_decimal(t) and t.scale < 0:
+        return f"{t}: Parquet (and so Iceberg) has no negative decimal scale; cast to decimal128({t.precision - t.scale}, 0)"
     for child in _nested(t):
         hint = _hint(child)
         if hint:
@@ -95,11 +97,17 @@ def _nested(t: pa.DataType) -> list[pa.DataType]:
     return []
 
 
+def _negative_scale(t: pa.DataType) -> bool:
+    return (pa.types.is_decimal(t) and t.scale < 0) or any(_negative_scale(c) for c in _nested(t))
+
+
 def _unsupported(schema: pa.Schema, exc: Exception) -> SchemaMismatchError:
     """A SchemaMismatchError naming each top-level column whose type Iceberg cannot store."""
     bad = []
     for f in schema:
         try:
+            if _negative_scale(f.type):
+                raise ValueError("negative decimal scale")
             arrow_to_iceberg_without_ids(pa.schema([f]))
         except Exception:
             bad.append(f"column {f.name!r} has type {_hint(f.type) or f'{f.type}: cast it to a type Iceberg supports'}")
@@ -110,6 +118,10 @@ def _unsupported(schema: pa.Schema, exc: Exception) -> SchemaMismatchError:
 def to_iceberg(schema: pa.Schema) -> Schema:
     """Iceberg schema (fresh ids, every column optional) for an Arrow schema."""
     pre = pa.schema([pa.field(f.name, _pre_normalise(f.type), nullable=True) for f in schema])
+    if any(_negative_scale(f.type) for f in pre):
+        # pyiceberg accepts decimal(5, -2), then the Parquet writer refuses it mid-write (an
+        # OSError named as storage being unavailable) and the pg sink's DuckDB fails on it
+        raise _unsupported(pre, ValueError("negative decimal scale"))
     try:
         converted = arrow_to_iceberg_without_ids(pre)
     except UnsupportedPyArrowTypeException as exc:

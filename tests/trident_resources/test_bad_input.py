@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import decimal
 from pathlib import Path
 
 import pyarrow as pa
@@ -163,3 +164,17 @@ def test_a_merge_past_its_memory_limit_is_a_named_error_and_loses_nothing(triden
         assert t.read("bad/oom").num_rows == n
     finally:
         t.close()
+
+
+@pytest.mark.parametrize("sink", ["iceberg_native", "pg"])
+def test_a_negative_decimal_scale_is_a_schema_mismatch_on_both_sinks(trident: Trident, sink: str) -> None:
+    """Prober 3: decimal128(5, -2) passed schema planning (pyiceberg accepts it); then the Parquet
+    writer refused it mid-write as StorageUnavailableError ('storage unavailable') and the pg
+    sink's DuckDB as WriteFailedError (an internal cast error). It is a type no sink can store."""
+    t = trident
+    t.router.set_pin("bad/negscale", sink)
+    t.write("bad/negscale", table(k=[1]))
+    data = pa.table({"k": [2], "d": pa.array([decimal.Decimal(12300)], pa.decimal128(5, -2))})
+    with pytest.raises(SchemaMismatchError, match=r"negative decimal scale.*decimal128\(7, 0\)"):
+        t.write("bad/negscale", data, mode="append")
+    _unchanged(t, "bad/negscale", [{"k": 1}], txns=1)
