@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
 
-from . import adoption, dataset_maintenance, range_locks, reading, validate, versions, write_records
+from . import adoption, dataset_maintenance, door, range_locks, reading, validate, versions, write_records
 from . import queries as q
 from .control_plane import ControlPlane, DatasetRecord, LedgerEntry
 from .embedded_pg import ensure_embedded_postgres
@@ -654,3 +654,6 @@ class Trident:
 
 def _keys(keys: Iterable[str] | str | None) -> tuple[str, ...]:
     return validate.write_keys(keys)
+
+
+door.name_control_plane_faults(Trident)  # a control plane lost after opening: ControlPlaneUnavailableError (door.py)

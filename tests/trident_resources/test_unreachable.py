@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
+import pyarrow as pa
 import pytest
 
 from tests.conftest import make_settings
@@ -82,3 +83,39 @@ def test_other_control_plane_faults_are_named_at_once_with_their_reason(trident_
     with pytest.raises(ControlPlaneUnavailableError, match="does not exist" if what == "no_database" else "refused"):
         Trident(make_settings(trident_home, dsn))
     assert time.monotonic() - started < 10
+
+
+def test_a_control_plane_lost_after_opening_is_a_named_error_at_every_door(trident: Trident) -> None:
+    """Prober 3: with the control-plane connections dropped after the Trident opened (a Postgres
+    restart, a network cut), ``dataset_record``, ``exists``, ``describe``, ``history``,
+    ``datasets``, ``sql`` and the eager half of ``read`` raised psycopg's own OperationalError
+    (then psycopg_pool.PoolTimeout once the pool's wait ran out). Each is now a
+    ControlPlaneUnavailableError with psycopg's error chained, and the Trident reconnects."""
+    from tests.support.tcp_proxy import TcpProxy
+
+    assert trident.settings.pg_dsn is not None
+    real = trident.settings.pg_dsn.get_secret_value()
+    host, port = real.split("@", 1)[1].split("/", 1)[0].rsplit(":", 1)
+    with TcpProxy(host, int(port)) as proxy:
+        dsn = real.replace(f"{host}:{port}", f"127.0.0.1:{proxy.port}")
+        with Trident(make_settings(trident.settings.home, dsn, workspace=trident.settings.workspace)) as t:
+            t.router.set_pin("cp/pg", "pg")
+            t.write("cp/pg", pa.table({"k": [1]}))
+            doors = {
+                "dataset_record": lambda: t.dataset_record("cp/pg"),
+                "exists": lambda: t.exists("cp/pg"),
+                "describe": lambda: t.describe("cp/pg"),
+                "history": lambda: t.history("cp/pg"),
+                "datasets": t.datasets,
+                "read": lambda: t.read("cp/pg"),
+                "sql": lambda: t.sql('select count(*) from "cp/pg"'),
+            }
+            t.control.pool.timeout = 1  # the pool's wait for a connection (30 s) shortened
+            proxy.down()  # pooled connections reset, new ones refused
+            for name, call in doors.items():
+                with pytest.raises(ControlPlaneUnavailableError) as info:
+                    call()
+                assert isinstance(info.value.__cause__, psycopg.Error), name
+            proxy.up()
+            t.control.pool.timeout = 30
+            assert t.read("cp/pg").column("k").to_pylist() == [1]
