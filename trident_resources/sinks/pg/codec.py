@@ -39,7 +39,7 @@ def _is_binary(t: pa.DataType) -> bool:
 
 
 def _floats_as_json(expr: str, t: pa.DataType, depth: int = 0) -> str | None:
-    """``expr`` with every float in it (top level, or inside lists and structs) as a JSON value
+    """``expr`` with every float in it (top level, or inside lists, structs and map values) as a JSON value
     jsonb keeps exactly; None when ``t`` holds no float. NaN, infinities and -0.0 become strings
     (JSON has no such numbers, and a jsonb number is a numeric, which has no negative zero): a
     nested NaN made the whole row invalid JSON and the write was refused. Reads accept both
@@ -61,7 +61,14 @@ def _floats_as_json(expr: str, t: pa.DataType, depth: int = 0) -> str | None:
             f"{quote(name)} := {m if m is not None else f'struct_extract({expr}, {_sql_literal(name)})'}" for name, m in members
         )
         return f"CASE WHEN {expr} IS NULL THEN NULL ELSE struct_pack({fields}) END"
-    return None  # maps and the rest: as they are
+    if pa.types.is_map(t):  # values only: a map's JSON is an object, its keys are member names
+        e = f"e{depth}"
+        inner = _floats_as_json(f"{e}.value", t.item_type, depth + 1)
+        if inner is None:
+            return None
+        entries = f"list_transform(map_entries({expr}), lambda {e}: struct_pack(key := {e}.key, value := {inner}))"
+        return f"CASE WHEN {expr} IS NULL THEN NULL ELSE map_from_entries({entries}) END"
+    return None  # the rest: as they are
 
 
 class JsonCodec:
