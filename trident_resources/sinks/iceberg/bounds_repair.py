@@ -91,13 +91,14 @@ def checked_through(table: Table) -> int:
 def _descends_from(table: Table, snapshot_id: int) -> bool:
     """Whether the current snapshot is ``snapshot_id`` or has it as an ancestor (an expired link
     of the chain counts as no: then the mark cannot be vouched for)."""
+    by_id = {s.snapshot_id: s for s in table.snapshots()}  # one pass (snapshot_by_id scans the list each time)
     snap = table.current_snapshot()
     seen: set[int] = set()
     while snap is not None and snap.snapshot_id not in seen:
         if snap.snapshot_id == snapshot_id:
             return True
         seen.add(snap.snapshot_id)
-        snap = None if snap.parent_snapshot_id is None else table.snapshot_by_id(snap.parent_snapshot_id)
+        snap = None if snap.parent_snapshot_id is None else by_id.get(snap.parent_snapshot_id)
     return False
 
 
