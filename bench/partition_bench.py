@@ -314,9 +314,7 @@ def engine_lines(args: argparse.Namespace, a: dict[str, Any], path: Path) -> lis
         part = run(args, f"{engine}_part", ws, src)
         one = run(args, f"{engine}_one", ws, src)
         vs_a = (
-            f"{a['wall_s'] / part['wall_s']:8.2f} {a['cpu_s'] / part['cpu_s']:5.2f}"
-            if sf == args.sf
-            else f"{'(other sf)':>14s}"
+            f"{a['wall_s'] / part['wall_s']:8.2f} {a['cpu_s'] / part['cpu_s']:5.2f}" if sf == args.sf else f"{'(other sf)':>14s}"
         )
         lines.append(
             f"  {engine:8s} {sf:4g} {part['wall_s']:9.2f} {part['cpu_s']:6.1f} {part['peak_rss_mib']:6.0f} {part['files']:6d} |"
