@@ -9,14 +9,15 @@ bucketed, a radix partition in two linear passes:
    seen) and its slices appended to the buckets' Arrow IPC spill files on local disk
    (uncompressed: a copy into the page cache);
 2. each bucket is read back memory-mapped, its rows grouped by partition (a stable sort of small
-   integer codes, then one ``take``) and handed on in batches.
+   integer codes, then one ``take``) and handed on in batches; the next bucket is grouped on a
+   helper thread meanwhile.
 
 A full sort of the rows (DuckDB's ``ORDER BY``, what this replaces) compares and moves whole rows
 through DuckDB's format and back: about three times slower on TPC-H SF1 ``lineitem`` by
 ``l_shipdate``, and it held up to its memory limit (1 GB by default) meanwhile.
 
 Memory: one input batch (twice: reordered) being spilled and the next one being read in pass 1;
-one bucket (twice: sorted) in pass 2. A
+in pass 2 one bucket being handed on (grouped) and the next one (twice: sorted) being grouped. A
 bucket over ``bucket_bytes`` is bucketed again (its partitions spread over new buckets) rather
 than loaded, unless it holds a single partition, which needs no grouping and is streamed as is.
 """
@@ -121,30 +122,51 @@ class _Buckets:
     def run(self, source: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         self._dir.mkdir(parents=True, exist_ok=True)
         self._spill_all(source)
-        for b in range(BUCKETS):
-            path = self._path(b)
-            if not path.exists():
-                continue
+        buckets = [b for b in range(BUCKETS) if self._path(b).exists()]
+        # Pass 2 groups the NEXT bucket on a helper thread while the consumer (stamping, splitting
+        # into files, feeding the Parquet writers) works through this one: the grouping (read
+        # back, key codes, a sort of small integers, one ``take``) runs in C++ and numpy without
+        # the GIL, and on the consumer's thread it held up the writers every bucket. One bucket
+        # more is held (grouped) meanwhile.
+        ahead: dict[int, Future[pa.Table]] = {}
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="trident-cluster") as helper:
             try:
-                yield from self._drain(b, path)
+                for i, b in enumerate(buckets):
+                    nxt = buckets[i + 1] if i + 1 < len(buckets) else None
+                    if nxt is not None and self._groupable(nxt):
+                        ahead[nxt] = helper.submit(self._group, nxt)
+                    try:
+                        grouped = ahead.pop(b, None)
+                        if grouped is not None:
+                            yield from grouped.result().to_batches(max_chunksize=OUT_ROWS)
+                        else:
+                            yield from self._drain(b, self._path(b))
+                    finally:
+                        self._path(b).unlink(missing_ok=True)
             finally:
-                path.unlink(missing_ok=True)
+                for f in ahead.values():
+                    f.cancel()
+                wait(ahead.values())  # the helper is done with the spill files before they go
 
     # -- pass 1 -------------------------------------------------------------------------------
     def _spill_all(self, source: Iterable[pa.RecordBatch]) -> None:
-        """Spill every batch of ``source``, each on one helper thread while this one reads the
-        next: reading (Parquet decoding, an upstream computation) and spilling (a ``take`` and
-        a copy into the page cache) both run in C++ without the GIL, so pass 1, during which
-        nothing else of a write can run yet, uses two cores instead of one. One thread spills,
-        in input order, so each partition's rows stay in input order; one batch more is held."""
+        """Spill every batch of ``source``: this thread reads it and cuts it into its buckets'
+        slices (key codes, a sort of small integers, one ``take``) while a helper thread appends
+        the previous batch's slices to the spill files. Reading (Parquet decoding, an upstream
+        computation), the ``take`` and the appends (a copy into the page cache) all run in C++
+        without the GIL, so pass 1, during which nothing else of a write can run yet, uses two
+        cores instead of one. (The helper did the cutting too, and then it was the bottleneck:
+        the reading thread mostly waited for it.) One thread appends, in input order, so each
+        partition's rows stay in input order; one batch more is held."""
         pending: deque[Future[None]] = deque()
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="trident-cluster") as spiller:
             try:
                 for batch in source:
                     if batch.num_rows:
+                        pieces = self._cut(batch)
                         while len(pending) >= _SPILL_AHEAD:
                             pending.popleft().result()
-                        pending.append(spiller.submit(self._spill, batch))
+                        pending.append(spiller.submit(self._append_all, pieces))
                 while pending:
                     pending.popleft().result()
             finally:
@@ -153,23 +175,28 @@ class _Buckets:
                 wait(pending)  # the spiller is done with the writers before they are closed
                 self._close_writers()
 
-    def _spill(self, batch: pa.RecordBatch) -> None:
+    def _cut(self, batch: pa.RecordBatch) -> list[tuple[int, pa.RecordBatch]]:
+        """``batch`` as (bucket, slice) pairs, each bucket's rows in input order."""
         row_code, present = codes(self._keys(batch))
         bucket_of = self._bucket_of
         per_code = np.fromiter(
             (bucket_of.setdefault(k, len(bucket_of) % BUCKETS) for k in present), dtype=np.int64, count=len(present)
         )
         if len(set(per_code.tolist())) == 1:  # the whole batch falls into one bucket
-            self._append(int(per_code[0]), batch)
-            return
+            return [(int(per_code[0]), batch)]
         row_bucket = per_code[row_code].astype(np.uint8)  # BUCKETS <= 256: numpy radix-sorts it
         order = np.argsort(row_bucket, kind="stable")
         ordered = batch.take(pa.array(order))
         bounds = np.concatenate([[0], np.cumsum(np.bincount(row_bucket, minlength=BUCKETS))])
-        for b in range(BUCKETS):
-            lo, hi = int(bounds[b]), int(bounds[b + 1])
-            if hi > lo:
-                self._append(b, ordered.slice(lo, hi - lo))
+        return [
+            (b, ordered.slice(int(bounds[b]), int(bounds[b + 1] - bounds[b])))
+            for b in range(BUCKETS)
+            if bounds[b + 1] > bounds[b]
+        ]
+
+    def _append_all(self, pieces: list[tuple[int, pa.RecordBatch]]) -> None:
+        for bucket, piece in pieces:
+            self._append(bucket, piece)
 
     def _append(self, bucket: int, batch: pa.RecordBatch) -> None:
         writer = self._writers[bucket]
@@ -190,28 +217,38 @@ class _Buckets:
         return self._dir / f"b{bucket:03d}.arrow"
 
     # -- pass 2 -------------------------------------------------------------------------------
+    def _partitions(self, bucket: int) -> int:
+        return sum(1 for b in self._bucket_of.values() if b == bucket)
+
+    def _groupable(self, bucket: int) -> bool:
+        """Whether the bucket is grouped whole in memory (several partitions, small enough);
+        otherwise it is streamed as it is (one partition) or bucketed again (too large)."""
+        if self._partitions(bucket) == 1:
+            return False
+        return os.path.getsize(self._path(bucket)) <= self._bucket_bytes or self._depth >= _MAX_DEPTH
+
     def _drain(self, bucket: int, path: Path) -> Iterator[pa.RecordBatch]:
-        partitions = sum(1 for b in self._bucket_of.values() if b == bucket)
+        if self._groupable(bucket):
+            yield from self._group(bucket).to_batches(max_chunksize=OUT_ROWS)
+            return
         with pa.memory_map(str(path)) as src:
             stream = ipc.open_stream(src)
-            if partitions == 1:  # one partition: already contiguous, streamed as it is
+            if self._partitions(bucket) == 1:  # one partition: already contiguous, streamed as it is
                 yield from stream
                 return
-            if os.path.getsize(path) > self._bucket_bytes and self._depth < _MAX_DEPTH:
-                deeper = _Buckets(
-                    self._schema, self._keys, self._dir / f"b{bucket:03d}", self._bucket_bytes, depth=self._depth + 1
-                )
-                yield from deeper.run(stream)
-                return
-            table = stream.read_all()
-        if table.num_rows == 0:
-            return
-        row_code, present = codes([a.combine_chunks() for a in self._keys_of(table)])
-        if len(present) <= 1 << 16:
-            row_code = row_code.astype(np.uint16)  # radix-sorted (numpy does for 16 bits and less)
-        grouped = table.take(pa.array(np.argsort(row_code, kind="stable")))
-        del table
-        yield from grouped.to_batches(max_chunksize=OUT_ROWS)
+            deeper = _Buckets(self._schema, self._keys, self._dir / f"b{bucket:03d}", self._bucket_bytes, depth=self._depth + 1)
+            yield from deeper.run(stream)
+
+    def _group(self, bucket: int) -> pa.Table:
+        """The bucket's rows, each partition's together (in input order within it)."""
+        with pa.memory_map(str(self._path(bucket))) as src:
+            table = ipc.open_stream(src).read_all()
+            if table.num_rows == 0:
+                return table
+            row_code, present = codes([a.combine_chunks() for a in self._keys_of(table)])
+            if len(present) <= 1 << 16:
+                row_code = row_code.astype(np.uint16)  # radix-sorted (numpy does for 16 bits and less)
+            return table.take(pa.array(np.argsort(row_code, kind="stable")))  # a copy: the map can close
 
     def _keys_of(self, table: pa.Table) -> list[pa.ChunkedArray]:
         """The key arrays of a whole bucket (computed batch by batch, as in pass 1)."""

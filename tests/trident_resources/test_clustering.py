@@ -4,7 +4,9 @@ spill files are gone afterwards, whatever the shape of the input."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import gc
+import threading
+from collections.abc import Iterator, Sequence
 from datetime import date, timedelta
 from pathlib import Path
 
@@ -88,3 +90,52 @@ def test_an_empty_input(tmp_path: Path) -> None:
     src = pa.table({"i": pa.array([], pa.int64()), "d": pa.array([], pa.date32())})
     bound = PartitionFilter.time_window("d", date(2024, 1, 1), date(2024, 1, 2), "day").bind(src.schema)
     assert cluster(_reader(src, 10), bound.key_arrays, tmp_path / "spill").read_all().num_rows == 0
+
+
+def _shuffled_days(n: int = 20_000, days: int = 400) -> pa.Table:
+    rng = np.random.default_rng(11)
+    day = rng.integers(0, days, n)
+    return pa.table({"i": np.arange(n), "d": [date(2024, 1, 1) + timedelta(days=int(x)) for x in day]})
+
+
+def test_both_passes_keep_two_threads_busy(tmp_path: Path) -> None:
+    """Pass 1 cuts each batch into its buckets on the thread that reads the input (the helper
+    only appends to the spill files: when it also cut, it was the bottleneck and the reader
+    waited), and pass 2 groups the next bucket on the helper while the consumer takes this one
+    (on the consumer's thread the grouping held up the Parquet writers every bucket)."""
+    src = _shuffled_days()
+    bound = PartitionFilter.time_window("d", date(2024, 1, 1), date(2025, 3, 1), "day").bind(src.schema)
+    exhausted = [False]
+    calls: list[tuple[str, bool]] = []  # (thread, after the input was read to the end)
+
+    def source() -> Iterator[pa.RecordBatch]:
+        yield from src.to_batches(max_chunksize=1000)
+        exhausted[0] = True
+
+    def keys(batch: pa.RecordBatch) -> Sequence[pa.Array]:
+        calls.append((threading.current_thread().name, exhausted[0]))
+        return bound.key_arrays(batch)
+
+    reader = cluster(pa.RecordBatchReader.from_batches(src.schema, source()), keys, tmp_path / "spill")
+    out = reader.read_all()
+    _assert_clustered(out, src, ["d"])
+    me = threading.current_thread().name
+    pass_one = {t for t, after in calls if not after}
+    pass_two = [t for t, after in calls if after]
+    assert pass_one == {me}
+    assert sum(t.startswith("trident-cluster") for t in pass_two) >= len(pass_two) // 2, pass_two
+
+
+def test_a_consumer_that_stops_early_leaves_no_spill_files(tmp_path: Path) -> None:
+    """Dropping the reader mid-way closes its generator: the bucket being grouped ahead is waited
+    for, then the spill files are removed."""
+    src = _shuffled_days()
+    bound = PartitionFilter.time_window("d", date(2024, 1, 1), date(2025, 3, 1), "day").bind(src.schema)
+    spill = tmp_path / "spill"
+    reader = cluster(_reader(src, 1000), bound.key_arrays, spill)
+    first = reader.read_next_batch()
+    assert first.num_rows > 0 and spill.exists()
+    reader.close()
+    del reader, first
+    gc.collect()
+    assert not spill.exists()
