@@ -20,6 +20,7 @@ from .filters import arrow_filter, check_key_columns
 from .identity import IDENTITY_COLUMNS, ROW_ID, ROW_INDEX, stamp
 from .merge import FILE_COLUMN, KeyedMerge
 from .partitions import PartitionFilter
+from .prefetch import prefetched
 from .schemas import conform, plan_schema, user_fields, with_identity
 from .settings import TridentSettings
 from .sinks.base import Sink, SinkWrite, StoredVersion, WriteCounts, WriteRequest
@@ -56,7 +57,9 @@ class WritePlanner:
         top = [-1]  # highest carried __row_index of an identity-preserving copy
         reader = req.reader if part is None else self._clustered(req.reader, part, req)
         clustered = reader is not req.reader
-        batches = _coalesced(reader, max_bytes=self.settings.row_group_bytes)
+        # pulled on a helper thread (prefetch.py): the source keeps producing while the writer
+        # waits for an encoder lane, instead of the two taking turns
+        batches = prefetched(_coalesced(reader, max_bytes=self.settings.row_group_bytes))
 
         def rows(target: pa.Schema) -> Iterator[pa.RecordBatch]:
             seq = 0
