@@ -20,7 +20,7 @@ from ...filters import arrow_filter, check_columns
 from ...partitions import BoundPartition
 from ...pyiceberg_compat import sql_catalog_metadata_location
 from ...schemas import conform
-from ..base import AsOf, ScanPath, ScanPlan
+from ..base import AsOf, ScanPath, ScanPlan, VersionStats
 from .snapshots import _strip, published_iceberg_schema, published_schema
 
 if TYPE_CHECKING:
@@ -191,6 +191,27 @@ def scan_plan(sink: IcebergSink, ds: DatasetRecord, snapshot_id: int | None = No
         files=files,
         field_ids=tuple(f.field_id for f in iceberg_schema.fields),
     )
+
+
+def version_stats(sink: IcebergSink, ds: DatasetRecord, snapshot_id: int | None = None) -> VersionStats | None:
+    """Row count and null counts of a snapshot from its data files' records (the statistics the
+    write computed from the Parquet footers it wrote). The trident never writes delete files, so
+    the files' record counts sum to the version's rows. A column's null count is given only when
+    every file records one for its field id (see ``VersionStats``); NaN is not NULL here, as in SQL."""
+    table = table_to_read(sink, ds)
+    snap = table.current_snapshot() if snapshot_id is None else table.snapshot_by_id(snapshot_id)
+    if snap is None:
+        return None
+    schema = published_iceberg_schema(table) if snapshot_id is None else _snapshot_iceberg_schema(table, snapshot_id)
+    files = sink.data_files(table, snapshot_id=snap.snapshot_id)
+    nulls: dict[str, int] = {}
+    for field in schema.fields:
+        if not field.field_type.is_primitive:
+            continue  # Iceberg records null counts of leaf fields only
+        counts = [(f.null_value_counts or {}).get(field.field_id) for f in files]
+        if all(c is not None for c in counts):
+            nulls[field.name] = sum(c for c in counts if c is not None)
+    return VersionStats(rows=sum(f.record_count for f in files), null_counts=nulls)
 
 
 def table_to_read(sink: IcebergSink, ds: DatasetRecord) -> Table:

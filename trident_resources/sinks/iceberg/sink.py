@@ -63,6 +63,7 @@ from ..base import (
     Sink,
     SinkWrite,
     StoredVersion,
+    VersionStats,
     WriteCounts,
     WriteRequest,
 )
@@ -750,6 +751,10 @@ class IcebergSink(Sink):
     def scan_plan(self, ds: DatasetRecord, snapshot_id: int | None = None) -> ScanPlan:
         """A snapshot's exact data files, schema and field ids (see ``scans.scan_plan``)."""
         return scans.scan_plan(self, ds, snapshot_id)
+
+    def version_stats(self, ds: DatasetRecord, snapshot_id: int | None = None) -> VersionStats | None:
+        """A snapshot's row and null counts from its data files' records (see ``scans.version_stats``)."""
+        return scans.version_stats(self, ds, snapshot_id)
 
     def compact(self, ds: DatasetRecord) -> Maintenance:
         """Small data files, and files whose bounds lose rows (``bounds_repair.py``), rewritten
