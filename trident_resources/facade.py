@@ -273,7 +273,9 @@ class Trident:
             sink = self._sink(ds.sink)
             row_filter = self._with_partition(sink, ds, row_filter, partition)
             snapshot = entry.snapshot_id
-            return reading.guarded(key, lambda: sink.scan(ds, columns=columns, row_filter=row_filter, as_of=snapshot))
+            if snapshot is None:  # (as before: no snapshot to name)
+                return reading.guarded(key, lambda: sink.scan(ds, columns=columns, row_filter=row_filter, as_of=None))
+            return reading.guarded(key, lambda: sink.scan_staged(ds, snapshot, columns=columns, row_filter=row_filter))
         ds = self._record(key)
         sink = self._sink(ds.sink)
         row_filter = self._with_partition(sink, ds, row_filter, partition)

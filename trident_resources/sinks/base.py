@@ -269,6 +269,12 @@ class Sink(ABC):
     def scan(self, ds: DatasetRecord, *, columns: list[str] | None, row_filter: str | None, as_of: AsOf) -> pa.RecordBatchReader:
         """Stream the dataset's rows (bounded memory)."""
 
+    def scan_staged(
+        self, ds: DatasetRecord, snapshot_id: int, *, columns: list[str] | None, row_filter: str | None
+    ) -> pa.RecordBatchReader:
+        """Stream a staged (unpublished) version; by default as a past version (``as_of``)."""
+        return self.scan(ds, columns=columns, row_filter=row_filter, as_of=snapshot_id)
+
     @abstractmethod
     def arrow_source(self, ds: DatasetRecord, partition: Any = None, snapshot_id: int | None = None) -> Any:
         """Something DuckDB can scan repeatedly with projection pushdown (SQL over datasets)."""

@@ -107,6 +107,26 @@ def read(sink: IcebergSink, ds: DatasetRecord, *, columns: list[str] | None, row
     return dataset.to_table(columns=columns or schema.names, filter=expr, use_threads=True)
 
 
+def scan_staged(
+    sink: IcebergSink, ds: DatasetRecord, snapshot_id: int, *, columns: list[str] | None, row_filter: str | None
+) -> pa.RecordBatchReader:
+    """A staged snapshot streamed like the current version: its own schema, its data files (pruned
+    by the filter), pyarrow's bounded scanner, columns matched by name as ``arrow_source`` (the
+    SQL of a staged version over Arrow) matches them. That is exact here: a staged version is a
+    child of the table as it is, and the trident never renames a column nor keeps an older file
+    through a change of a column's type or id (a replace rewrites every file). pyiceberg's
+    time-travel reader (``_scan_past``) read it before at about twice the CPU, and
+    write-audit-publish checks stream every staged version (issue 12)."""
+    table = sink._existing_table(ds)
+    if table.snapshot_by_id(snapshot_id) is None:
+        raise InvalidReadError(f"the dataset has no snapshot {snapshot_id} any more (expired by `trident maintain`)")
+    schema = _snapshot_schema(table, snapshot_id)
+    check_columns(columns, schema)
+    expr = arrow_filter(schema, row_filter) if row_filter else None
+    files = [f.file_path for f in sink.data_files(table, snapshot_id=snapshot_id, row_filter=row_filter or None)]
+    return _scan(sink.file_dataset(table, files, schema), columns or schema.names, expr)
+
+
 def _scan_past(table: Table, snapshot_id: int, columns: list[str] | None, row_filter: str | None) -> pa.RecordBatchReader:
     if table.snapshot_by_id(snapshot_id) is None:
         raise InvalidReadError(f"the dataset has no snapshot {snapshot_id} any more (expired by `trident maintain`)")

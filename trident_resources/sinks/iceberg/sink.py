@@ -737,6 +737,12 @@ class IcebergSink(Sink):
         """Stream rows with bounded memory (see ``scans.scan``)."""
         return scans.scan(self, ds, columns=columns, row_filter=row_filter, as_of=as_of)
 
+    def scan_staged(
+        self, ds: DatasetRecord, snapshot_id: int, *, columns: list[str] | None, row_filter: str | None
+    ) -> pa.RecordBatchReader:
+        """A staged snapshot streamed like the current version (see ``scans.scan_staged``)."""
+        return scans.scan_staged(self, ds, snapshot_id, columns=columns, row_filter=row_filter)
+
     def read(self, ds: DatasetRecord, *, columns: list[str] | None, row_filter: str | None, as_of: AsOf) -> pa.Table:
         """The whole result at once, files read in parallel (see ``scans.read``)."""
         return scans.read(self, ds, columns=columns, row_filter=row_filter, as_of=as_of)
