@@ -77,13 +77,19 @@ class WritePlanner:
                     bound.check(out, req.dataset.key)
                 yield out
 
-        with version.begin(req, user_schema, replace=replace) as w:
-            n = w.put(rows(w.arrow_schema), clustered=clustered)
-            if req.preserve_identity or req.reserve_rows is not None:
-                next_index = max(req.dataset.next_row_index, top[0] + 1)
-            else:
-                next_index = first + n
-            return self._commit(w, WriteCounts(rows_written=n, next_row_index=next_index))
+        try:
+            with version.begin(req, user_schema, replace=replace) as w:
+                n = w.put(rows(w.arrow_schema), clustered=clustered)
+                if req.preserve_identity or req.reserve_rows is not None:
+                    next_index = max(req.dataset.next_row_index, top[0] + 1)
+                else:
+                    next_index = first + n
+                return self._commit(w, WriteCounts(rows_written=n, next_row_index=next_index))
+        finally:
+            # a failed write stops and joins the helper NOW: the input's owner (a node's DuckDB
+            # session) closes its source when the write returns, while the exception still
+            # holds this frame (and so the generator) alive
+            batches.close()
 
     def _clustered(self, reader: pa.RecordBatchReader, part: PartitionFilter, req: WriteRequest) -> pa.RecordBatchReader:
         """The input with each partition's rows together when it may span more partitions than the

@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -29,8 +29,9 @@ _DONE = object()
 _POLL_SECONDS = 0.05  # how often a helper blocked on a full queue checks whether to stop
 
 
-def prefetched(items: Iterable[T], depth: int = 2, *, name: str = "trident-input") -> Iterator[T]:
-    """Iterate ``items`` on a helper thread, at most ``depth`` items ahead of the caller."""
+def prefetched(items: Iterable[T], depth: int = 2, *, name: str = "trident-input") -> Generator[T, None, None]:
+    """Iterate ``items`` on a helper thread, at most ``depth`` items ahead of the caller. Close the
+    generator (``close()``) to stop early: that stops and joins the helper and closes ``items``."""
     q: queue.Queue[tuple[Any, BaseException | None]] = queue.Queue(maxsize=max(1, depth))
     stop = threading.Event()
     source = iter(items)

@@ -113,3 +113,27 @@ def test_an_input_failing_mid_write_aborts_it_and_leaves_the_dataset_as_it_was(t
     assert t.read("pf/kept", columns=["k"]).column("k").to_pylist() == [1, 2, 3]
     assert [e.status for e in t.history("pf/kept")] == ["aborted", "committed"]
     assert not _helpers_alive()
+
+
+def test_a_write_failing_on_the_writer_side_stops_its_input_before_it_returns(trident: Trident) -> None:
+    """The input's owner (a node's DuckDB session) closes its source as soon as the write
+    returns, even with the exception still alive: the helper must be stopped and joined by then,
+    not when the failed write's frames are collected."""
+    from trident_resources.failpoints import InjectedFault, armed
+
+    t = trident
+    pulled = [0]
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        for i in range(1_000):
+            pulled[0] += 1
+            yield pa.record_batch({"k": list(range(i * 100_000, (i + 1) * 100_000))})
+
+    schema = pa.schema([("k", pa.int64())])
+    with armed("write.file_flushed"), pytest.raises((TridentError, InjectedFault)) as info:
+        t.write("pf/writer_fails", pa.RecordBatchReader.from_batches(schema, batches()))
+        # checked while the exception (and its frames) are still alive
+    assert info.value is not None
+    assert not _helpers_alive()  # nothing reads the input any more
+    assert pulled[0] < 1_000  # it stopped early, at the failure
+    assert not t.exists("pf/writer_fails") or t.history("pf/writer_fails")[0].status == "aborted"
