@@ -18,6 +18,8 @@ from trident_resources import Trident, TridentError
 from trident_resources.dagster import TridentResource
 from trident_resources.dagster.gate import staged_in_run
 
+from .key_bitmap import no_repeated_key
+
 
 @dataclass(frozen=True)
 class Expectation:
@@ -33,6 +35,14 @@ class Expectation:
     # A cheaper query that returns 0 only when ``sql`` would (a necessary condition for a
     # violation is checked first); ``sql`` runs only when the screen finds a candidate.
     screen: str | None = None
+    # Key columns whose values, when they are integers over a small enough range, one bitmap pass
+    # may prove never repeat (``key_bitmap``: ``sql`` then returns 0 without running); when it
+    # cannot, ``screen`` and ``sql`` run as usual, so the result is always the exact query's.
+    unique_keys: tuple[str, ...] = ()
+    # Answered from the version's data file statistics when they have it (``Trident.version_stats``,
+    # no scan): the row count (``bounds``), or the null counts of these columns (``not_null``).
+    # Without them (the pg sink, a file without a column's count) ``sql`` runs as before.
+    null_columns: tuple[str, ...] = ()
 
     def evaluate(self, t: Trident, key: str, staged: uuid.UUID | None = None) -> tuple[bool, int, dict[str, Any]]:
         """(passed, observed number, metadata) against the dataset's current rows, or against
@@ -40,10 +50,12 @@ class Expectation:
         if staged is None and not t.exists(key):
             return False, -1, {"error": f"dataset {key!r} does not exist yet: materialize it first"}
         try:
-            value = -1
-            if self.screen is not None:
-                value = _count(t, self.screen, key, staged)
-            if value != 0:
+            value = self._from_stats(t, key, staged)
+            if value is None and self.unique_keys and no_repeated_key(t, key, self.unique_keys, staged):
+                value = 0
+            if value is None and self.screen is not None and _count(t, self.screen, key, staged) == 0:
+                value = 0
+            if value is None:
                 value = _count(t, self.sql, key, staged)
         except (TridentError, duckdb.Error) as exc:
             return False, -1, {"error": f"{type(exc).__name__}: {exc}"}
@@ -52,6 +64,24 @@ class Expectation:
             passed = (lo is None or value >= lo) and (hi is None or value <= hi)
             return passed, value, {"row_count": value, "min": lo, "max": hi}
         return value == 0, value, {"violations": value}
+
+    def _from_stats(self, t: Trident, key: str, staged: uuid.UUID | None) -> int | None:
+        """What ``sql`` would count, when the data files' statistics say it exactly; else None."""
+        if self.bounds is None and not self.null_columns:
+            return None
+        stats = t.version_stats(key, staged=staged)
+        if stats is None:
+            return None
+        if self.bounds is not None:
+            return stats.rows
+        counts = [stats.null_counts.get(c) for c in self.null_columns]
+        if any(c is None for c in counts):
+            return None
+        if all(c == 0 for c in counts):
+            return 0
+        # one column: its NULLs are the violating rows; several: rows NULL in more than one of
+        # them would be counted twice, so the query counts them
+        return counts[0] if len(counts) == 1 else None
 
 
 def _count(t: Trident, sql: str, key: str, staged: uuid.UUID | None) -> int:
@@ -71,7 +101,11 @@ def not_null(columns: str | Sequence[str], *, blocking: bool = True) -> Expectat
     cols = _cols(columns)
     cond = " OR ".join(f"{_q(c)} IS NULL" for c in cols)
     return Expectation(
-        f"not_null_{'_'.join(cols)}", f"{', '.join(cols)} never null", f"SELECT count(*) FROM {{dataset}} WHERE {cond}", blocking
+        f"not_null_{'_'.join(cols)}",
+        f"{', '.join(cols)} never null",
+        f"SELECT count(*) FROM {{dataset}} WHERE {cond}",
+        blocking,
+        null_columns=tuple(cols),
     )
 
 
@@ -86,7 +120,9 @@ def unique(columns: str | Sequence[str], *, blocking: bool = True) -> Expectatio
     screen = None
     if len(cols) > 1:
         screen = f"SELECT count(*) FROM (SELECT hash({group}) AS h FROM {{dataset}} GROUP BY h HAVING count(*) > 1)"
-    return Expectation(f"unique_{'_'.join(cols)}", f"({', '.join(cols)}) unique", sql, blocking, screen=screen)
+    return Expectation(
+        f"unique_{'_'.join(cols)}", f"({', '.join(cols)}) unique", sql, blocking, screen=screen, unique_keys=tuple(cols)
+    )
 
 
 def accepted_values(column: str, values: Sequence[Any], *, blocking: bool = True) -> Expectation:

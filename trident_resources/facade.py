@@ -33,7 +33,7 @@ from .results import Description, ReconcileReport, WriteResult
 from .router import RouteDecision, Router
 from .settings import TridentSettings, settings_from_env, usable_home
 from .sinks import open_sinks
-from .sinks.base import AsOf, Maintenance, ScanPlan, Sink, WriteMode
+from .sinks.base import AsOf, Maintenance, ScanPlan, Sink, VersionStats, WriteMode
 from .sql import SandboxCache
 from .transaction import PARTITION_META, WATERMARK_META, Intent, TransactionDriver, watermark_meta
 
@@ -275,7 +275,9 @@ class Trident:
             sink = self._sink(ds.sink)
             row_filter = self._with_partition(sink, ds, row_filter, partition)
             snapshot = entry.snapshot_id
-            return reading.guarded(key, lambda: sink.scan(ds, columns=columns, row_filter=row_filter, as_of=snapshot))
+            if snapshot is None:  # (as before: no snapshot to name)
+                return reading.guarded(key, lambda: sink.scan(ds, columns=columns, row_filter=row_filter, as_of=None))
+            return reading.guarded(key, lambda: sink.scan_staged(ds, snapshot, columns=columns, row_filter=row_filter))
         ds = self.dataset_record(key)
         sink = self._sink(ds.sink)
         row_filter = self._with_partition(sink, ds, row_filter, partition)
@@ -422,6 +424,24 @@ class Trident:
             plan = self._sink(ds.sink).scan_plan(ds)
         log.info("trident scan %s path=%s files=%d (%s)", key, plan.path, len(plan.files), plan.reason)
         return plan
+
+    def version_stats(self, key: str, *, staged: uuid.UUID | str | None = None) -> VersionStats | None:
+        """Row count and per-column null counts of ``key``'s current version (or, with
+        ``staged=txn``, a staged one) from what its data files record: no scan (asset checks
+        answer ``not_null`` and row counts from it). None when the sink keeps no statistics."""
+        if staged is not None:
+            ds, entry = versions.staged_entry(self, key, staged)
+            sink, snapshot_id = self._sink(ds.sink), entry.snapshot_id
+        else:
+            ds = self.dataset_record(key)
+            sink, snapshot_id = self._sink(ds.sink), None
+        try:
+            return sink.version_stats(ds, snapshot_id)
+        except Exception as exc:
+            err = reading.named(exc, key)
+            if err is exc:
+                raise
+            raise err from exc
 
     def describe(self, key: str) -> Description:
         ds = self.dataset_record(key)

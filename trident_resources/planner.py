@@ -20,6 +20,7 @@ from .filters import arrow_filter, check_key_columns
 from .identity import IDENTITY_COLUMNS, ROW_ID, ROW_INDEX, stamp
 from .merge import FILE_COLUMN, KeyedMerge
 from .partitions import PartitionFilter
+from .prefetch import prefetched
 from .schemas import conform, plan_schema, user_fields, with_identity
 from .settings import TridentSettings
 from .sinks.base import Sink, SinkWrite, StoredVersion, WriteCounts, WriteRequest
@@ -56,7 +57,9 @@ class WritePlanner:
         top = [-1]  # highest carried __row_index of an identity-preserving copy
         reader = req.reader if part is None else self._clustered(req.reader, part, req)
         clustered = reader is not req.reader
-        batches = _coalesced(reader, max_bytes=self.settings.row_group_bytes)
+        # pulled on a helper thread (prefetch.py): the source keeps producing while the writer
+        # waits for an encoder lane, instead of the two taking turns
+        batches = prefetched(_coalesced(reader, max_bytes=self.settings.row_group_bytes))
 
         def rows(target: pa.Schema) -> Iterator[pa.RecordBatch]:
             seq = 0
@@ -74,13 +77,19 @@ class WritePlanner:
                     bound.check(out, req.dataset.key)
                 yield out
 
-        with version.begin(req, user_schema, replace=replace) as w:
-            n = w.put(rows(w.arrow_schema), clustered=clustered)
-            if req.preserve_identity or req.reserve_rows is not None:
-                next_index = max(req.dataset.next_row_index, top[0] + 1)
-            else:
-                next_index = first + n
-            return self._commit(w, WriteCounts(rows_written=n, next_row_index=next_index))
+        try:
+            with version.begin(req, user_schema, replace=replace) as w:
+                n = w.put(rows(w.arrow_schema), clustered=clustered)
+                if req.preserve_identity or req.reserve_rows is not None:
+                    next_index = max(req.dataset.next_row_index, top[0] + 1)
+                else:
+                    next_index = first + n
+                return self._commit(w, WriteCounts(rows_written=n, next_row_index=next_index))
+        finally:
+            # a failed write stops and joins the helper NOW: the input's owner (a node's DuckDB
+            # session) closes its source when the write returns, while the exception still
+            # holds this frame (and so the generator) alive
+            batches.close()
 
     def _clustered(self, reader: pa.RecordBatchReader, part: PartitionFilter, req: WriteRequest) -> pa.RecordBatchReader:
         """The input with each partition's rows together when it may span more partitions than the

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -111,6 +111,18 @@ class ScanPlan:
     snapshot_id: int | None = None
     files: tuple[str, ...] = ()
     field_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class VersionStats:
+    """What a version's data files already record about their rows (``Trident.version_stats``):
+    the Parquet writer computed it when the version was written, so reading it costs the
+    manifests, not a scan. ``null_counts`` holds only the top-level columns whose null count
+    EVERY data file records (a file written before a column was added, or without column
+    metrics, records none for it, though the column reads NULL there)."""
+
+    rows: int
+    null_counts: Mapping[str, int]
 
 
 @dataclass(frozen=True)
@@ -257,6 +269,12 @@ class Sink(ABC):
     def scan(self, ds: DatasetRecord, *, columns: list[str] | None, row_filter: str | None, as_of: AsOf) -> pa.RecordBatchReader:
         """Stream the dataset's rows (bounded memory)."""
 
+    def scan_staged(
+        self, ds: DatasetRecord, snapshot_id: int, *, columns: list[str] | None, row_filter: str | None
+    ) -> pa.RecordBatchReader:
+        """Stream a staged (unpublished) version; by default as a past version (``as_of``)."""
+        return self.scan(ds, columns=columns, row_filter=row_filter, as_of=snapshot_id)
+
     @abstractmethod
     def arrow_source(self, ds: DatasetRecord, partition: Any = None, snapshot_id: int | None = None) -> Any:
         """Something DuckDB can scan repeatedly with projection pushdown (SQL over datasets)."""
@@ -265,6 +283,11 @@ class Sink(ABC):
         """How DuckDB should read the current (or ``snapshot_id``'s) version; by default through
         ``arrow_source``."""
         return ScanPlan(key=ds.key, path="arrow", schema=self.schema(ds), reason=self.scan_path(ds)[1])
+
+    def version_stats(self, ds: DatasetRecord, snapshot_id: int | None = None) -> VersionStats | None:
+        """The current (or ``snapshot_id``'s) version's row and null counts from what its files
+        record; None when the sink keeps no such statistics (callers then count with SQL)."""
+        return None
 
     def scan_path(self, ds: DatasetRecord) -> tuple[ScanPath, str]:
         """Which path a scan of ``ds`` takes and why, without planning it (cheap: ``describe``)."""

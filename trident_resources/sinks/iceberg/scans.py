@@ -23,7 +23,7 @@ from ...filters import arrow_filter, check_columns
 from ...partitions import BoundPartition
 from ...pyiceberg_compat import sql_catalog_metadata_location
 from ...schemas import conform
-from ..base import AsOf, ScanPath, ScanPlan
+from ..base import AsOf, ScanPath, ScanPlan, VersionStats
 from .snapshots import published_iceberg_schema, published_schema, without_metadata
 
 if TYPE_CHECKING:
@@ -122,6 +122,26 @@ def read(sink: IcebergSink, ds: DatasetRecord, *, columns: list[str] | None, row
     return dataset.to_table(columns=columns or schema.names, filter=expr, use_threads=True)
 
 
+def scan_staged(
+    sink: IcebergSink, ds: DatasetRecord, snapshot_id: int, *, columns: list[str] | None, row_filter: str | None
+) -> pa.RecordBatchReader:
+    """A staged snapshot streamed like the current version: its own schema, its data files (pruned
+    by the filter), pyarrow's bounded scanner, columns matched by name as ``arrow_source`` (the
+    SQL of a staged version over Arrow) matches them. That is exact here: a staged version is a
+    child of the table as it is, and the trident never renames a column nor keeps an older file
+    through a change of a column's type or id (a replace rewrites every file). pyiceberg's
+    time-travel reader (``_scan_past``) read it before at about twice the CPU, and
+    write-audit-publish checks stream every staged version (issue 12)."""
+    table = sink.existing_table(ds)
+    if table.snapshot_by_id(snapshot_id) is None:
+        raise InvalidReadError(f"the dataset has no snapshot {snapshot_id} any more (expired by `trident maintain`)")
+    schema = snapshot_schema(table, snapshot_id)
+    check_columns(columns, schema)
+    expr = arrow_filter(schema, row_filter) if row_filter else None
+    files = [f.file_path for f in sink.data_files(table, snapshot_id=snapshot_id, row_filter=row_filter or None)]
+    return scan_batches(sink.file_dataset(table, files, schema), columns or schema.names, expr)
+
+
 def _scan_past(table: Table, snapshot_id: int, columns: list[str] | None, row_filter: str | None) -> pa.RecordBatchReader:
     if table.snapshot_by_id(snapshot_id) is None:
         raise InvalidReadError(f"the dataset has no snapshot {snapshot_id} any more (expired by `trident maintain`)")
@@ -208,6 +228,27 @@ def scan_plan(sink: IcebergSink, ds: DatasetRecord, snapshot_id: int | None = No
         files=files,
         field_ids=tuple(f.field_id for f in iceberg_schema.fields),
     )
+
+
+def version_stats(sink: IcebergSink, ds: DatasetRecord, snapshot_id: int | None = None) -> VersionStats | None:
+    """Row count and null counts of a snapshot from its data files' records (the statistics the
+    write computed from the Parquet footers it wrote). The trident never writes delete files, so
+    the files' record counts sum to the version's rows. A column's null count is given only when
+    every file records one for its field id (see ``VersionStats``); NaN is not NULL here, as in SQL."""
+    table = table_to_read(sink, ds)
+    snap = table.current_snapshot() if snapshot_id is None else table.snapshot_by_id(snapshot_id)
+    if snap is None:
+        return None
+    schema = published_iceberg_schema(table) if snapshot_id is None else snapshot_iceberg_schema(table, snapshot_id)
+    files = sink.data_files(table, snapshot_id=snap.snapshot_id)
+    nulls: dict[str, int] = {}
+    for column in schema.fields:
+        if not column.field_type.is_primitive:
+            continue  # Iceberg records null counts of leaf fields only
+        counts = [(f.null_value_counts or {}).get(column.field_id) for f in files]
+        if all(c is not None for c in counts):
+            nulls[column.name] = sum(c for c in counts if c is not None)
+    return VersionStats(rows=sum(f.record_count for f in files), null_counts=nulls)
 
 
 def table_to_read(sink: IcebergSink, ds: DatasetRecord) -> Table:

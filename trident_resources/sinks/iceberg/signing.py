@@ -21,10 +21,6 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-import boto3
-from botocore import UNSIGNED
-from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
 from fsspec.spec import AbstractBufferedFile, AbstractFileSystem
 from pyiceberg.exceptions import SignError
 from pyiceberg.io import S3_ENDPOINT, S3_FORCE_VIRTUAL_ADDRESSING, S3_REGION
@@ -39,9 +35,21 @@ CHECKSUM_PROPERTY = "trident.s3.checksum"
 _PART_BYTES = 8 * 1024 * 1024  # S3's minimum part is 5 MiB (except the last)
 
 
+def _s3_errors() -> tuple[type[Exception], ...]:
+    """botocore's failures and the signer's. boto3/botocore are imported on first use, not with
+    this module: the credentials module imports it for every catalog, and importing boto3 cost
+    ~0.1-0.2 s of every process start (a Dagster run, the CLI) that never signs a request (issue 12).
+    By the time one of these can be raised, ``make_signed_client`` has imported them anyway."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    return (ClientError, BotoCoreError, SignError)
+
+
 def _os_error(exc: Exception, what: str) -> OSError:
     """botocore/signer failures as the OSError family the rest of the engine (and pyarrow) expects,
     so a refused or unsigned request becomes ``StorageUnavailableError`` with this as its cause."""
+    from botocore.exceptions import ClientError
+
     if isinstance(exc, SignError):
         return PermissionError(f"the catalog refused to sign {what}: {exc}")
     if isinstance(exc, ClientError):
@@ -72,7 +80,7 @@ class SignedS3File(AbstractBufferedFile):
         try:
             response = self.fs.client.get_object(Bucket=self.bucket, Key=self.key, Range=f"bytes={start}-{end - 1}")
             return bytes(response["Body"].read())
-        except (ClientError, BotoCoreError, SignError) as exc:
+        except _s3_errors() as exc:
             raise _os_error(exc, f"s3://{self.path}") from exc
 
     def _initiate_upload(self) -> None:
@@ -98,7 +106,7 @@ class SignedS3File(AbstractBufferedFile):
                     Bucket=self.bucket, Key=self.key, UploadId=self._upload_id, MultipartUpload={"Parts": self._parts}
                 )
             return True
-        except (ClientError, BotoCoreError, SignError) as exc:
+        except _s3_errors() as exc:
             raise _os_error(exc, f"s3://{self.path}") from exc
 
 
@@ -130,7 +138,7 @@ class SignedS3FileSystem(AbstractFileSystem):
     def _call(self, what: str, fn: Callable[..., Any], **kwargs: Any) -> Any:
         try:
             return fn(**kwargs)
-        except (ClientError, BotoCoreError, SignError) as exc:
+        except _s3_errors() as exc:
             raise _os_error(exc, what) from exc
 
     def ls(self, path: str, detail: bool = True, **kwargs: Any) -> list[Any]:
@@ -162,7 +170,7 @@ class SignedS3FileSystem(AbstractFileSystem):
         try:
             head = self.client.head_object(Bucket=bucket, Key=key)
             return {"name": f"{bucket}/{key}", "size": head["ContentLength"], "Size": head["ContentLength"], "type": "file"}
-        except (ClientError, BotoCoreError, SignError) as exc:
+        except _s3_errors() as exc:
             error = _os_error(exc, f"s3://{bucket}/{key}")
             if not isinstance(error, FileNotFoundError):
                 raise error from exc
@@ -224,6 +232,10 @@ class SignedS3FileSystem(AbstractFileSystem):
 def make_signed_client(properties: Properties) -> Any:
     """A boto3 S3 client that never signs by itself: pyiceberg's ``S3V4RestSigner`` asks the catalog
     to sign each request (the same hook and the same ``UNSIGNED`` setting pyiceberg gives s3fs)."""
+    import boto3
+    from botocore import UNSIGNED
+    from botocore.config import Config
+
     checksum = properties.get(CHECKSUM_PROPERTY, "when_required")
     virtual = property_as_bool(properties, S3_FORCE_VIRTUAL_ADDRESSING, False)
     client = boto3.session.Session().client(

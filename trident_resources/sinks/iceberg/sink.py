@@ -62,6 +62,7 @@ from ..base import (
     Sink,
     SinkWrite,
     StoredVersion,
+    VersionStats,
     WriteCounts,
     WriteRequest,
 )
@@ -746,6 +747,12 @@ class IcebergSink(Sink):
         """Stream rows with bounded memory (see ``scans.scan``)."""
         return scans.scan(self, ds, columns=columns, row_filter=row_filter, as_of=as_of)
 
+    def scan_staged(
+        self, ds: DatasetRecord, snapshot_id: int, *, columns: list[str] | None, row_filter: str | None
+    ) -> pa.RecordBatchReader:
+        """A staged snapshot streamed like the current version (see ``scans.scan_staged``)."""
+        return scans.scan_staged(self, ds, snapshot_id, columns=columns, row_filter=row_filter)
+
     def read(self, ds: DatasetRecord, *, columns: list[str] | None, row_filter: str | None, as_of: AsOf) -> pa.Table:
         """The whole result at once, files read in parallel (see ``scans.read``)."""
         return scans.read(self, ds, columns=columns, row_filter=row_filter, as_of=as_of)
@@ -760,6 +767,10 @@ class IcebergSink(Sink):
     def scan_plan(self, ds: DatasetRecord, snapshot_id: int | None = None) -> ScanPlan:
         """A snapshot's exact data files, schema and field ids (see ``scans.scan_plan``)."""
         return scans.scan_plan(self, ds, snapshot_id)
+
+    def version_stats(self, ds: DatasetRecord, snapshot_id: int | None = None) -> VersionStats | None:
+        """A snapshot's row and null counts from its data files' records (see ``scans.version_stats``)."""
+        return scans.version_stats(self, ds, snapshot_id)
 
     def compact(self, ds: DatasetRecord) -> Maintenance:
         """Small data files, and files whose bounds lose rows (``bounds_repair.py``), rewritten
