@@ -171,6 +171,10 @@ PG_INSERT_BLOCK = """INSERT INTO trident_row_blocks (dataset_id, gen, first_row_
     VALUES (%s, %s, %s, %s, %s, %s, %s)"""
 PG_LIST_BLOCKS = """SELECT first_row_index, last_row_index, n_rows FROM trident_row_blocks
     WHERE dataset_id = %s AND gen = %s ORDER BY first_row_index"""
+# The generation's lowest and highest row index: two probes of trident_rows_scan (min/max on an
+# index prefix), where PG_SCAN_PLAN's count visits every row.
+PG_ROW_INDEX_SPAN = """SELECT min(row_index) AS lo, max(row_index) AS hi FROM trident_rows
+    WHERE dataset_id = %s AND gen = %s"""
 PG_BLOCK_IPC = "SELECT n_rows, ipc FROM trident_row_blocks WHERE dataset_id = %s AND gen = %s AND first_row_index = %s"
 PG_PURGE_OLD_BLOCKS = "DELETE FROM trident_row_blocks WHERE dataset_id = %s AND gen <> %s"
 PG_UNDO_DELETE_BLOCKS = "DELETE FROM trident_row_blocks WHERE dataset_id = %s AND txn_id = %s"
