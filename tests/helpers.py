@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
 from trident_resources import Trident, TridentSettings
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def rows_by(t: Trident, key: str, col: str) -> dict[Any, dict[str, Any]]:
@@ -33,3 +39,19 @@ def cli_env(settings: TridentSettings) -> dict[str, str]:
         "TRIDENT_PG_DSN": settings.pg_dsn.get_secret_value(),
         "TRIDENT_WORKSPACE": settings.workspace,
     }
+
+
+def fresh_python(code: str, env: dict[str, str] | None = None) -> str:
+    """Run ``code`` in a new interpreter with this checkout first on the path (what a process
+    imports at start-up cannot be observed in the test's own, long-warmed one); its last line of
+    output. ``env`` replaces the inherited environment (PYTHONPATH is always set)."""
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**(os.environ if env is None else env), "PYTHONPATH": str(ROOT)},
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""

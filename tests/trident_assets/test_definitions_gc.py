@@ -3,12 +3,7 @@ full collections during a run skip those long-lived objects instead of walking t
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers import fresh_python
 
 
 def test_importing_the_definitions_root_freezes_its_objects() -> None:
@@ -17,13 +12,4 @@ def test_importing_the_definitions_root_freezes_its_objects() -> None:
         "import trident_assets.definitions as d; assert d.defs is not None; "
         "print(gc.get_freeze_count())"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert int(done.stdout.strip().splitlines()[-1]) > 100_000  # the imports and the Definitions
+    assert int(fresh_python(code)) > 100_000  # the imports and the Definitions

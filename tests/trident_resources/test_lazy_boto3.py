@@ -4,12 +4,7 @@ process start that never signs anything, a Dagster run among them)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers import fresh_python
 
 
 def test_the_engine_and_the_definitions_root_do_not_import_boto3() -> None:
@@ -18,13 +13,4 @@ def test_the_engine_and_the_definitions_root_do_not_import_boto3() -> None:
         "from trident_resources.sinks.iceberg import catalog, credentials, sink, signing; "
         "print(sorted(m for m in ('boto3', 'botocore') if m in sys.modules))"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip().splitlines()[-1] == "[]"
+    assert fresh_python(code) == "[]"

@@ -108,6 +108,9 @@ class TridentResource(dg.ConfigurableResource):
     )
     row_group_bytes: int | None = Field(default=None, description="TRIDENT_ROW_GROUP_BYTES: uncompressed bytes per row group.")
     write_parallelism: int | None = Field(default=None, description="TRIDENT_WRITE_PARALLELISM: Parquet files encoded at once.")
+    pg_row_blocks: bool | None = Field(
+        default=None, description="TRIDENT_PG_ROW_BLOCKS: pg sink writes and reads Arrow row blocks (a read cache)."
+    )
     duckdb_memory_limit: str | None = Field(
         default=None, description="TRIDENT_DUCKDB_MEMORY_LIMIT: DuckDB memory cap (it spills past it)."
     )

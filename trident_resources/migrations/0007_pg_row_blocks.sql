@@ -33,61 +33,39 @@ ALTER TABLE trident_row_blocks ALTER COLUMN ipc SET STORAGE EXTERNAL;
 -- blocks) log), where testing each block against the changed rows would be O(rows x blocks).
 -- Candidates are the blocks inside the changed rows' span per generation; when there are none
 -- (a generation purge deletes its blocks first) the sort is skipped.
-CREATE OR REPLACE FUNCTION trident_row_blocks_forget_deleted() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    WITH span AS (
-        SELECT dataset_id, gen, min(row_index) AS lo, max(row_index) AS hi FROM trident_rows_old GROUP BY 1, 2
-    ), candidate AS MATERIALIZED (
-        SELECT b.dataset_id, b.gen, b.first_row_index, b.last_row_index
-        FROM trident_row_blocks b JOIN span s ON b.dataset_id = s.dataset_id AND b.gen = s.gen
-        WHERE b.first_row_index <= s.hi AND b.last_row_index >= s.lo
-    ), point AS (
-        SELECT dataset_id, gen, row_index AS pos, 1 AS kind FROM trident_rows_old
-        WHERE EXISTS (SELECT 1 FROM candidate)
-        UNION ALL
-        SELECT dataset_id, gen, first_row_index, 0 FROM candidate
-    ), owned AS (
-        SELECT dataset_id, gen, pos, kind,
-               max(CASE WHEN kind = 0 THEN pos END)
-                   OVER (PARTITION BY dataset_id, gen ORDER BY pos, kind ROWS UNBOUNDED PRECEDING) AS first
-        FROM point
-    ), hit AS (
-        SELECT dataset_id, gen, first, min(pos) AS pos FROM owned WHERE kind = 1 AND first IS NOT NULL GROUP BY 1, 2, 3
-    )
-    DELETE FROM trident_row_blocks b USING hit h
-    WHERE b.dataset_id = h.dataset_id AND b.gen = h.gen AND b.first_row_index = h.first AND h.pos <= b.last_row_index;
-    RETURN NULL;
-END $$;
-
 -- An UPDATE breaks the blocks of its old rows and of its new ones (a row moved (row_index, gen)
--- INTO a block's span): the same tagging over both transition tables.
-CREATE OR REPLACE FUNCTION trident_row_blocks_forget_updated() RETURNS trigger LANGUAGE plpgsql AS $$
+-- INTO a block's span), so it tags the rows of both transition tables; the statement is built per
+-- operation because a DELETE trigger has no new table to name (PL/pgSQL's EXECUTE sees both).
+CREATE OR REPLACE FUNCTION trident_row_blocks_forget() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    changed text := 'SELECT dataset_id, gen, row_index FROM trident_rows_old';
 BEGIN
-    WITH changed AS (
-        SELECT dataset_id, gen, row_index FROM trident_rows_old
-        UNION ALL
-        SELECT dataset_id, gen, row_index FROM trident_rows_new
-    ), span AS (
-        SELECT dataset_id, gen, min(row_index) AS lo, max(row_index) AS hi FROM changed GROUP BY 1, 2
-    ), candidate AS MATERIALIZED (
-        SELECT b.dataset_id, b.gen, b.first_row_index, b.last_row_index
-        FROM trident_row_blocks b JOIN span s ON b.dataset_id = s.dataset_id AND b.gen = s.gen
-        WHERE b.first_row_index <= s.hi AND b.last_row_index >= s.lo
-    ), point AS (
-        SELECT dataset_id, gen, row_index AS pos, 1 AS kind FROM changed
-        WHERE EXISTS (SELECT 1 FROM candidate)
-        UNION ALL
-        SELECT dataset_id, gen, first_row_index, 0 FROM candidate
-    ), owned AS (
-        SELECT dataset_id, gen, pos, kind,
-               max(CASE WHEN kind = 0 THEN pos END)
-                   OVER (PARTITION BY dataset_id, gen ORDER BY pos, kind ROWS UNBOUNDED PRECEDING) AS first
-        FROM point
-    ), hit AS (
-        SELECT dataset_id, gen, first, min(pos) AS pos FROM owned WHERE kind = 1 AND first IS NOT NULL GROUP BY 1, 2, 3
-    )
-    DELETE FROM trident_row_blocks b USING hit h
-    WHERE b.dataset_id = h.dataset_id AND b.gen = h.gen AND b.first_row_index = h.first AND h.pos <= b.last_row_index;
+    IF TG_OP = 'UPDATE' THEN
+        changed := changed || ' UNION ALL SELECT dataset_id, gen, row_index FROM trident_rows_new';
+    END IF;
+    EXECUTE format($sql$
+        WITH changed AS (%s), span AS (
+            SELECT dataset_id, gen, min(row_index) AS lo, max(row_index) AS hi FROM changed GROUP BY 1, 2
+        ), candidate AS MATERIALIZED (
+            SELECT b.dataset_id, b.gen, b.first_row_index, b.last_row_index
+            FROM trident_row_blocks b JOIN span s ON b.dataset_id = s.dataset_id AND b.gen = s.gen
+            WHERE b.first_row_index <= s.hi AND b.last_row_index >= s.lo
+        ), point AS (
+            SELECT dataset_id, gen, row_index AS pos, 1 AS kind FROM changed
+            WHERE EXISTS (SELECT 1 FROM candidate)
+            UNION ALL
+            SELECT dataset_id, gen, first_row_index, 0 FROM candidate
+        ), owned AS (
+            SELECT dataset_id, gen, pos, kind,
+                   max(CASE WHEN kind = 0 THEN pos END)
+                       OVER (PARTITION BY dataset_id, gen ORDER BY pos, kind ROWS UNBOUNDED PRECEDING) AS first
+            FROM point
+        ), hit AS (
+            SELECT dataset_id, gen, first, min(pos) AS pos FROM owned WHERE kind = 1 AND first IS NOT NULL GROUP BY 1, 2, 3
+        )
+        DELETE FROM trident_row_blocks b USING hit h
+        WHERE b.dataset_id = h.dataset_id AND b.gen = h.gen AND b.first_row_index = h.first AND h.pos <= b.last_row_index
+    $sql$, changed);
     RETURN NULL;
 END $$;
 
@@ -100,11 +78,11 @@ END $$;
 DROP TRIGGER IF EXISTS trident_rows_deleted ON trident_rows;
 CREATE TRIGGER trident_rows_deleted AFTER DELETE ON trident_rows
     REFERENCING OLD TABLE AS trident_rows_old
-    FOR EACH STATEMENT EXECUTE FUNCTION trident_row_blocks_forget_deleted();
+    FOR EACH STATEMENT EXECUTE FUNCTION trident_row_blocks_forget();
 DROP TRIGGER IF EXISTS trident_rows_updated ON trident_rows;
 CREATE TRIGGER trident_rows_updated AFTER UPDATE ON trident_rows
     REFERENCING OLD TABLE AS trident_rows_old NEW TABLE AS trident_rows_new
-    FOR EACH STATEMENT EXECUTE FUNCTION trident_row_blocks_forget_updated();
+    FOR EACH STATEMENT EXECUTE FUNCTION trident_row_blocks_forget();
 DROP TRIGGER IF EXISTS trident_rows_truncated ON trident_rows;
 CREATE TRIGGER trident_rows_truncated AFTER TRUNCATE ON trident_rows
     FOR EACH STATEMENT EXECUTE FUNCTION trident_row_blocks_forget_all();

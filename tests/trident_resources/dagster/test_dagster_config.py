@@ -3,14 +3,13 @@ EnvVar-friendly, falling back to ``TRIDENT_*`` when unset; and the engine never 
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import dagster as dg
 import pyarrow as pa
 import pytest
 
+from tests.helpers import fresh_python
 from trident_resources import Trident, TridentSettings
 from trident_resources.dagster import TridentResource
 
@@ -77,16 +76,8 @@ def test_the_engine_never_imports_dagster() -> None:
         f"import importlib, sys\nfor n in {names!r}: importlib.import_module(n)\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'dagster'))\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HOME": "/tmp"},
-    )
-    assert done.returncode == 0, done.stderr
     assert len(names) > 20 and "trident_resources.facade" in names
-    assert done.stdout.strip() == "[]", done.stdout
+    assert fresh_python(code, env={"PATH": "/usr/bin:/bin", "HOME": "/tmp"}) == "[]"
 
 
 def test_only_the_settings_object_reads_the_environment() -> None:
