@@ -11,6 +11,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from . import door
 from . import queries as q
 from .control_plane import ControlPlane, DatasetRecord
 from .errors import FlagNotFoundError, InvalidWriteError, PinNotFoundError
@@ -156,3 +157,6 @@ class Router:
 def _check_sink(sink: str) -> None:
     if sink not in SINKS:
         raise InvalidWriteError(f"unknown sink {sink!r}; sinks are {list(SINKS)}")
+
+
+door.name_control_plane_faults(Router)  # the CLI's pin/flag commands call the router directly (door.py)

@@ -109,6 +109,11 @@ def test_a_control_plane_lost_after_opening_is_a_named_error_at_every_door(tride
                 "datasets": t.datasets,
                 "read": lambda: t.read("cp/pg"),
                 "sql": lambda: t.sql('select count(*) from "cp/pg"'),
+                # the router's own doors (the CLI's pin/flag commands call them directly)
+                "set_pin": lambda: t.router.set_pin("cp/other", "pg"),
+                "clear_pin": lambda: t.router.clear_pin("cp/pg"),
+                "set_flag": lambda: t.router.set_flag("sync.full", "pg"),
+                "clear_flag": lambda: t.router.clear_flag("sync.full"),
             }
             t.control.pool.timeout = 1  # the pool's wait for a connection (30 s) shortened
             proxy.down()  # pooled connections reset, new ones refused
