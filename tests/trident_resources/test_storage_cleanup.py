@@ -105,7 +105,9 @@ def _write_until_s3_goes_down(t: Trident, s3: Any, proxy: TcpProxy, key: str, tx
     th.start()
     try:
         _wait_for("the producer to pause", parked.wait)
-        assert len(_objects(s3, prefix, str(txn))) >= 2, "the transaction's first data files should be stored"
+        # the writer pulls its input on a helper thread (prefetch.py), so the producer pauses while
+        # the writer may still be encoding what it was given: wait for those files to land
+        _wait_for("the transaction's first data files to be stored", lambda: len(_objects(s3, prefix, str(txn))) >= 2)
     finally:
         proxy.down()
         proceed.set()
