@@ -138,7 +138,7 @@ def test_an_aborted_first_write_with_s3_down_is_cleaned_up_when_s3_returns(
             # file is still being uploaded; S3 going down then fails that upload first, and the
             # write reports it (its own failure, "nothing was committed"), not the producer's
             if then == "raise" and not isinstance(err, ProducerBroke):
-                assert isinstance(err, StorageUnavailableError) and "uploading" in str(err), repr(err)
+                assert isinstance(err, StorageUnavailableError) and "upload" in str(err), repr(err)
             elif then == "more":
                 assert isinstance(err, StorageUnavailableError), repr(err)
             assert not t.exists("down/first")
