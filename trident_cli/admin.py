@@ -449,11 +449,11 @@ def _finite(value: float, name: str) -> float:
 )
 def maintain(keys: tuple[str, ...], older_than_days: float, retain_last: int) -> None:
     """Table maintenance: compact small data files, expire old snapshots and delete the files only
-    they used (default: every iceberg dataset). Time travel to expired versions ends here."""
+    they used; for a pg dataset, rebuild the row blocks its keyed writes dropped (default: every
+    dataset). Time travel to expired versions ends here."""
     with open_trident() as t:
-        targets = list(keys) or sorted(
-            {d.key for d in t.datasets() if d.sink == "iceberg_native"} | set(t.pending_cleanup_keys())
-        )
+        sinks = {d.key: d.sink for d in t.datasets()}
+        targets = list(keys) or sorted(set(sinks) | set(t.pending_cleanup_keys()))
         rows = []
         with _progress() as bar:
             task = bar.add_task("maintain", total=len(targets))
@@ -461,6 +461,10 @@ def maintain(keys: tuple[str, ...], older_than_days: float, retain_last: int) ->
                 r = t.maintain(key, older_than=timedelta(days=older_than_days), retain_last=retain_last)
                 if r.skipped:
                     rows.append((key, f"skipped: {r.skipped}"))
+                    bar.advance(task)
+                    continue
+                if sinks.get(key) == "pg":  # rows in Postgres: no files or snapshots, only its read cache
+                    rows.append((key, f"{r.rebuilt_blocks} row blocks rebuilt (pg sink)"))
                     bar.advance(task)
                     continue
                 rows.append(

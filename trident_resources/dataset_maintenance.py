@@ -1,5 +1,6 @@
 """``Trident.maintain`` of one dataset: under its writer lock taken without waiting, stale staged
-versions discarded, small files compacted (and files whose bounds lose rows rewritten), old snapshots expired with the files only they used,
+versions discarded, small files compacted (and files whose bounds lose rows rewritten; a pg dataset's dropped row
+blocks rebuilt), old snapshots expired with the files only they used,
 incomplete uploads aborted, and aborted transactions' pending storage cleanups retried."""
 
 from __future__ import annotations
@@ -81,6 +82,7 @@ def maintain(
                 compacted_files=compacted.compacted_files,
                 compaction_files_written=compacted.compaction_files_written,
                 repaired_files=compacted.repaired_files,
+                rebuilt_blocks=compacted.rebuilt_blocks,
                 data_files_before=compacted.data_files_before,
                 data_files_after=compacted.data_files_after,
             )

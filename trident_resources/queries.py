@@ -179,6 +179,25 @@ PG_BLOCK_IPC = "SELECT n_rows, ipc FROM trident_row_blocks WHERE dataset_id = %s
 PG_PURGE_OLD_BLOCKS = "DELETE FROM trident_row_blocks WHERE dataset_id = %s AND gen <> %s"
 PG_UNDO_DELETE_BLOCKS = "DELETE FROM trident_row_blocks WHERE dataset_id = %s AND txn_id = %s"
 PG_DROP_BLOCKS = "DELETE FROM trident_row_blocks WHERE dataset_id = %s"
+# Maintenance's block rebuild: the runs of consecutive row indexes of the generation that no block
+# holds (gaps and islands: index minus rank is constant along a run), at least ``min_rows`` long.
+# Each row's covering block is the one with the greatest first index at or below it (one backward
+# index probe, blocks never overlap). FOR SHARE holds those rows until the blocks built from them
+# commit: a DELETE or UPDATE by hand waits, then its trigger sees the new blocks and drops them.
+PG_UNCOVERED_RUNS = """WITH uncovered AS (
+        SELECT r.row_index FROM trident_rows r
+        WHERE r.dataset_id = %(ds)s AND r.gen = %(gen)s AND NOT EXISTS (
+            SELECT 1 FROM (
+                SELECT b.last_row_index FROM trident_row_blocks b
+                WHERE b.dataset_id = r.dataset_id AND b.gen = r.gen AND b.first_row_index <= r.row_index
+                ORDER BY b.first_row_index DESC LIMIT 1
+            ) covering WHERE covering.last_row_index >= r.row_index)
+        FOR SHARE OF r
+    ), runs AS (
+        SELECT row_index, row_index - row_number() OVER (ORDER BY row_index) AS run FROM uncovered
+    )
+    SELECT min(row_index) AS first, max(row_index) AS last FROM runs
+    GROUP BY run HAVING count(*) >= %(min_rows)s ORDER BY 1"""
 PG_DROP_ROWS = "DELETE FROM trident_rows WHERE dataset_id = %s"
 PG_DROP_UNDO = "DELETE FROM trident_rows_undo WHERE dataset_id = %s"
 PG_DROP_COMMITS = "DELETE FROM trident_pg_commits WHERE dataset_id = %s"

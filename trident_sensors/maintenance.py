@@ -16,17 +16,18 @@ from trident_resources.dagster import TridentResource
 class MaintenanceConfig(dg.Config):
     older_than_days: float = 7.0
     retain_last: int = 5
-    keys: list[str] = []  # empty: every iceberg dataset of the workspace
+    keys: list[str] = []  # empty: every dataset of the workspace
 
 
 @dg.op(
-    description="Compact small files, expire old snapshots and delete the data files only they used, dataset by "
+    description="Compact small files, expire old snapshots and delete the data files only they used (pg datasets: "
+    "rebuild dropped row blocks), dataset by "
     "dataset; a dataset with a write open is skipped (and said so), not failed."
 )
 def maintain_tables(context: dg.OpExecutionContext, config: MaintenanceConfig, trident: TridentResource) -> dg.Output[int]:
     t = trident.get_client()
-    keys = config.keys or sorted({d.key for d in t.datasets() if d.sink == "iceberg_native"} | set(t.pending_cleanup_keys()))
-    expired = deleted = compacted = repaired = 0
+    keys = config.keys or sorted({d.key for d in t.datasets()} | set(t.pending_cleanup_keys()))
+    expired = deleted = compacted = repaired = rebuilt = 0
     skipped: dict[str, str] = {}
     for key in keys:
         report = t.maintain(key, older_than=timedelta(days=config.older_than_days), retain_last=config.retain_last)
@@ -38,9 +39,10 @@ def maintain_tables(context: dg.OpExecutionContext, config: MaintenanceConfig, t
         deleted += report.deleted_files
         compacted += report.compacted_files
         repaired += report.repaired_files
+        rebuilt += report.rebuilt_blocks
         context.log.info(
             f"{key}: compacted {report.compacted_files} small files, repaired {report.repaired_files} files' bounds, expired {report.expired_snapshots} snapshots, "
-            f"deleted {report.deleted_files} files"
+            f"deleted {report.deleted_files} files, rebuilt {report.rebuilt_blocks} pg row blocks"
         )
     return dg.Output(
         len(keys) - len(skipped),
@@ -50,13 +52,14 @@ def maintain_tables(context: dg.OpExecutionContext, config: MaintenanceConfig, t
             "deleted_files": deleted,
             "compacted_files": compacted,
             "repaired_files": repaired,
+            "rebuilt_pg_row_blocks": rebuilt,
             "skipped": len(skipped),
             "skipped_datasets": dg.MetadataValue.json(skipped),
         },
     )
 
 
-@dg.job(description="Table maintenance of every iceberg dataset (Trident.maintain).", tags={"kind": "maintenance"})
+@dg.job(description="Table maintenance of every dataset (Trident.maintain).", tags={"kind": "maintenance"})
 def table_maintenance_job() -> None:
     maintain_tables()
 

@@ -8,6 +8,8 @@ reads jsonb only (``pg_row_blocks=False``, the ``jsonb_only`` fixture), and chec
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
 from typing import Any
 
@@ -212,3 +214,90 @@ def test_truncate_of_the_rows_drops_every_block(trident: Trident) -> None:
         left = conn.execute("SELECT count(*) AS n FROM trident_row_blocks").fetchone()
         assert left is not None and left["n"] == 0
     assert _blocks(t, "blk/t") == before
+
+
+def test_maintain_rebuilds_the_blocks_keyed_writes_dropped(
+    trident: Trident, jsonb_only: Trident, small_blocks: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Keyed writes write no block and drop the ones they touch, so an upserted dataset read from
+    jsonb until its next replace; ``maintain`` rebuilds blocks over every long enough run of
+    consecutive row indexes no block holds, from the rows themselves, and reads stay the truth."""
+    monkeypatch.setattr(blocks, "MIN_REBUILD_ROWS", 3)
+    t = trident
+    t.router.set_pin("blk/m", "pg")
+    t.write("blk/m", _data(0, 40))
+    t.write("blk/m", pa.table({"k": [3, 100], "v": ["up", "new"], "f": [1.0, 2.0]}), mode="upsert", keys=["k"])
+    t.update_rows("blk/m", pa.table({"k": [25], "v": ["edited"]}), keys="k")
+    t.delete_rows("blk/m", where="k = 38")
+    assert [(b["first_row_index"], b["last_row_index"]) for b in _blocks(t, "blk/m")] == [(10, 19)]
+    done = t.maintain("blk/m")
+    # runs 0-9, 20-37 (38 was deleted) and 39-40 (k=39 and the upsert's new row: too short)
+    assert done.skipped is None and done.rebuilt_blocks == 3
+    got = _blocks(t, "blk/m")
+    assert [(b["first_row_index"], b["last_row_index"]) for b in got] == [(0, 9), (10, 19), (20, 29), (30, 37)]
+    assert comparable(t.read("blk/m")) == comparable(jsonb_only.read("blk/m"))
+    # the rebuilt blocks stay under the triggers' watch: a change by hand drops its block
+    assert (
+        _sql(
+            t, 'UPDATE trident_rows SET data = data || \'{"v": "by hand"}\' WHERE dataset_id = %(ds)s AND row_index = 5', "blk/m"
+        )
+        == 1
+    )
+    assert [b["first_row_index"] for b in _blocks(t, "blk/m")] == [10, 20, 30]
+    assert {r["k"]: r["v"] for r in t.read("blk/m", columns=["k", "v"]).to_pylist()}[5] == "by hand"
+    assert t.maintain("blk/m").rebuilt_blocks == 1  # only the run the hand edit broke
+    assert comparable(t.read("blk/m")) == comparable(jsonb_only.read("blk/m"))
+    # and reads really take those rows from the rebuilt blocks: one forged by hand shows
+    stamped = t.read("blk/m", row_filter="k >= 20 and k < 30")
+    forged = stamped.set_column(stamped.schema.get_field_index("v"), "v", pa.array(["forged"] * 10, pa.large_string()))
+    sink = pa.BufferOutputStream()
+    with ipc.new_stream(sink, forged.schema) as out:
+        out.write_table(forged)
+    forge = "UPDATE trident_row_blocks SET ipc = %(ipc)s WHERE dataset_id = %(ds)s AND first_row_index = 20"
+    assert _sql(t, forge, "blk/m", ipc=sink.getvalue().to_pybytes()) == 1
+    assert set(t.read("blk/m", row_filter="k >= 20 and k < 30").column("v").to_pylist()) == {"forged"}
+
+
+def test_maintain_rebuilds_nothing_with_the_cache_off_or_nothing_dropped(trident: Trident, jsonb_only: Trident) -> None:
+    t = trident
+    t.router.set_pin("blk/n", "pg")
+    t.write("blk/n", _data(0, 3000))
+    before = _blocks(t, "blk/n")
+    assert t.maintain("blk/n").rebuilt_blocks == 0 and _blocks(t, "blk/n") == before
+    t.write("blk/n", pa.table({"k": [7], "v": ["up"], "f": [0.0]}), mode="upsert", keys=["k"])
+    assert _blocks(t, "blk/n") == []
+    assert jsonb_only.maintain("blk/n").rebuilt_blocks == 0 and _blocks(t, "blk/n") == []
+
+
+def test_a_change_by_hand_during_the_rebuild_waits_and_then_drops_the_block(
+    trident: Trident, jsonb_only: Trident, small_blocks: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rebuild holds the rows it encodes until its blocks commit: an UPDATE by hand issued
+    meanwhile waits, and its trigger then finds the new block and drops it. Without the hold the
+    UPDATE's trigger would run first, find no block, and the block committed after it would keep
+    the old row."""
+    monkeypatch.setattr(blocks, "MIN_REBUILD_ROWS", 3)
+    t = trident
+    t.router.set_pin("blk/r", "pg")
+    t.write("blk/r", _data(0, 10))
+    t.write("blk/r", pa.table({"k": [3], "v": ["up"], "f": [0.0]}), mode="upsert", keys=["k"])
+    assert _blocks(t, "blk/r") == []
+    done: list[Any] = []
+    with armed("pg.blocks_rebuilt", "sleep:1.5"):
+        rebuild = threading.Thread(target=lambda: done.append(t.maintain("blk/r")))
+        rebuild.start()
+        deadline = time.monotonic() + 60
+        with t.control.pool.connection() as conn:  # wait until the rebuild holds its new block
+            while not conn.execute(
+                "SELECT 1 FROM pg_locks l JOIN pg_class c ON c.oid = l.relation "
+                "WHERE c.relname = 'trident_row_blocks' AND l.mode = 'RowExclusiveLock' AND l.pid <> pg_backend_pid()"
+            ).fetchone():
+                assert time.monotonic() < deadline and rebuild.is_alive()
+                time.sleep(0.02)
+        hand = 'UPDATE trident_rows SET data = data || \'{"v": "by hand"}\' WHERE dataset_id = %(ds)s AND row_index = 5'
+        assert _sql(t, hand, "blk/r") == 1  # waits for the rebuild's commit
+        rebuild.join()
+    assert done and done[0].rebuilt_blocks == 1
+    assert _blocks(t, "blk/r") == []  # the UPDATE's trigger dropped the block built a moment before
+    assert {r["k"]: r["v"] for r in t.read("blk/r", columns=["k", "v"]).to_pylist()}[5] == "by hand"
+    assert comparable(t.read("blk/r")) == comparable(jsonb_only.read("blk/r"))

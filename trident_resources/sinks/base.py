@@ -83,6 +83,8 @@ class Maintenance:
     data_files_after: int | None = None
     # data files rewritten because their manifest bounds lost rows (a row group without min/max)
     repaired_files: int = 0
+    # pg sink: row blocks (its read cache) rebuilt over rows whose blocks keyed writes dropped
+    rebuilt_blocks: int = 0
 
     aborted_uploads: int = 0  # incomplete multipart uploads of dead writers
     cleaned_txns: int = 0  # aborted transactions whose pending storage cleanup ran now

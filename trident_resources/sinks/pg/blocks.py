@@ -13,7 +13,9 @@ generation whose row index lies in a block's [first, last] is exactly that block
 is dense (last - first + 1 = rows), row indexes are unique in a generation, and every later
 change of such a row (a keyed write's removal, ``undo``, a DELETE/UPDATE/TRUNCATE by hand) goes
 through a trigger that drops the blocks it touches. Keyed writes (upsert, update_rows, delete,
-replace with keys) write no block: their rows are read from jsonb as before.
+replace with keys) write no block: their rows are read from jsonb as before, until ``maintain``
+rebuilds blocks over them (``PgSink.compact``): in one transaction that holds the rows it encodes
+(FOR SHARE), so a change by hand waits for the new blocks and then drops them like any other.
 
 A block keeps the schema of the commit that wrote it; a read casts it to the current commit's
 schema exactly as jsonb decoding restores types (added columns null, ``int32 -> int64`` cast,
@@ -34,6 +36,9 @@ from ...errors import StorageUnavailableError
 from ...identity import ROW_INDEX
 from ...schemas import conform
 
+# ``maintain`` rebuilds blocks only over runs of at least this many consecutive row indexes: a
+# shorter run (between rows a delete removed) reads from jsonb about as fast as from a block.
+MIN_REBUILD_ROWS = 1_024
 BLOCK_ROWS = 65_536  # rows per block: a larger write batch is cut, so a block (and a read's look-ahead) stays bounded
 _WRITE = ipc.IpcWriteOptions(compression="zstd")
 

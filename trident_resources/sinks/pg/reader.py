@@ -156,7 +156,7 @@ def _fetch(
 ) -> pa.RecordBatch | None:
     if item[2] is not None:
         return _fetch_block(conn, dataset_id, gen, item[2], query)
-    return _fetch_rows(conn, dataset_id, gen, (item[0], item[1]), query)
+    return fetch_rows(conn, dataset_id, gen, (item[0], item[1]), query)
 
 
 def _fetch_block(
@@ -170,9 +170,11 @@ def _fetch_block(
     return query.block(bytes(values[1]), int(values[0]))
 
 
-def _fetch_rows(
+def fetch_rows(
     conn: psycopg.Connection[Any], dataset_id: uuid.UUID, gen: int, span: tuple[int, int], query: RangeQuery
 ) -> pa.RecordBatch | None:
+    """The jsonb rows of ``[span[0], span[1])`` in ``__row_index`` order, as one of ``query``'s
+    batches (None when the range holds no row); the caller's transaction decides what it sees."""
     parts: list[bytes] = []
     with conn.cursor().copy(query.statement, (dataset_id, gen, span[0], span[1])) as copy:
         for block in copy:

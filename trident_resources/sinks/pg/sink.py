@@ -48,10 +48,11 @@ from ...identity import CREATED_AT, ROW_ID, ROW_INDEX
 from ...partitions import PartitionFilter
 from ...schemas import conform, describe_schema, to_iceberg, with_identity
 from ...settings import TridentSettings
-from ..base import AsOf, Discarded, Removal, Sink, SinkWrite, StoredVersion, WriteCounts, WriteRequest
+from ..base import AsOf, Discarded, Maintenance, Removal, Sink, SinkWrite, StoredVersion, WriteCounts, WriteRequest
+from . import blocks as block_cache
 from .blocks import block_slices
 from .codec import JsonCodec
-from .reader import read_ranges
+from .reader import fetch_rows, read_ranges
 
 
 @dataclass(frozen=True)
@@ -206,7 +207,6 @@ _READ_ATTEMPTS = 3  # reads of the current version retried when a commit lands b
 class PgSink(Sink):
     name = "pg"
     time_travel = False  # only the current version is kept: scan checks ``as_of`` itself
-    no_maintenance = "the pg sink keeps rows in Postgres: no data files to compact, no past versions to expire"
 
     def __init__(self, control: ControlPlane, settings: TridentSettings) -> None:
         self.control = control
@@ -377,6 +377,37 @@ class PgSink(Sink):
             os.replace(tmp, path)
         finally:
             tmp.unlink(missing_ok=True)
+
+    def compact(self, ds: DatasetRecord) -> Maintenance:
+        """Rebuild the row blocks (the read cache, ``blocks.py``) over the current rows no block
+        holds: keyed writes drop the blocks they touch and write none, so an upserted dataset read
+        at jsonb speed until its next replace. There are no files or past versions to compact or
+        expire. The caller (``maintain``) holds the writer lock, so no commit lands meanwhile; the
+        blocks are encoded from the rows read in the same transaction that inserts them, which
+        holds those rows (``PG_UNCOVERED_RUNS``), so they are exactly what a jsonb read returns."""
+        state = self.current_commit(ds)
+        if state is None or not self.settings.pg_row_blocks:
+            return Maintenance(key=ds.key, expired_snapshots=0, deleted_files=0)
+        written = 0
+        codec = JsonCodec(state.user_schema)
+        try:
+            query = codec.reader(storage_schema(state.user_schema), blocks=False)
+            with _translated(), self.control.tx() as conn:
+                conn.execute("SET LOCAL client_encoding TO 'UTF8'")  # the reader parses raw bytes
+                params = {"ds": ds.dataset_id, "gen": state.gen, "min_rows": block_cache.MIN_REBUILD_ROWS}
+                for run in conn.execute(q.PG_UNCOVERED_RUNS, params).fetchall():
+                    first, last = (run["first"], run["last"]) if isinstance(run, dict) else run
+                    for lo in range(first, last + 1, block_cache.BLOCK_ROWS):
+                        batch = fetch_rows(
+                            conn, ds.dataset_id, state.gen, (lo, min(lo + block_cache.BLOCK_ROWS, last + 1)), query
+                        )
+                        for a, z, data in block_slices(batch) if batch is not None else ():
+                            conn.execute(q.PG_INSERT_BLOCK, (ds.dataset_id, state.gen, a, z, state.txn_id, z - a + 1, data))
+                            written += 1
+                failpoint("pg.blocks_rebuilt")  # the blocks inserted, their rows still held
+        finally:
+            codec.close()
+        return Maintenance(key=ds.key, expired_snapshots=0, deleted_files=0, rebuilt_blocks=written)
 
     def drop(self, ds: DatasetRecord) -> None:
         with self.control.tx() as conn:
