@@ -396,6 +396,26 @@ def pg_write_cost(t: Trident, data: pa.Table, repeat: int) -> None:
         off.close()
 
 
+def pg_rebuild(t: Trident, data: pa.Table, repeat: int) -> None:
+    """Keyed writes drop the row blocks they touch (the read cache); ``maintain`` rebuilds them.
+    A replace, then an upsert of one row every 50,000 (touching most blocks), read before and
+    after ``Trident.maintain``, each against the freshly replaced dataset's read."""
+    t.router.set_pin("b/pgk", "pg")
+    t.write("b/pgk", data)
+    fresh, _ = best(lambda: t.read("b/pgk"), repeat)
+    keys = ["l_orderkey", "l_linenumber"]
+    t.write("b/pgk", data.take(list(range(0, data.num_rows, 50_000))), mode="upsert", keys=keys)
+    edited, _ = best(lambda: t.read("b/pgk"), repeat)
+    start = time.perf_counter()
+    done = t.maintain("b/pgk")
+    took = time.perf_counter() - start
+    rebuilt, _ = best(lambda: t.read("b/pgk"), repeat)
+    header(f"pg read() of {data.num_rows:,} rows after keyed edits, before vs after maintain (best of {repeat})")
+    print(row("after an upsert touching the blocks", edited, fresh, "vs the fresh replace's read"))
+    print(row("after maintain", rebuilt, fresh, f"maintain {took:.2f}s rebuilt {done.rebuilt_blocks} blocks"))
+    t.drop("b/pgk")
+
+
 def pg_read(t: Trident, path: Path, n: int, home: Path, dsn: str, repeat: int, baseline_rev: str, previous_rev: str) -> None:
     """pg-sink read rows/s: the readers at ``baseline_rev`` and ``previous_rev`` (exported with
     ``git archive``, no checkout of this tree) vs this tree's, on the same dataset in the same
@@ -406,6 +426,7 @@ def pg_read(t: Trident, path: Path, n: int, home: Path, dsn: str, repeat: int, b
     data = pa.Table.from_batches(list(f.iter_batches(batch_size=131_072)), schema=f.schema_arrow).slice(0, n)
     t.router.set_pin("b/pg", "pg")
     pg_write_cost(t, data, repeat)
+    pg_rebuild(t, data, repeat)
     t.write("b/pg", data)
     t.write("b/pg_ice", data)
     off = {"TRIDENT_PG_ROW_BLOCKS": "false"}
