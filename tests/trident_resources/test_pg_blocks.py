@@ -79,15 +79,21 @@ def test_replace_and_append_write_blocks_that_reads_use(trident: Trident, jsonb_
     assert _blocks(t, "blk/b") == []
 
 
+def _keyed_edits(t: Trident, key: str) -> None:
+    """40 rows in blocks of 10 (``small_blocks``), then an upsert (k=3 and a new k=100), an
+    update (k=25) and a delete (k=38): every block but 10-19 is touched."""
+    t.write(key, _data(0, 40))
+    t.write(key, pa.table({"k": [3, 100], "v": ["up", "new"], "f": [1.0, 2.0]}), mode="upsert", keys=["k"])
+    t.update_rows(key, pa.table({"k": [25], "v": ["edited"]}), keys="k")
+    t.delete_rows(key, where="k = 38")
+
+
 def test_keyed_writes_drop_the_blocks_they_touch_and_write_none(
     trident: Trident, jsonb_only: Trident, small_blocks: None
 ) -> None:
     t = trident
     t.router.set_pin("blk/k", "pg")
-    t.write("blk/k", _data(0, 40))
-    t.write("blk/k", pa.table({"k": [3, 100], "v": ["up", "new"], "f": [1.0, 2.0]}), mode="upsert", keys=["k"])
-    t.update_rows("blk/k", pa.table({"k": [25], "v": ["edited"]}), keys="k")
-    t.delete_rows("blk/k", where="k = 38")
+    _keyed_edits(t, "blk/k")
     spans = [(b["first_row_index"], b["last_row_index"]) for b in _blocks(t, "blk/k")]
     assert spans == [(10, 19)]  # 0-9 held k=3, 20-29 k=25, 30-39 k=38; the upsert wrote no block
     assert comparable(t.read("blk/k")) == comparable(jsonb_only.read("blk/k"))
@@ -225,10 +231,7 @@ def test_maintain_rebuilds_the_blocks_keyed_writes_dropped(
     monkeypatch.setattr(blocks, "MIN_REBUILD_ROWS", 3)
     t = trident
     t.router.set_pin("blk/m", "pg")
-    t.write("blk/m", _data(0, 40))
-    t.write("blk/m", pa.table({"k": [3, 100], "v": ["up", "new"], "f": [1.0, 2.0]}), mode="upsert", keys=["k"])
-    t.update_rows("blk/m", pa.table({"k": [25], "v": ["edited"]}), keys="k")
-    t.delete_rows("blk/m", where="k = 38")
+    _keyed_edits(t, "blk/m")
     assert [(b["first_row_index"], b["last_row_index"]) for b in _blocks(t, "blk/m")] == [(10, 19)]
     done = t.maintain("blk/m")
     # runs 0-9, 20-37 (38 was deleted) and 39-40 (k=39 and the upsert's new row: too short)
