@@ -3,6 +3,7 @@ the engine's, so that a row's ``__row_id`` means the same thing whoever wrote it
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 import uuid
@@ -264,11 +265,11 @@ for _i, _c in enumerate("0123456789abcdef"):
 
 def ids_as_text(ids: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
     """16-byte ids (``pa.uuid()`` or ``fixed_size_binary(16)``) as their canonical 36-character
-    text, vectorised: each 16-bit word of an id is one ``_HEX4`` entry (its 4 digits). A word
-    that is the same in every id of the array (the block's head: the first 80 bits of every id one
-    write minted) is converted once and broadcast; the last three words land on 4-byte aligned
-    places of the 36-byte row, so they are stored as uint32. ``str(uuid.UUID(bytes=...))`` per row
-    costs ~1 s per million rows."""
+    text, vectorised. A row of text is 9 uint32: the first 6 hold the 24-character head
+    (``xxxxxxxx-xxxx-8xxx-yyyy-``, the first 10 bytes), the last 3 the 12 digits of the last 6
+    bytes, one ``_HEX4`` entry per 16-bit word. Ids come in runs that share a head (each block a
+    write minted), so each run's head is formatted once and broadcast; any other order falls back
+    to converting every word. ``str(uuid.UUID(bytes=...))`` per row costs ~1 s per million rows."""
     if isinstance(ids, pa.ChunkedArray):
         return pa.chunked_array([ids_as_text(c) for c in ids.chunks], type=ROW_ID_TEXT)
     storage = ids.storage if isinstance(ids, pa.ExtensionArray) else ids
@@ -276,19 +277,24 @@ def ids_as_text(ids: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
     if n == 0:
         return pa.array([], type=ROW_ID_TEXT)
     raw = np.frombuffer(storage.buffers()[1], dtype=np.uint8, count=(storage.offset + n) * 16)[storage.offset * 16 :]
+    rows = raw.reshape(n, 16)
     words = raw.view(">u2").reshape(n, 8)
     out = np.empty((n, 36), dtype=np.uint8)
     out32 = out.view(np.uint32)
-    for w, pos in enumerate(_WORD_AT):
-        col = words[:, w]
-        first = int(col[0])
-        same = bool((col == first).all())
-        if pos % 4 == 0:
-            out32[:, pos // 4] = _HEX4[first] if same else _HEX4[col.astype(np.intp)]
-        else:
-            out[:, pos : pos + 4] = _HEX_BYTES[first] if same else _HEX_BYTES[col.astype(np.intp)]
-    for pos in _DASHES:
-        out[:, pos] = ord("-")
+    first8 = rows[:, :8].copy().view(np.uint64).reshape(n)
+    changes = np.flatnonzero((first8[1:] != first8[:-1]) | (words[1:, 4] != words[:-1, 4])) + 1
+    if len(changes) < max(n // 256, 16):
+        bounds = [0, *changes.tolist(), n]
+        for a, b in itertools.pairwise(bounds):
+            head = str(uuid.UUID(bytes=rows[a].tobytes()))[:24].encode()
+            out32[a:b, :6] = np.frombuffer(head, dtype=np.uint32)
+    else:  # no runs (ids of many blocks interleaved): every head word converted
+        for w, pos in enumerate(_WORD_AT[:5]):
+            out[:, pos : pos + 4] = _HEX_BYTES[words[:, w].astype(np.intp)]
+        for pos in _DASHES:
+            out[:, pos] = ord("-")
+    for w in (5, 6, 7):  # the tail: 4-byte aligned at characters 24, 28, 32
+        out32[:, w + 1] = _HEX4[words[:, w].astype(np.intp)]
     offsets = np.arange(0, 36 * (n + 1), 36, dtype=np.int64)
     text = pa.LargeStringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(out))
     if storage.null_count:  # (ids are never null; a null stays null all the same)
@@ -332,11 +338,15 @@ def convert_ids(ids: pa.Array | pa.ChunkedArray, target: pa.DataType) -> pa.Arra
     if _is_text(ids.type) and _is_bytes16(target):
         return ids_from_text(ids, target)
     if _is_bytes16(ids.type) and _is_bytes16(target):  # uuid <-> fixed_size_binary(16): same bytes
-        storage = ids.storage if isinstance(ids, pa.ExtensionArray) else ids
         if isinstance(ids, pa.ChunkedArray):
-            return pa.chunked_array([convert_ids(c, target) for c in ids.chunks], type=target)  # type: ignore[misc]
-        return pa.ExtensionArray.from_storage(target, storage) if isinstance(target, pa.BaseExtensionType) else storage
+            return pa.chunked_array([_same_bytes(c, target) for c in ids.chunks], type=target)
+        return _same_bytes(ids, target)
     return None
+
+
+def _same_bytes(ids: pa.Array, target: pa.DataType) -> pa.Array:
+    storage = ids.storage if isinstance(ids, pa.ExtensionArray) else ids
+    return pa.ExtensionArray.from_storage(target, storage) if isinstance(target, pa.BaseExtensionType) else storage
 
 
 def public_type(t: pa.DataType) -> pa.DataType:
