@@ -200,8 +200,11 @@ class RowIdBlock:
     def sql(self, seq: str, row_id_type: pa.DataType = ROW_ID_TEXT) -> str:
         """The same ids as a DuckDB expression of a 0-based BIGINT sequence expression ``seq``:
         VARCHAR for a string ``__row_id`` column, DuckDB's UUID for a uuid one."""
-        text = f"('{self.head}' || printf('%012x', ({self.low}::BIGINT + ({seq}))::BIGINT))"
-        return text if _is_text(row_id_type) else f"{text}::UUID"
+        if _is_text(row_id_type):
+            return f"('{self.head}' || printf('%012x', ({self.low}::BIGINT + ({seq}))::BIGINT))"
+        # the id's 128-bit value: the block's first id plus the sequence (no text built per row)
+        first = int(self.head.replace("-", ""), 16) << 48 | self.low
+        return f"(('{first}'::UHUGEINT + ({seq})::UHUGEINT)::UUID)"
 
 
 def row_ids(txn_id: uuid.UUID, first_seq: int, n: int, row_id_type: pa.DataType = ROW_ID_STORED) -> pa.Array:
