@@ -192,3 +192,15 @@ def test_copies_between_sinks_keep_the_ids(trident: Trident) -> None:
     assert t.router.pins()["u/moved"] == "iceberg_native"
     assert _table(t, "u/moved").schema().find_field("__row_id").field_type == UUIDType()
     assert _ids(t, "u/moved") == before
+
+
+def test_a_move_to_pg_turns_16_byte_ids_into_text(trident: Trident) -> None:
+    """The other way: a uuid table's ids land in the pg sink as the same text."""
+    t = trident
+    t.write("u/back", pa.table({"k": pa.array([1, 2, 3], pa.int64())}))
+    assert _table(t, "u/back").schema().find_field("__row_id").field_type == UUIDType()
+    before = _ids(t, "u/back")
+    report = t.migrate("u/back", "pg")
+    assert report.parity, report.message
+    assert t.dataset_record("u/back").sink == "pg"
+    assert _ids(t, "u/back") == before
