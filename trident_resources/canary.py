@@ -27,6 +27,7 @@ import pyarrow as pa
 
 from .errors import MigrationError
 from .failpoints import armed_action, failpoint
+from .identity import public_schema
 from .merge import quote
 from .router import SINKS, RouteDecision, clamp, writer_spec
 from .schemas import conform
@@ -181,7 +182,11 @@ def migrate(t: Trident, key: str, to_sink: str, progress: Progress | None = None
             raise
         verify_s = time.perf_counter() - t1
         failpoint("canary.verify")
-        schema_equal = [(f.name, str(f.type)) for f in source_schema] == [(f.name, str(f.type)) for f in target_schema]
+        # compared as readers see them: the pg sink keeps ids as text, a new Iceberg table stores
+        # 16-byte uuids (the checksum compares both as text: ``conform`` converts the copy's ids)
+        schema_equal = [(f.name, str(f.type)) for f in public_schema(source_schema)] == [
+            (f.name, str(f.type)) for f in public_schema(target_schema)
+        ]
         parity = schema_equal and src_sum.digest == dst_sum.digest and src_sum.rows == ds.row_count
         if parity:
             txn.commit(outcome, flip_to=to_sink)

@@ -25,7 +25,7 @@ from .errors import (
     SinkMismatchError,
     UnsupportedBySinkError,
 )
-from .identity import ROW_INDEX, refuse_case_clash, refuse_reserved
+from .identity import ROW_INDEX, public_schema, refuse_case_clash, refuse_reserved
 from .inputs import to_reader
 from .keys import iceberg_identifier, validate_key
 from .partitions import BoundPartition, PartitionFilter
@@ -391,8 +391,9 @@ class Trident:
         return part if not row_filter else f"({row_filter}) and {part}"
 
     def schema(self, key: str) -> pa.Schema:
+        """The dataset's schema as readers get it (``__row_id`` as text, however it is stored)."""
         ds = self.dataset_record(key)
-        return self._sink(ds.sink).schema(ds)
+        return public_schema(self._sink(ds.sink).schema(ds))
 
     def arrow_source(self, key: str, partition: PartitionFilter | None = None, *, staged: uuid.UUID | str | None = None) -> Any:
         """A re-scannable Arrow source of the dataset (a pyarrow dataset) for DuckDB compute;

@@ -3,15 +3,18 @@ the engine's, so that a row's ``__row_id`` means the same thing whoever wrote it
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from .errors import ReservedColumnError, SchemaMismatchError
 
@@ -21,11 +24,23 @@ CREATED_AT = "__created_at"
 IDENTITY_COLUMNS: tuple[str, ...] = (ROW_INDEX, ROW_ID, CREATED_AT)
 
 TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
+# ``__row_id`` as new tables store it: Iceberg ``uuid``, 16 bytes per row (a
+# ``fixed_len_byte_array(16) (UUID)`` Parquet column) instead of a 36-character string. Tables
+# created before keep their string column (Iceberg cannot promote string to uuid), so every write
+# path takes the type from the table (``SinkWrite.arrow_schema``), never from a setting. Readers
+# always get the text form (``ROW_ID_TEXT``, see ``public``): the README's promise.
+ROW_ID_STORED: pa.DataType = pa.uuid()
+ROW_ID_TEXT: pa.DataType = pa.large_string()
 IDENTITY_FIELDS: tuple[pa.Field, ...] = (
     pa.field(ROW_INDEX, pa.int64()),
-    pa.field(ROW_ID, pa.large_string()),
+    pa.field(ROW_ID, ROW_ID_STORED),
     pa.field(CREATED_AT, TIMESTAMP_TYPE),
 )
+
+
+def identity_fields(row_id_type: pa.DataType = ROW_ID_STORED) -> tuple[pa.Field, ...]:
+    """The identity columns with ``__row_id`` in ``row_id_type`` (the table's own type)."""
+    return (IDENTITY_FIELDS[0], pa.field(ROW_ID, row_id_type), IDENTITY_FIELDS[2])
 
 
 RESERVED_PREFIX = "__"
@@ -169,28 +184,206 @@ class RowIdBlock:
         offsets = np.arange(0, 36 * (n + 1), 36, dtype=np.int64)
         return pa.LargeStringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(out))
 
-    def sql(self, seq: str) -> str:
-        """The same ids as a DuckDB expression of a 0-based BIGINT sequence expression ``seq``."""
-        return f"('{self.head}' || printf('%012x', ({self.low}::BIGINT + ({seq}))::BIGINT))"
+    def uuid16(self, first_seq: int, n: int) -> pa.Array:
+        """The same ids as ``arrow`` as 16-byte ``pa.uuid()`` values: two big-endian uint64 per
+        row, the block's constant first half and a counting second half (``low + seq`` under the
+        constant variant/random group), so no text is built at all."""
+        if first_seq < 0 or first_seq + n > 1 << SEQ_BITS:
+            raise ValueError(f"row-id sequence {first_seq}+{n} exceeds {SEQ_BITS} bits; mint another block")
+        digits = self.head.replace("-", "")  # 16 + 4 hex digits: the first half, then the fourth group
+        out = np.empty((n, 2), dtype=">u8")
+        out[:, 0] = int(digits[:16], 16)
+        out[:, 1] = np.arange(first_seq, first_seq + n, dtype=np.uint64) + np.uint64((int(digits[16:], 16) << 48) | self.low)
+        storage = pa.FixedSizeBinaryArray.from_buffers(pa.binary(16), n, [None, pa.py_buffer(out)])
+        return pa.ExtensionArray.from_storage(ROW_ID_STORED, storage)
+
+    def sql(self, seq: str, row_id_type: pa.DataType = ROW_ID_TEXT) -> str:
+        """The same ids as a DuckDB expression of a 0-based BIGINT sequence expression ``seq``:
+        VARCHAR for a string ``__row_id`` column, DuckDB's UUID for a uuid one."""
+        if _is_text(row_id_type):
+            return f"('{self.head}' || printf('%012x', ({self.low}::BIGINT + ({seq}))::BIGINT))"
+        # the id's 128-bit value: the block's first id plus the sequence (no text built per row)
+        first = int(self.head.replace("-", ""), 16) << 48 | self.low
+        return f"(('{first}'::UHUGEINT + ({seq})::UHUGEINT)::UUID)"
 
 
-def row_ids(txn_id: uuid.UUID, first_seq: int, n: int) -> pa.Array:
-    """``n`` fresh row ids for rows a transaction creates (see ``RowIdBlock``).
+def row_ids(txn_id: uuid.UUID, first_seq: int, n: int, row_id_type: pa.DataType = ROW_ID_STORED) -> pa.Array:
+    """``n`` fresh row ids for rows a transaction creates (see ``RowIdBlock``), in ``row_id_type``
+    (the table's: uuid, or the string of a table created before uuid ids).
 
     ``txn_id`` is accepted for the callers' sake and deliberately not used: row ids must be
     unique whatever transaction ids callers pass. Each call mints its own block.
     """
-    return RowIdBlock.mint().arrow(first_seq, n)
+    block = RowIdBlock.mint()
+    if _is_text(row_id_type):
+        ids = block.arrow(first_seq, n)
+        return ids if row_id_type == ROW_ID_TEXT else ids.cast(row_id_type)
+    return block.uuid16(first_seq, n)
 
 
-def stamp(batch: pa.RecordBatch, txn_id: uuid.UUID, first_seq: int, first_index: int, created_at: datetime) -> pa.RecordBatch:
-    """Prepend the identity columns to a batch of new rows numbered from ``first_index``."""
+def stamp(
+    batch: pa.RecordBatch,
+    txn_id: uuid.UUID,
+    first_seq: int,
+    first_index: int,
+    created_at: datetime,
+    row_id_type: pa.DataType = ROW_ID_STORED,
+) -> pa.RecordBatch:
+    """Prepend the identity columns to a batch of new rows numbered from ``first_index``, the
+    ids minted straight in the table's ``row_id_type`` (no text to cast)."""
     n = batch.num_rows
     index = pa.array(np.arange(first_index, first_index + n, dtype=np.int64))
     created = pa.array(np.full(n, _micros(created_at), dtype=np.int64)).view(TIMESTAMP_TYPE)
-    arrays = [index, row_ids(txn_id, first_seq, n), created, *batch.columns]
-    fields = [*IDENTITY_FIELDS, *batch.schema]
+    arrays = [index, row_ids(txn_id, first_seq, n, row_id_type), created, *batch.columns]
+    fields = [*identity_fields(row_id_type), *batch.schema]
     return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
+
+
+# -- the two forms of an id: 16 bytes stored, text read -------------------------------------------
+
+
+def _is_text(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)
+
+
+def is_row_id_bytes(t: pa.DataType) -> bool:
+    """Is ``t`` a 16-byte id type (``pa.uuid()`` or its storage, ``fixed_size_binary(16)``)?"""
+    return _is_bytes16(t)
+
+
+def _is_bytes16(t: pa.DataType) -> bool:
+    storage = t.storage_type if isinstance(t, pa.BaseExtensionType) else t
+    return pa.types.is_fixed_size_binary(storage) and storage.byte_width == 16
+
+
+_DASHES = (8, 13, 18, 23)
+_HEX_AT = np.array([i for i in range(36) if i not in _DASHES], dtype=np.intp)  # where the 32 digits go
+_WORD_AT = (0, 4, 9, 14, 19, 24, 28, 32)  # where each 16-bit word's 4 digits go in the text
+_HEX_BYTES = _HEX4.view(np.uint8).reshape(1 << 16, 4)
+_NIBBLE = np.full(256, 255, dtype=np.uint8)
+for _i, _c in enumerate("0123456789abcdef"):
+    _NIBBLE[ord(_c)] = _i
+    _NIBBLE[ord(_c.upper())] = _i
+
+
+def ids_as_text(ids: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """16-byte ids (``pa.uuid()`` or ``fixed_size_binary(16)``) as their canonical 36-character
+    text, vectorised. A row of text is 9 uint32: the first 7 hold the 28 characters of the first
+    12 bytes, the last 2 the 8 digits of the last 4 bytes (one ``_HEX4`` entry per 16-bit word).
+    Ids come in runs that share their first 12 bytes (each block a write minted, below 2**32 rows),
+    so each run's head is formatted once and broadcast; any other order falls back to converting
+    every word. ``str(uuid.UUID(bytes=...))`` per row costs ~1 s per million rows."""
+    if isinstance(ids, pa.ChunkedArray):
+        return pa.chunked_array([ids_as_text(c) for c in ids.chunks], type=ROW_ID_TEXT)
+    storage = ids.storage if isinstance(ids, pa.ExtensionArray) else ids
+    n = len(storage)
+    if n == 0:
+        return pa.array([], type=ROW_ID_TEXT)
+    raw = np.frombuffer(storage.buffers()[1], dtype=np.uint8, count=(storage.offset + n) * 16)[storage.offset * 16 :]
+    rows = raw.reshape(n, 16)
+    out = np.empty((n, 36), dtype=np.uint8)
+    out32 = out.view(np.uint32)
+    # runs of ids sharing their first 12 bytes (28 characters of text): compared in place, no copy
+    halves = raw.view(np.uint64).reshape(n, 2)[:, 0]
+    third = raw.view(np.uint32).reshape(n, 4)[:, 2]
+    changes = np.flatnonzero((halves[1:] != halves[:-1]) | (third[1:] != third[:-1])) + 1
+    if len(changes) < max(n // 256, 16):
+        bounds = [0, *changes.tolist(), n]
+        for a, b in itertools.pairwise(bounds):
+            head = str(uuid.UUID(bytes=rows[a].tobytes()))[:28].encode()
+            out32[a:b, :7] = np.frombuffer(head, dtype=np.uint32)
+    else:  # no runs (ids of many blocks interleaved): every head word converted
+        words = raw.view(">u2").reshape(n, 8)
+        for w, pos in enumerate(_WORD_AT[:6]):
+            out[:, pos : pos + 4] = _HEX_BYTES[words[:, w].astype(np.intp)]
+        for pos in _DASHES:
+            out[:, pos] = ord("-")
+    # the last 4 bytes (characters 28-35, two aligned uint32): one big-endian read and two lookups
+    tail = raw.view(">u4").reshape(n, 4)[:, 3].astype(np.uint32)
+    out32[:, 7] = _HEX4[tail >> 16]
+    out32[:, 8] = _HEX4[tail & 0xFFFF]
+    offsets = np.arange(0, 36 * (n + 1), 36, dtype=np.int64)
+    text = pa.LargeStringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(out))
+    if storage.null_count:  # (ids are never null; a null stays null all the same)
+        text = pc.if_else(storage.is_valid(), text, pa.scalar(None, ROW_ID_TEXT))
+    return text
+
+
+def ids_from_text(ids: pa.Array | pa.ChunkedArray, target: pa.DataType = ROW_ID_STORED) -> pa.Array | pa.ChunkedArray:
+    """Canonical 36-character id text as 16-byte ids (``target``: ``pa.uuid()`` or
+    ``fixed_size_binary(16)``), vectorised: a copy that carries ids from a string column (the pg
+    sink, a table created before uuid ids) into a uuid one. Anything but UUID text is refused."""
+    if isinstance(ids, pa.ChunkedArray):
+        return pa.chunked_array([ids_from_text(c, target) for c in ids.chunks], type=target)
+    text = ids.cast(pa.large_string()) if not pa.types.is_large_string(ids.type) else ids
+    n = len(text)
+    valid = text.is_valid()
+    filled = text.fill_null("00000000-0000-0000-0000-000000000000") if text.null_count else text
+    lengths = np.asarray(pc.binary_length(filled))
+    if n and (lengths != 36).any():
+        bad = filled[int(np.argmax(lengths != 36))].as_py()
+        raise SchemaMismatchError(f"{ROW_ID} {bad!r} is not a UUID (36 characters, 8-4-4-4-12 hex digits)")
+    offsets = np.frombuffer(filled.buffers()[1], dtype=np.int64, count=filled.offset + n + 1)[filled.offset :]
+    chars = np.frombuffer(filled.buffers()[2], dtype=np.uint8)[int(offsets[0]) : int(offsets[0]) + 36 * n].reshape(n, 36)
+    nibbles = _NIBBLE[chars[:, _HEX_AT]]
+    if n and ((nibbles == 255).any() or (chars[:, _DASHES] != ord("-")).any()):
+        bad_row = int(np.argmax((nibbles == 255).any(axis=1) | (chars[:, _DASHES] != ord("-")).any(axis=1)))
+        raise SchemaMismatchError(f"{ROW_ID} {filled[bad_row].as_py()!r} is not a UUID (8-4-4-4-12 hex digits)")
+    packed = (nibbles[:, 0::2] << 4) | nibbles[:, 1::2]
+    storage = pa.FixedSizeBinaryArray.from_buffers(pa.binary(16), n, [None, pa.py_buffer(np.ascontiguousarray(packed))])
+    if text.null_count:
+        storage = pc.if_else(valid, storage, pa.scalar(None, pa.binary(16)))
+    return pa.ExtensionArray.from_storage(target, storage) if isinstance(target, pa.BaseExtensionType) else storage
+
+
+def convert_ids(ids: pa.Array | pa.ChunkedArray, target: pa.DataType) -> pa.Array | pa.ChunkedArray | None:
+    """``ids`` in ``target`` when one is text and the other 16 bytes (None: not such a pair, the
+    caller casts as usual). pyarrow's own cast of uuid to string keeps the raw bytes as "text"."""
+    if _is_bytes16(ids.type) and _is_text(target):
+        out = ids_as_text(ids)
+        return out if target == ROW_ID_TEXT else out.cast(target)
+    if _is_text(ids.type) and _is_bytes16(target):
+        return ids_from_text(ids, target)
+    if _is_bytes16(ids.type) and _is_bytes16(target):  # uuid <-> fixed_size_binary(16): same bytes
+        if isinstance(ids, pa.ChunkedArray):
+            return pa.chunked_array([_same_bytes(c, target) for c in ids.chunks], type=target)
+        return _same_bytes(ids, target)
+    return None
+
+
+def _same_bytes(ids: pa.Array, target: pa.DataType) -> pa.Array:
+    storage = ids.storage if isinstance(ids, pa.ExtensionArray) else ids
+    return pa.ExtensionArray.from_storage(target, storage) if isinstance(target, pa.BaseExtensionType) else storage
+
+
+def public_type(t: pa.DataType) -> pa.DataType:
+    """The type a reader sees for a ``__row_id`` column stored as ``t``: always text."""
+    return ROW_ID_TEXT if _is_bytes16(t) else t
+
+
+def public_schema(schema: pa.Schema) -> pa.Schema:
+    """``schema`` as readers see it: ``__row_id`` as text, whatever the table stores."""
+    i = schema.get_field_index(ROW_ID)
+    if i < 0 or not _is_bytes16(schema.field(i).type):
+        return schema
+    return schema.set(i, schema.field(i).with_type(ROW_ID_TEXT))
+
+
+def public(data: pa.RecordBatch | pa.Table) -> Any:
+    """A read result with a 16-byte ``__row_id`` column converted to its text (the read
+    boundary: every read door, whichever sink and table type)."""
+    i = data.schema.get_field_index(ROW_ID)
+    if i < 0 or not _is_bytes16(data.schema.field(i).type):
+        return data
+    return data.set_column(i, data.schema.field(i).with_type(ROW_ID_TEXT), ids_as_text(data.column(i)))
+
+
+def public_reader(reader: pa.RecordBatchReader) -> pa.RecordBatchReader:
+    """``reader`` with ``public`` applied to every batch (nothing added when no column needs it)."""
+    schema = public_schema(reader.schema)
+    if schema is reader.schema:
+        return reader
+    return pa.RecordBatchReader.from_batches(schema, (public(b) for b in reader))
 
 
 def _micros(ts: datetime) -> int:

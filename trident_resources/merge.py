@@ -20,7 +20,7 @@ import duckdb
 import pyarrow as pa
 
 from .errors import DuplicateKeyError, InvalidWriteError, NullKeyError, SchemaMismatchError
-from .identity import CREATED_AT, ROW_ID, ROW_INDEX, RowIdBlock
+from .identity import CREATED_AT, ROW_ID, ROW_ID_TEXT, ROW_INDEX, RowIdBlock
 
 FILE_COLUMN = "__file"
 BATCH_ROWS = 65_536
@@ -153,10 +153,21 @@ class KeyedMerge:
         return " AND ".join(f"{a}.{quote(k)} = {b}.{quote(k)}" for k in self.keys)
 
     # -- planning ---------------------------------------------------------------------------
-    def plan(self, mode: str, *, first_index: int | Callable[[int], int], txn_id: uuid.UUID, tau: datetime) -> MergePlan:
+    def plan(
+        self,
+        mode: str,
+        *,
+        first_index: int | Callable[[int], int],
+        txn_id: uuid.UUID,
+        tau: datetime,
+        row_id_type: pa.DataType = ROW_ID_TEXT,
+    ) -> MergePlan:
         """Build ``removed`` and ``added`` for the mode. ``first_index`` is the ``__row_index`` of
         the first new row, or a function of how many new rows there are that returns it (a
-        partition write reserves exactly that many in the control plane)."""
+        partition write reserves exactly that many in the control plane). New ids are minted in
+        ``row_id_type``, the dataset's own ``__row_id`` type (DuckDB's UUID for a uuid table,
+        which the lossless Arrow conversion hands back as ``pa.uuid()``), so existing and new ids
+        are one type and nothing is cast per row."""
         j = self._join("s", "e")
         self.con.execute(f"CREATE TABLE survivors AS {self._survivors_sql()}")
         has_file = FILE_COLUMN in [r[0] for r in self.con.execute("DESCRIBE existing").fetchall()]
@@ -179,7 +190,7 @@ class KeyedMerge:
         matched_sql = f"SELECT e.{ROW_INDEX}, e.{ROW_ID}, {created} AS {CREATED_AT}, {user} FROM staged s JOIN survivors e ON {j}"
         # New rows: dense indexes from first_index; ids from a freshly minted block, the same
         # scheme (identity.RowIdBlock) streamed writes use, never derived from the caller's txn id.
-        ids = RowIdBlock.mint().sql("row_number() OVER () - 1")
+        ids = RowIdBlock.mint().sql("row_number() OVER () - 1", row_id_type)
         fresh_sql = (
             f"SELECT {first_index} - 1 + row_number() OVER () AS {ROW_INDEX}, {ids} AS {ROW_ID}, "
             f"{created} AS {CREATED_AT}, {user} FROM staged s ANTI JOIN survivors e ON {j}"

@@ -63,14 +63,17 @@ class WritePlanner:
 
         def rows(target: pa.Schema) -> Iterator[pa.RecordBatch]:
             seq = 0
+            # ids are minted (or carried) straight in the table's own __row_id type: 16 bytes for
+            # a uuid table, text for one created before uuid ids; never text cast afterwards
+            row_id_type = target.field(ROW_ID).type
             bound = part.bind(target) if part is not None else None
             for batch in batches:
                 if req.preserve_identity:
-                    out = _carried(batch, with_identity(user_schema), top)
+                    out = _carried(batch, with_identity(user_schema, row_id_type), top)
                 else:
                     index = req.reserve_rows(batch.num_rows) if req.reserve_rows is not None else first + seq
                     top[0] = max(top[0], index + batch.num_rows - 1)
-                    out = stamp(conform(batch, user_fields(user_schema)), req.txn_id, seq, index, req.tau)
+                    out = stamp(conform(batch, user_fields(user_schema)), req.txn_id, seq, index, req.tau, row_id_type)
                 seq += batch.num_rows
                 out = conform(out, target)
                 if bound is not None:
@@ -132,7 +135,9 @@ class WritePlanner:
                         reserved[0] = req.reserve_rows(fresh)
                     return reserved[0]
 
-                plan = merge.plan(req.mode, first_index=first_index, txn_id=req.txn_id, tau=req.tau)
+                plan = merge.plan(
+                    req.mode, first_index=first_index, txn_id=req.txn_id, tau=req.tau, row_id_type=version.row_id_type
+                )
                 fresh = plan.fresh if req.mode != "delete" else 0
                 top = max(req.dataset.next_row_index, reserved[0] + fresh) if req.reserve_rows is not None else first + fresh
                 counts = WriteCounts(next_row_index=top, **plan.counts(req.mode))
@@ -150,7 +155,7 @@ class WritePlanner:
             check_key_columns(req.keys, version.schema, "the dataset")
             return version.existing_keys(req.keys, req.partition)
         fields = [pa.field(k, incoming.field(k).type) for k in req.keys if k in incoming.names]
-        fields += [pa.field(ROW_ID, pa.large_string()), pa.field(ROW_INDEX, pa.int64())]
+        fields += [pa.field(ROW_ID, version.row_id_type), pa.field(ROW_INDEX, pa.int64())]
         if sink.tracks_files:
             fields.append(pa.field(FILE_COLUMN, pa.int32()))
         return pa.RecordBatchReader.from_batches(pa.schema(fields), [])

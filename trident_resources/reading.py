@@ -4,6 +4,9 @@ A sink's scan is lazy: pyarrow opens data files when the first batch is pulled, 
 truncated or corrupt file (or storage going away mid-read) surfaces while the caller iterates, as a
 raw ``ArrowInvalid``/``OSError``. Both the eager and the lazy half go through here, so a reader
 never sees an engine's exception, only a named one with the engine's error chained.
+
+It is also where ``__row_id`` becomes text: a uuid table stores 16 bytes per id, readers get the
+36-character UUID string the README promises (``identity.public``), whichever door they use.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import psycopg
 import pyarrow as pa
 
 from .errors import ControlPlaneUnavailableError, StorageUnavailableError, TridentError, UnreadableDataError
+from .identity import public, public_schema
 
 
 def named(exc: BaseException, key: str) -> BaseException:
@@ -46,22 +50,27 @@ def guarded(key: str, open_reader: Callable[[], pa.RecordBatchReader]) -> pa.Rec
             raise
         raise err from exc
 
+    schema = public_schema(reader.schema)
+    convert = schema is not reader.schema
+
     def batches() -> Iterator[pa.RecordBatch]:
         try:
-            yield from reader
+            for b in reader:
+                yield public(b) if convert else b
         except Exception as exc:
             err = named(exc, key)
             if err is exc:
                 raise
             raise err from exc
 
-    return pa.RecordBatchReader.from_batches(reader.schema, batches())
+    return pa.RecordBatchReader.from_batches(schema, batches())
 
 
 def read_all(key: str, read: Callable[[], pa.Table]) -> pa.Table:
-    """``read()``, naming its faults (the eager path reads every file before it returns)."""
+    """``read()``, naming its faults (the eager path reads every file before it returns), with
+    ``__row_id`` as text."""
     try:
-        return read()
+        return public(read())
     except Exception as exc:
         err = named(exc, key)
         if err is exc:

@@ -13,7 +13,7 @@ from pyiceberg.io.pyarrow import UnsupportedPyArrowTypeException, schema_to_pyar
 from pyiceberg.schema import Schema, assign_fresh_schema_ids
 
 from .errors import SchemaMismatchError
-from .identity import IDENTITY_COLUMNS, IDENTITY_FIELDS
+from .identity import IDENTITY_COLUMNS, ROW_ID, ROW_ID_STORED, convert_ids, identity_fields, public_type
 from .pyiceberg_compat import arrow_to_iceberg_without_ids
 
 # Safe widenings Iceberg allows on an existing column (input type -> column type).
@@ -140,8 +140,10 @@ def user_fields(schema: pa.Schema) -> pa.Schema:
     return pa.schema([f for f in schema if f.name not in IDENTITY_COLUMNS])
 
 
-def with_identity(user_schema: pa.Schema) -> pa.Schema:
-    return pa.schema([*IDENTITY_FIELDS, *user_fields(user_schema)])
+def with_identity(user_schema: pa.Schema, row_id_type: pa.DataType = ROW_ID_STORED) -> pa.Schema:
+    """The stored schema: identity columns first (``__row_id`` in the table's own type: uuid for a
+    new table, string for one created before uuid ids), then the user's."""
+    return pa.schema([*identity_fields(row_id_type), *user_fields(user_schema)])
 
 
 def compatible(incoming: pa.DataType, existing: pa.DataType) -> bool:
@@ -186,6 +188,10 @@ def conform(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
         if pa.types.is_dictionary(col.type):
             col = col.dictionary_decode()
         if not col.type.equals(field.type):
+            ids = convert_ids(col, field.type) if field.name == ROW_ID else None
+            if ids is not None:  # text <-> 16 bytes: an id copied between a string and a uuid table
+                arrays.append(ids)
+                continue
             try:
                 col = col.cast(field.type)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
@@ -195,5 +201,9 @@ def conform(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
 
 
 def describe_schema(schema: pa.Schema) -> list[dict[str, Any]]:
-    """JSON form kept in the control plane and shown in Dagster's column schema."""
-    return [{"name": f.name, "type": str(f.type), "nullable": f.nullable} for f in schema]
+    """JSON form kept in the control plane and shown in Dagster's column schema. ``__row_id`` is
+    shown as readers get it (text), whether the table stores 16 bytes or a string: the stored
+    type is the sink's business, and a dataset's schema version must not move with it."""
+    return [
+        {"name": f.name, "type": str(public_type(f.type) if f.name == ROW_ID else f.type), "nullable": f.nullable} for f in schema
+    ]

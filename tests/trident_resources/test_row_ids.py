@@ -106,3 +106,22 @@ def test_numpy_generator_matches_the_sql_one_across_digit_carries() -> None:
                 r[0] for r in con.execute(f"SELECT {block.sql('s')} FROM range({first}, {first + n}) t(s) ORDER BY s").fetchall()
             ]
             assert py == sql, (first, n)
+
+
+def test_uuid_generators_match_the_text_ones() -> None:
+    """16-byte ids (numpy ``uuid16``, DuckDB's UUID from ``sql(..., pa.uuid())``) are the very ids
+    the text generators give, as values: a uuid table's ids read back as the same strings."""
+    import duckdb
+    import pyarrow as pa
+
+    from trident_resources.identity import SEQ_BITS, RowIdBlock, ids_as_text
+
+    con = duckdb.connect(config={"arrow_lossless_conversion": True})
+    for block in (RowIdBlock.mint(), RowIdBlock(head=RowIdBlock.mint().head, low=0xFF << SEQ_BITS)):
+        for first, n in [(0, 3), (65530, 70_000), ((1 << SEQ_BITS) - 4, 4)]:
+            text = block.arrow(first, n).to_pylist()
+            fixed = block.uuid16(first, n)
+            assert fixed.type == pa.uuid() and ids_as_text(fixed).to_pylist() == text
+            sql = con.sql(f"SELECT {block.sql('s', pa.uuid())} AS id FROM range({first}, {first + n}) t(s) ORDER BY s")
+            got = sql.to_arrow_table().column("id")
+            assert got.type == pa.uuid() and ids_as_text(got).to_pylist() == text, (first, n)

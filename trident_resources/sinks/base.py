@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from ..control_plane import DatasetRecord, Outcome
 from ..errors import UnsupportedBySinkError
+from ..identity import ROW_ID_TEXT
 from ..partitions import PartitionFilter
 
 WriteMode = Literal["replace", "append", "upsert", "append_new", "delete"]
@@ -191,6 +192,9 @@ class StoredVersion(ABC):
     holds the dataset's lock, so it cannot change underneath)."""
 
     schema: pa.Schema | None  # identity + user columns; None when nothing is stored yet
+    # the ``__row_id`` type this version stores (and a write into it mints): text in the pg sink
+    # and in Iceberg tables created before uuid ids, ``pa.uuid()`` in every newer Iceberg table
+    row_id_type: pa.DataType = ROW_ID_TEXT
 
     @abstractmethod
     def existing_keys(self, keys: tuple[str, ...], partition: PartitionFilter | None = None) -> pa.RecordBatchReader:

@@ -86,10 +86,12 @@ class _ParquetFile:
 
 
 _NEVER_REPEATING = frozenset({ROW_ID, ROW_INDEX})  # unique by construction: no dictionary, no trial
-# Their encodings instead of PLAIN: ``__row_id`` is a 36-character string whose first 24 characters
-# are the same for a whole block of ids and the rest counts up (``identity.RowIdBlock``), so
-# DELTA_BYTE_ARRAY (prefix lengths + suffixes) stores 1M ids in ~27 KB instead of ~730 KB of zstd'd
-# PLAIN, and zstd has almost nothing left to do; ``__row_index`` counts up by one, so
+# Their encodings instead of PLAIN: ``__row_id`` (16 bytes in a uuid table, a 36-character string in
+# one created before) has a head that is the same for a whole block of ids and a tail that counts up
+# (``identity.RowIdBlock``), so DELTA_BYTE_ARRAY (prefix lengths + suffixes) stores 1M ids in a few
+# tens of KB instead of ~730 KB of zstd'd PLAIN, and zstd has almost nothing left to do (for the
+# 16-byte column BYTE_STREAM_SPLIT would be cheaper to write, but DuckDB 2.0 reads it only on
+# FLOAT/DOUBLE/INT32/INT64 columns, not on FIXED_LEN_BYTE_ARRAY); ``__row_index`` counts up by one, so
 # DELTA_BINARY_PACKED stores 1M of them in ~6 KB instead of ~1 MB, ~4x faster. Both are standard
 # Parquet encodings that DuckDB, pyarrow (pyiceberg) and Iceberg's Java reader read; compaction
 # writes through this same writer, so it keeps them.

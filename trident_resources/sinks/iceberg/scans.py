@@ -19,7 +19,8 @@ from pyiceberg.table import Table
 
 from ...control_plane import DatasetRecord
 from ...errors import InvalidReadError
-from ...filters import arrow_filter, check_columns
+from ...filters import arrow_filter, check_columns, filter_schema
+from ...identity import ROW_ID, is_row_id_bytes
 from ...partitions import BoundPartition
 from ...pyiceberg_compat import sql_catalog_metadata_location
 from ...schemas import conform
@@ -56,6 +57,11 @@ _PARQUET_PARALLEL = pads.ParquetFileFormat(default_fragment_scan_options=pads.Pa
 def scan_batches(dataset: pads.Dataset, columns: list[str] | None, expr: Any) -> pa.RecordBatchReader:
     """A bounded-memory scan: pyarrow's default read-ahead (16 batches x 4 files) holds far more
     than a row group in flight, which is what made keyed writes grow with the data."""
+    if _filters_ids(dataset, expr):
+        late = dataset.scanner(batch_size=65_536, batch_readahead=1, fragment_readahead=1).to_reader()
+        wanted = columns or dataset.schema.names
+        schema = pa.schema([dataset.schema.field(c) for c in wanted])
+        return pa.RecordBatchReader.from_batches(schema, (b.filter(expr).select(wanted) for b in late))
     return dataset.scanner(
         columns=columns,
         filter=expr,
@@ -63,6 +69,17 @@ def scan_batches(dataset: pads.Dataset, columns: list[str] | None, expr: Any) ->
         batch_readahead=1,
         fragment_readahead=1,
     ).to_reader()
+
+
+def _filters_ids(dataset: pads.Dataset, expr: Any) -> bool:
+    """Does ``expr`` compare 16-byte ids? Then it is applied to the batches read, not pushed into
+    the scan: pyarrow prunes row groups by statistics in the files' own Arrow type, ``arrow.uuid``,
+    for which it has no comparison kernels (it failed on ``__row_id = '...'``). Only such filters
+    (rare: a lookup by id) give up pruning by row-group statistics; the files are still pruned by
+    their Iceberg bounds when planned."""
+    if expr is None or ROW_ID not in dataset.schema.names or not is_row_id_bytes(dataset.schema.field(ROW_ID).type):
+        return False
+    return ROW_ID in str(expr)
 
 
 def _local_path(location: str) -> str:
@@ -95,12 +112,14 @@ def scan(
     if as_of is not None and (current is None or as_of != current.snapshot_id):
         return _scan_past(table, int(as_of), columns, row_filter)  # type: ignore[arg-type]
     schema, expr, files = _plan_current(table, columns, row_filter)
-    return scan_batches(sink.file_dataset(table, files, schema), columns or schema.names, expr)
+    return scan_batches(sink.file_dataset(table, files, filter_schema(schema)), columns or schema.names, expr)
 
 
 def _plan_current(table: Table, columns: list[str] | None, row_filter: str | None) -> tuple[pa.Schema, Any, list[str]]:
     """The published version's schema, the filter as a pyarrow expression, and the data files
-    that may hold matching rows (pruned by partition and column statistics)."""
+    that may hold matching rows (pruned by partition and column statistics). The files are read
+    with ``filter_schema`` (16-byte ids as ``fixed_size_binary(16)``, which the filter compares);
+    the facade turns the ids into text."""
     schema = published_schema(table)
     check_columns(columns, schema)
     expr = arrow_filter(schema, row_filter) if row_filter else None
@@ -118,7 +137,9 @@ def read(sink: IcebergSink, ds: DatasetRecord, *, columns: list[str] | None, row
     if as_of is not None and (current is None or as_of != current.snapshot_id):
         return _scan_past(table, int(as_of), columns, row_filter).read_all()  # type: ignore[arg-type]
     schema, expr, files = _plan_current(table, columns, row_filter)
-    dataset = sink.file_dataset(table, files, schema, fmt=_PARQUET_PARALLEL)
+    dataset = sink.file_dataset(table, files, filter_schema(schema), fmt=_PARQUET_PARALLEL)
+    if _filters_ids(dataset, expr):  # (see ``_filters_ids``)
+        return dataset.to_table(use_threads=True).filter(expr).select(columns or schema.names)
     return dataset.to_table(columns=columns or schema.names, filter=expr, use_threads=True)
 
 
@@ -139,7 +160,7 @@ def scan_staged(
     check_columns(columns, schema)
     expr = arrow_filter(schema, row_filter) if row_filter else None
     files = [f.file_path for f in sink.data_files(table, snapshot_id=snapshot_id, row_filter=row_filter or None)]
-    return scan_batches(sink.file_dataset(table, files, schema), columns or schema.names, expr)
+    return scan_batches(sink.file_dataset(table, files, filter_schema(schema)), columns or schema.names, expr)
 
 
 def _scan_past(table: Table, snapshot_id: int, columns: list[str] | None, row_filter: str | None) -> pa.RecordBatchReader:

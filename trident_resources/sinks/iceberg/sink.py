@@ -34,7 +34,8 @@ from ...errors import (
     TableOwnershipError,
 )
 from ...failpoints import failpoint
-from ...identity import CREATED_AT, ROW_ID, ROW_INDEX
+from ...filters import filter_schema
+from ...identity import CREATED_AT, ROW_ID, ROW_ID_STORED, ROW_INDEX, convert_ids
 from ...keys import iceberg_identifier
 from ...merge import FILE_COLUMN
 from ...partitions import (
@@ -143,6 +144,17 @@ def _order_like(txn: Transaction, target: pa.Schema) -> None:
             upd.move_after(name, before)
 
 
+def table_row_id_type(table: Table | None) -> pa.DataType:
+    """The ``__row_id`` type of ``table`` as Arrow: its own column's (``pa.uuid()`` for a uuid
+    column, text for a table created before uuid ids or adopted with string ids), or
+    ``ROW_ID_STORED`` when there is no table yet (a new dataset gets uuid ids)."""
+    if table is None:
+        return ROW_ID_STORED
+    schema = published_schema(table)
+    i = schema.get_field_index(ROW_ID)
+    return schema.field(i).type if i >= 0 else ROW_ID_STORED
+
+
 class IcebergVersion(StoredVersion):
     """The table as loaded once for this write; ``files`` is the current snapshot's data files,
     whose positions are the ``__file`` numbers of ``existing_keys``."""
@@ -152,6 +164,9 @@ class IcebergVersion(StoredVersion):
         self.ds = ds
         self.table = table
         self.schema = None if table is None else published_schema(table)
+        # the table decides its id type, never a setting: uuid for new tables, the string of a
+        # table created before uuid ids (Iceberg cannot promote string to uuid)
+        self.row_id_type = table_row_id_type(table)
         self._files: list[DataFile] | None = None
 
     @property
@@ -186,12 +201,17 @@ class IcebergVersion(StoredVersion):
     def matching_ids(self, expr: Any) -> pa.RecordBatchReader:
         assert self.table is not None and self.schema is not None
         table, schema, files = self.table, self.schema, self.files
-        out_schema = pa.schema([pa.field(ROW_ID, pa.large_string()), pa.field(FILE_COLUMN, pa.int32())])
+        out_schema = pa.schema([pa.field(ROW_ID, self.row_id_type), pa.field(FILE_COLUMN, pa.int32())])
+
+        read_as = filter_schema(schema)  # what ``expr`` (arrow_filter) compares: 16-byte ids as bytes
+        row_id_type = self.row_id_type
 
         def batches() -> Iterator[pa.RecordBatch]:
             for i, f in enumerate(files):
-                for b in scan_batches(self.sink.file_dataset(table, [f.file_path], schema), [ROW_ID], expr):
-                    yield pa.RecordBatch.from_arrays([b.column(0), _constant(i, b.num_rows)], schema=out_schema)
+                for b in scan_batches(self.sink.file_dataset(table, [f.file_path], read_as), [ROW_ID], expr):
+                    ids = b.column(0)
+                    ids = convert_ids(ids, row_id_type) if not ids.type.equals(row_id_type) else ids
+                    yield pa.RecordBatch.from_arrays([ids, _constant(i, b.num_rows)], schema=out_schema)
 
         return pa.RecordBatchReader.from_batches(out_schema, batches())
 
@@ -240,7 +260,8 @@ class IcebergWrite(SinkWrite):
     def __init__(self, version: IcebergVersion, req: WriteRequest, user_schema: pa.Schema, *, replace: bool) -> None:
         self.version = version
         self.req = req
-        self.txn = version.sink.begin_transaction(req, version.table, with_identity(user_schema), replace=replace)
+        target = with_identity(user_schema, version.row_id_type)
+        self.txn = version.sink.begin_transaction(req, version.table, target, replace=replace)
         self.writer = version.sink.data_file_writer(req, self.txn)
         self.arrow_schema = self.writer.arrow_schema
         self.to_delete: list[DataFile] = list(version.files) if replace and req.partition is None else []

@@ -44,7 +44,7 @@ from ...errors import (
 )
 from ...failpoints import failpoint
 from ...filters import arrow_filter, check_columns
-from ...identity import CREATED_AT, ROW_ID, ROW_INDEX
+from ...identity import CREATED_AT, ROW_ID, ROW_ID_TEXT, ROW_INDEX
 from ...partitions import PartitionFilter
 from ...schemas import conform, describe_schema, to_iceberg, with_identity
 from ...settings import TridentSettings
@@ -66,7 +66,7 @@ class PgCommit:
 
 def storage_schema(user_schema: pa.Schema) -> pa.Schema:
     """Identity + user columns exactly as the lakehouse would describe them (same canonical types)."""
-    full = schema_to_pyarrow(to_iceberg(with_identity(user_schema)), include_field_ids=False)
+    full = schema_to_pyarrow(to_iceberg(with_identity(user_schema, ROW_ID_TEXT)), include_field_ids=False)
     return pa.schema([pa.field(f.name, f.type, f.nullable) for f in full])
 
 
@@ -109,7 +109,7 @@ class PgWrite(SinkWrite):
 
     def __init__(self, version: PgVersion, req: WriteRequest, user_schema: pa.Schema, *, replace: bool) -> None:
         self.version, self.req, self.user_schema, self.replace = version, req, user_schema, replace
-        self.arrow_schema = with_identity(user_schema)
+        self.arrow_schema = with_identity(user_schema, ROW_ID_TEXT)  # the rows table keeps ids as text
         self.added = 0
         self.removed = 0
         self._stack = ExitStack()
