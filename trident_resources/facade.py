@@ -446,6 +446,7 @@ class Trident:
     def describe(self, key: str) -> Description:
         ds = self.dataset_record(key)
         scan_path, scan_reason = self._sink(ds.sink).scan_path(ds)
+        partitioning, partitions = self._sink(ds.sink).partition_info(ds)
         return Description(
             scan_path=scan_path,
             scan_reason=scan_reason,
@@ -462,8 +463,8 @@ class Trident:
             updated_at=ds.updated_at,
             iceberg_identifier=ds.iceberg_identifier,
             provenance=self.control.provenance(ds.dataset_id),
-            partitioning=[f"{t}({c})" for c, t in (self._sink(ds.sink).partitioning(ds) or ())],
-            partitions=self._sink(ds.sink).partition_stats(ds),
+            partitioning=[f"{t}({c})" for c, t in (partitioning or ())],
+            partitions=partitions,
         )
 
     def history(self, key: str, limit: int | None = None) -> list[LedgerEntry]:
@@ -472,6 +473,12 @@ class Trident:
         if ds is None:
             raise DatasetNotFoundError(key, self.workspace)
         return self.control.history(ds.dataset_id, validate.history_limit(limit))
+
+    def provenance(self, key: str) -> dict[str, Any]:
+        """``key``'s governance metadata, what ``describe(key).provenance`` holds, without
+        describing its storage (table, partitions): node factories merge their sources' provenance
+        in every step, where describing each source was a catalog look-up apiece (issue 12)."""
+        return self.control.provenance(self.dataset_record(key).dataset_id)
 
     def set_provenance(self, key: str, provenance: Mapping[str, Any]) -> None:
         checked = validate.metadata(provenance, "provenance (a dict of governance fields)", InvalidArgumentError)

@@ -234,6 +234,11 @@ class Sink(ABC):
         """Per partition: its values, row count, data files and the last transaction that changed it."""
         return []
 
+    def partition_info(self, ds: DatasetRecord) -> tuple[tuple[tuple[str, str], ...] | None, list[dict[str, Any]]]:
+        """``partitioning`` and ``partition_stats`` together (``describe`` shows both, and is asked
+        several times per pipeline step): a sink that reads both from one place reads it once."""
+        return self.partitioning(ds), self.partition_stats(ds)
+
     @abstractmethod
     def current(self, ds: DatasetRecord) -> StoredVersion:
         """The dataset's current version, for the planner to read and write against."""
