@@ -75,3 +75,41 @@ def test_concurrent_queries_each_get_a_sandbox_of_their_own(trident: Trident) ->
     for th in threads:
         th.join()
     assert results == [[499500]] * 15
+
+
+def test_a_sandbox_is_configured_on_a_database_opened_ahead_and_is_just_as_closed(
+    trident: Trident, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 12: opening a DuckDB database was ~15-20 ms of every sandbox, on the caller's path;
+    the next one is now opened ahead on a helper thread. A sandbox built on it allows exactly its
+    files, as before; a forked child never uses its parent's spare."""
+    import os
+    import time
+
+    from trident_resources import sql
+
+    t = trident
+    t.write("r/spare", pa.table({"a": [1, 2]}))
+    t.write("r/other", pa.table({"a": [5]}))
+    mine, other = _file(t, "r/spare"), _file(t, "r/other")
+    sql.sandbox("256MB", 1, [mine]).close()  # takes (or opens) one; the next is opened ahead
+    deadline = time.monotonic() + 60
+    while ("256MB", 1) not in sql.SPARES._spares and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+    def no_connect(*_: object) -> None:
+        raise AssertionError("opened a database on the caller's path although a spare was ready")
+
+    monkeypatch.setattr(sql, "_connect", no_connect)
+    con = sql.sandbox("256MB", 1, [mine])
+    try:
+        assert con.execute(f"select sum(a) from read_parquet('{mine}')").fetchall() == [(3,)]
+        with pytest.raises(Exception, match="(?i)permission|not allowed|access"):
+            con.execute(f"select * from read_parquet('{other}')")
+        with pytest.raises(Exception, match="(?i)permission|not allowed|access"):
+            con.execute("select * from read_csv('/etc/passwd')")
+    finally:
+        con.close()
+    monkeypatch.setattr(sql.SPARES, "_pid", os.getpid() + 1)  # as a forked child sees its parent's spares
+    with pytest.raises(AssertionError, match="spare was ready"):
+        sql.sandbox("256MB", 1, [mine])
