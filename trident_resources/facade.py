@@ -34,7 +34,7 @@ from .router import RouteDecision, Router
 from .settings import TridentSettings, settings_from_env, usable_home
 from .sinks import open_sinks
 from .sinks.base import AsOf, Maintenance, ScanPlan, Sink, VersionStats, WriteMode
-from .sql import SandboxCache
+from .sql import SandboxCache, prepare_spares
 from .transaction import PARTITION_META, WATERMARK_META, Intent, TransactionDriver, watermark_meta
 
 if TYPE_CHECKING:  # returned by ingest_stream / migrate
@@ -63,6 +63,7 @@ class Trident:
         )
         self.control = ControlPlane(dsn, pool_max=s.pg_pool_max)
         self.sql_sandboxes = SandboxCache()  # locked DuckDB sandboxes kept for repeated queries (sql.py)
+        prepare_spares(s.duckdb_memory_limit, s.duckdb_threads)  # the first sandboxes' databases, opened ahead
         self.router = Router(self.control, s.workspace, s.flag_refresh_seconds)
         try:
             self.driver = TransactionDriver(self.control, open_sinks(s, self.control, dsn), s)

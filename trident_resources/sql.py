@@ -58,6 +58,7 @@ def check_read_only(query: str) -> None:
 
 
 _parsers = threading.local()
+PARSER_DATABASE = ("64MB", 1)  # memory limit, threads of a parser's database: it never reads data
 
 
 def parser() -> duckdb.DuckDBPyConnection:
@@ -65,7 +66,7 @@ def parser() -> duckdb.DuckDBPyConnection:
     shared between threads; it runs only ``json_serialize_sql``, never the query)."""
     con: duckdb.DuckDBPyConnection | None = getattr(_parsers, "con", None)
     if con is None:
-        con = _parsers.con = sandbox("64MB", 1)
+        con = _parsers.con = sandbox(*PARSER_DATABASE)
         con.execute("SET lock_configuration = true")
     return con
 
@@ -151,6 +152,17 @@ class SpareDatabases:
             threading.Thread(target=self._fill, args=(key,), name="trident-duckdb-spare", daemon=True).start()
         return con if con is not None else _connect(memory_limit, threads)
 
+    def prepare(self, memory_limit: str, threads: int) -> None:
+        """Open a spare ahead of the first sandbox (a ``Trident`` opening will need one soon)."""
+        key = (memory_limit, threads)
+        with self._lock:
+            if self._pid != os.getpid():
+                self._spares, self._filling, self._pid = {}, set(), os.getpid()
+            if key in self._spares or key in self._filling:
+                return
+            self._filling.add(key)
+        threading.Thread(target=self._fill, args=(key,), name="trident-duckdb-spare", daemon=True).start()
+
     def _fill(self, key: tuple[str, int]) -> None:
         pid = os.getpid()
         try:
@@ -175,6 +187,14 @@ class SpareDatabases:
 
 
 SPARES = SpareDatabases()
+
+
+def prepare_spares(memory_limit: str, threads: int) -> None:
+    """Open ahead what a ``Trident`` with these DuckDB settings needs first: its sandboxes'
+    database and this process's query parser's."""
+    SPARES.prepare(memory_limit, threads)
+    if getattr(_parsers, "con", None) is None:
+        SPARES.prepare(*PARSER_DATABASE)
 
 
 def native_paths(plans: Iterable[ScanPlan]) -> list[str]:
