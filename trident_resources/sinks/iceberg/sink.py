@@ -449,8 +449,9 @@ class IcebergSink(Sink):
         else:
             head = table.current_snapshot()
             if req.stage and head is not None:  # the audit branch starts at the published version
+                # the commit leaves ``table`` at the metadata it committed (pyiceberg updates it in
+                # place), so no reload: one catalog query and metadata parse less per staged write
                 table.manage_snapshots().create_branch(head.snapshot_id, audit_branch(req.txn_id)).commit()
-                table = table.refresh()
             txn = table.transaction()
             current = schema_to_pyarrow(table.schema(), include_field_ids=False)
             if replace:
