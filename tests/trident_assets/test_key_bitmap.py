@@ -155,9 +155,12 @@ def test_key_bounds_fall_back_to_the_query_without_statistics(trident: Trident) 
     assert _check(t, "kb/pg", ["k"]) == (True, 0)
 
 
-def test_statistics_are_read_once_per_version(trident: Trident) -> None:
+def test_statistics_are_read_once_per_version(trident: Trident, monkeypatch: object) -> None:
     """A step's checks ask for one version's statistics once per check: the snapshot's are
-    remembered (it never changes), and a new version gets its own."""
+    remembered (it never changes), and a new version gets its own; a staged version's, asked
+    again, need not even a look-up of the table."""
+    from trident_resources.sinks.iceberg import scans
+
     t = trident
     t.write("kb/once", pa.table({"k": [1, 2, 3]}))
     first = t.version_stats("kb/once")
@@ -165,3 +168,11 @@ def test_statistics_are_read_once_per_version(trident: Trident) -> None:
     t.write("kb/once", pa.table({"k": [1, 2, 3, None]}), mode="replace")
     second = t.version_stats("kb/once")
     assert second is not None and second is not first and second.rows == 4 and second.null_counts["k"] == 1
+    staged = t.write("kb/once", pa.table({"k": [5]}), mode="append", stage=True)
+    third = t.version_stats("kb/once", staged=staged.txn_id)
+    assert third is not None and third.rows == 5
+    lookups: list[object] = []
+    real = scans.table_to_read
+    monkeypatch.setattr(scans, "table_to_read", lambda *a: lookups.append(a) or real(*a))  # type: ignore[attr-defined]
+    assert t.version_stats("kb/once", staged=staged.txn_id) is third and lookups == []
+    assert t.version_stats("kb/once") is second and len(lookups) == 1  # the published one: is it still current?

@@ -40,9 +40,10 @@ class ReadCaches:
     locations: dict[uuid.UUID, str] = field(default_factory=dict)  # dataset id -> table location (scan_path)
     files_by_snapshot: dict[tuple[str, int], tuple[str, ...]] = field(default_factory=dict)  # (table uuid, snapshot) -> files
     read_tables: dict[uuid.UUID, tuple[str, Table]] = field(default_factory=dict)  # dataset id -> (metadata file, table)
-    # (table uuid, snapshot, published?) -> its statistics: a snapshot never changes, and a step's
-    # checks ask for the same version's statistics once per check (issue 12)
-    stats_by_snapshot: dict[tuple[str, int, bool], VersionStats] = field(default_factory=dict)
+    # (dataset id, snapshot, published?) -> its statistics: a snapshot never changes, and a step's
+    # checks ask for the same version's statistics once per check (issue 12). A dropped dataset's
+    # key is never reused: a dataset written again after a drop is a new dataset id.
+    stats_by_snapshot: dict[tuple[uuid.UUID, int, bool], VersionStats] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -240,12 +241,18 @@ def version_stats(sink: IcebergSink, ds: DatasetRecord, snapshot_id: int | None 
     statistics the write computed from the Parquet footers it wrote). The trident never writes
     delete files, so the files' record counts sum to the version's rows. A column's null count
     (bounds) is given only when every file records one (both) for its field id (see
-    ``VersionStats``); NaN is not NULL here, as in SQL. Remembered per snapshot: it never changes."""
+    ``VersionStats``); NaN is not NULL here, as in SQL. Remembered per snapshot: it never changes,
+    so a named (staged) snapshot seen before needs not even the table."""
+    if snapshot_id is not None:
+        with sink.read_caches.lock:
+            hit = sink.read_caches.stats_by_snapshot.get((ds.dataset_id, snapshot_id, False))
+        if hit is not None:
+            return hit
     table = table_to_read(sink, ds)
     snap = table.current_snapshot() if snapshot_id is None else table.snapshot_by_id(snapshot_id)
     if snap is None:
         return None
-    key = (str(table.metadata.table_uuid), snap.snapshot_id, snapshot_id is None)
+    key = (ds.dataset_id, snap.snapshot_id, snapshot_id is None)
     with sink.read_caches.lock:
         hit = sink.read_caches.stats_by_snapshot.get(key)
     if hit is not None:
