@@ -5,6 +5,7 @@ takes, its result is the exact query's."""
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -173,6 +174,11 @@ def test_statistics_are_read_once_per_version(trident: Trident, monkeypatch: obj
     assert third is not None and third.rows == 5
     lookups: list[object] = []
     real = scans.table_to_read
-    monkeypatch.setattr(scans, "table_to_read", lambda *a: lookups.append(a) or real(*a))  # type: ignore[attr-defined]
+
+    def counting(*args: Any) -> Any:
+        lookups.append(args)
+        return real(*args)
+
+    monkeypatch.setattr(scans, "table_to_read", counting)  # type: ignore[attr-defined]
     assert t.version_stats("kb/once", staged=staged.txn_id) is third and lookups == []
     assert t.version_stats("kb/once") is second and len(lookups) == 1  # the published one: is it still current?

@@ -101,7 +101,7 @@ def test_a_run_opens_one_client_shared_by_the_io_manager_and_closes_it(settings:
     other = TridentResource.from_settings(settings.model_copy(update={"join_max_rows": 11}))
 
     @dg.asset(key=["cfg", "shared"])
-    def shared(context, trident: TridentResource, elsewhere: TridentResource) -> pa.Table:  # type: ignore[no-untyped-def]
+    def shared(context, trident: TridentResource, elsewhere: TridentResource) -> pa.Table:
         seen["asset"] = trident.get_client()
         seen["io_manager"] = context.resources.io_manager.trident.get_client()
         seen["elsewhere"] = elsewhere.get_client()

@@ -272,8 +272,8 @@ def version_stats(sink: IcebergSink, ds: DatasetRecord, snapshot_id: int | None 
             highs = [(f.upper_bounds or {}).get(column.field_id) for f in files]
             if all(b is not None for b in lows) and all(b is not None for b in highs):
                 bounds[column.name] = (
-                    min(from_bytes(column.field_type, b) for b in lows if b is not None),
-                    max(from_bytes(column.field_type, b) for b in highs if b is not None),
+                    min(int(from_bytes(column.field_type, b)) for b in lows if b is not None),
+                    max(int(from_bytes(column.field_type, b)) for b in highs if b is not None),
                 )
     stats = VersionStats(rows=sum(f.record_count for f in files), null_counts=nulls, integer_bounds=bounds)
     with sink.read_caches.lock:
