@@ -179,14 +179,16 @@ class SpareDatabases:
                 return
         con.close()
 
-    def close(self) -> None:
-        with self._lock:
-            spares, self._spares = list(self._spares.values()), {}
-        for con in spares:
-            con.close()
+    def forget(self) -> None:
+        """In a forked child: drop (never use, never close) what the parent opened."""
+        self._lock = threading.Lock()
+        self._spares, self._filling, self._pid = {}, set(), os.getpid()
 
 
 SPARES = SpareDatabases()
+# a fork while a helper thread held the lock (or was opening a spare) must not leave the child
+# waiting on a lock no thread of its own will release
+os.register_at_fork(after_in_child=SPARES.forget)
 
 
 def prepare_spares(memory_limit: str, threads: int) -> None:
