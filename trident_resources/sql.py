@@ -149,7 +149,7 @@ class SpareDatabases:
             if fill:
                 self._filling.add(key)
         if fill:
-            threading.Thread(target=self._fill, args=(key,), name="trident-duckdb-spare", daemon=True).start()
+            self._start(key)
         return con if con is not None else _connect(memory_limit, threads)
 
     def prepare(self, memory_limit: str, threads: int) -> None:
@@ -161,7 +161,17 @@ class SpareDatabases:
             if key in self._spares or key in self._filling:
                 return
             self._filling.add(key)
-        threading.Thread(target=self._fill, args=(key,), name="trident-duckdb-spare", daemon=True).start()
+        self._start(key)
+
+    def _start(self, key: tuple[str, int]) -> None:
+        """Open a spare on a helper thread. Not a daemon: the interpreter waits for it at exit
+        (~20 ms at most), because a daemon thread cut off inside ``duckdb.connect`` while the
+        interpreter finalises aborts the process (SIGABRT)."""
+        try:
+            threading.Thread(target=self._fill, args=(key,), name="trident-duckdb-spare", daemon=False).start()
+        except RuntimeError:  # interpreter shutting down: no spare, the caller opens its own
+            with self._lock:
+                self._filling.discard(key)
 
     def _fill(self, key: tuple[str, int]) -> None:
         pid = os.getpid()

@@ -5,6 +5,7 @@ for; a new version, another set of datasets, or expired files get a fresh one.""
 
 from __future__ import annotations
 
+import os
 import threading
 from datetime import timedelta
 
@@ -12,7 +13,7 @@ import duckdb
 import pyarrow as pa
 import pytest
 
-from trident_resources import SqlNotAllowedError, Trident
+from trident_resources import SqlNotAllowedError, Trident, TridentSettings
 
 
 def _file(t: Trident, key: str) -> str:
@@ -114,3 +115,21 @@ def test_a_sandbox_is_configured_on_a_database_opened_ahead_and_is_just_as_close
     monkeypatch.setattr(sql.SPARES, "_pid", os.getpid() + 1)  # as a forked child sees its parent's spares
     with pytest.raises(AssertionError, match="spare was ready"):
         sql.sandbox("256MB", 1, [mine])
+
+
+def test_a_process_that_queried_and_exits_at_once_exits_cleanly(settings: TridentSettings) -> None:
+    """A spare database may still be opening on its helper thread when the process ends: the exit
+    waits for it (a daemon thread cut off inside DuckDB aborted the process: SIGABRT)."""
+    from tests.helpers import fresh_python
+
+    assert settings.pg_dsn is not None
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": "/tmp",
+        "TRIDENT_HOME": str(settings.home),
+        "TRIDENT_PG_DSN": settings.pg_dsn.get_secret_value(),
+        "TRIDENT_WORKSPACE": settings.workspace,
+    }
+    code = "from trident_resources import Trident\nt = Trident.from_env()\nprint(t.sql('select 41 + 1 as x').column(0)[0])"
+    for _ in range(3):
+        assert fresh_python(code, env=env) == "42"
