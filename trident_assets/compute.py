@@ -93,7 +93,7 @@ def open_session(
         except BaseException:
             con.close()
             raise
-        stable = all(t.describe(k).last_txn_id == plan.sources[k].last_txn_id and not open_write(t, k) for k in keys)
+        stable = all(t.dataset_record(k).last_txn_id == plan.sources[k].last_txn_id and not open_write(t, k) for k in keys)
         if stable:
             return Session(con, plan, dict(sources))
         con.close()

@@ -72,7 +72,7 @@ def _output(
     plan = session.plan
     sources = list(dict.fromkeys(session.sources.values()))
     lineage = [lineage_entry(s, d) for s, d in plan.sources.items()]
-    prov = merge_provenance({s: t.describe(s).provenance for s in sources}, own_provenance, lineage)
+    prov = merge_provenance({s: t.provenance(s) for s in sources}, own_provenance, lineage)
     return TridentOutput(
         data,
         mode=plan.mode,

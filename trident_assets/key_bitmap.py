@@ -42,7 +42,18 @@ def _integer(t: pa.DataType) -> bool:
 
 def _bounds(t: Trident, key: str, columns: Sequence[str], staged: uuid.UUID | None) -> list[tuple[int, int]] | None:
     """Each key column's (min, max), or None when the pass cannot prove anything: a NULL in a
-    key, a non-integer column, too few rows to be worth it, or too many possible keys."""
+    key, a non-integer column, too few rows to be worth it, or too many possible keys.
+
+    From the version's data-file statistics when they record every key column's null count and
+    bounds (no scan: the SQL below cost 0.03-0.17 s per check of the example pipeline, issue 12);
+    otherwise (the pg sink, a file without a column's bounds) from that SQL. Bounds the files
+    claim too narrowly are caught by the pass, which then proves nothing."""
+    stats = t.version_stats(key, staged=staged)
+    if stats is not None and all(c in stats.integer_bounds and c in stats.null_counts for c in columns):
+        rows = stats.rows
+        if rows < MIN_ROWS or any(stats.null_counts[c] for c in columns):
+            return None
+        return _small_enough([stats.integer_bounds[c] for c in columns])
     aggs = ", ".join(f"min({_q(c)}), max({_q(c)}), count({_q(c)})" for c in columns)
     table = t.sql(f'SELECT {aggs}, count(*) FROM "{key}"', staged={key: staged} if staged else None)
     if any(not _integer(table.schema.field(3 * i).type) for i in range(len(columns))):
@@ -51,7 +62,11 @@ def _bounds(t: Trident, key: str, columns: Sequence[str], staged: uuid.UUID | No
     rows = row[-1]
     if rows < MIN_ROWS or any(row[3 * i + 2] != rows for i in range(len(columns))):
         return None  # small, or a NULL in a key (NULLs group together: the exact query counts them)
-    bounds = [(row[3 * i], row[3 * i + 1]) for i in range(len(columns))]
+    return _small_enough([(row[3 * i], row[3 * i + 1]) for i in range(len(columns))])
+
+
+def _small_enough(bounds: list[tuple[int, int]]) -> list[tuple[int, int]] | None:
+    """``bounds`` when the bitmap of every possible key fits ``MAX_BITMAP_BYTES``, else None."""
     size = 1
     for lo, hi in bounds:
         size *= hi - lo + 1

@@ -34,7 +34,7 @@ from .router import RouteDecision, Router
 from .settings import TridentSettings, settings_from_env, usable_home
 from .sinks import open_sinks
 from .sinks.base import AsOf, Maintenance, ScanPlan, Sink, VersionStats, WriteMode
-from .sql import SandboxCache
+from .sql import SandboxCache, prepare_spares
 from .transaction import PARTITION_META, WATERMARK_META, Intent, TransactionDriver, watermark_meta
 
 if TYPE_CHECKING:  # returned by ingest_stream / migrate
@@ -63,6 +63,7 @@ class Trident:
         )
         self.control = ControlPlane(dsn, pool_max=s.pg_pool_max)
         self.sql_sandboxes = SandboxCache()  # locked DuckDB sandboxes kept for repeated queries (sql.py)
+        prepare_spares(s.duckdb_memory_limit, s.duckdb_threads)  # the first sandboxes' databases, opened ahead
         self.router = Router(self.control, s.workspace, s.flag_refresh_seconds)
         try:
             self.driver = TransactionDriver(self.control, open_sinks(s, self.control, dsn), s)
@@ -447,6 +448,7 @@ class Trident:
     def describe(self, key: str) -> Description:
         ds = self.dataset_record(key)
         scan_path, scan_reason = self._sink(ds.sink).scan_path(ds)
+        partitioning, partitions = self._sink(ds.sink).partition_info(ds)
         return Description(
             scan_path=scan_path,
             scan_reason=scan_reason,
@@ -463,8 +465,8 @@ class Trident:
             updated_at=ds.updated_at,
             iceberg_identifier=ds.iceberg_identifier,
             provenance=self.control.provenance(ds.dataset_id),
-            partitioning=[f"{t}({c})" for c, t in (self._sink(ds.sink).partitioning(ds) or ())],
-            partitions=self._sink(ds.sink).partition_stats(ds),
+            partitioning=[f"{t}({c})" for c, t in (partitioning or ())],
+            partitions=partitions,
         )
 
     def history(self, key: str, limit: int | None = None) -> list[LedgerEntry]:
@@ -473,6 +475,12 @@ class Trident:
         if ds is None:
             raise DatasetNotFoundError(key, self.workspace)
         return self.control.history(ds.dataset_id, validate.history_limit(limit))
+
+    def provenance(self, key: str) -> dict[str, Any]:
+        """``key``'s governance metadata, what ``describe(key).provenance`` holds, without
+        describing its storage (table, partitions): node factories merge their sources' provenance
+        in every step, where describing each source was a catalog look-up apiece (issue 12)."""
+        return self.control.provenance(self.dataset_record(key).dataset_id)
 
     def set_provenance(self, key: str, provenance: Mapping[str, Any]) -> None:
         checked = validate.metadata(provenance, "provenance (a dict of governance fields)", InvalidArgumentError)

@@ -7,6 +7,7 @@ Secrets are ``SecretStr`` so they never leak through reprs, logs or error messag
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -168,12 +169,9 @@ class TridentSettings(BaseSettings):
     def _duckdb_memory(cls, v: str) -> str:
         """Checked by DuckDB's own parser (an in-memory database, no file): a value it refuses
         ("lots", "0") surfaced at the first merge or query as a raw ``duckdb.ParserException``."""
-        import duckdb
-
-        try:
-            duckdb.connect(config={"memory_limit": v}).close()
-        except duckdb.Error as exc:
-            raise ValueError(f"DuckDB refuses it ({str(exc).splitlines()[0]}); use e.g. 1GB, 512MiB or 80%") from exc
+        refused = _duckdb_refuses(v)
+        if refused is not None:
+            raise ValueError(f"DuckDB refuses it ({refused}); use e.g. 1GB, 512MiB or 80%")
         return v
 
     @property
@@ -240,3 +238,17 @@ def usable_home(home: Path) -> None:
             f"invalid settings: TRIDENT_HOME: cannot create or use {str(home)!r} ({exc.strerror or exc}); "
             "point it at a writable folder"
         ) from exc
+
+
+@functools.lru_cache(maxsize=64)
+def _duckdb_refuses(memory_limit: str) -> str | None:
+    """Why DuckDB refuses ``memory_limit``, or None. Remembered: its parser's answer for a value
+    never changes, and opening a database to ask was ~15-20 ms of every settings read (each run
+    of a Dagster job reads them, issue 12)."""
+    import duckdb
+
+    try:
+        duckdb.connect(config={"memory_limit": memory_limit}).close()
+    except duckdb.Error as exc:
+        return str(exc).splitlines()[0]
+    return None

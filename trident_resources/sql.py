@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+import os
 import re
 import threading
 import time
@@ -57,6 +58,7 @@ def check_read_only(query: str) -> None:
 
 
 _parsers = threading.local()
+PARSER_DATABASE = ("64MB", 1)  # memory limit, threads of a parser's database: it never reads data
 
 
 def parser() -> duckdb.DuckDBPyConnection:
@@ -64,7 +66,7 @@ def parser() -> duckdb.DuckDBPyConnection:
     shared between threads; it runs only ``json_serialize_sql``, never the query)."""
     con: duckdb.DuckDBPyConnection | None = getattr(_parsers, "con", None)
     if con is None:
-        con = _parsers.con = sandbox("64MB", 1)
+        con = _parsers.con = sandbox(*PARSER_DATABASE)
         con.execute("SET lock_configuration = true")
     return con
 
@@ -85,15 +87,10 @@ def sandbox(memory_limit: str, threads: int, allowed_paths: Iterable[str] = ()) 
 
     DuckDB only accepts ``allowed_paths`` while external access is still on, so it is set first
     and external access is switched off right after, before any caller SQL runs; the caller
-    then registers its views and locks the configuration (``lock``)."""
-    con = duckdb.connect(
-        config={
-            "autoinstall_known_extensions": False,
-            "autoload_known_extensions": False,
-            "memory_limit": memory_limit,
-            "threads": threads,
-        }
-    )
+    then registers its views and locks the configuration (``lock``). The database itself is
+    usually one ``SPARES`` opened ahead of time: fresh and never used, so configuring it here is
+    configuring a new one."""
+    con = SPARES.take(memory_limit, threads)
     try:
         paths = sorted(set(allowed_paths))
         if paths:
@@ -110,6 +107,106 @@ def sandbox(memory_limit: str, threads: int, allowed_paths: Iterable[str] = ()) 
         con.close()
         raise
     return con
+
+
+def _connect(memory_limit: str, threads: int) -> duckdb.DuckDBPyConnection:
+    return duckdb.connect(
+        config={
+            "autoinstall_known_extensions": False,
+            "autoload_known_extensions": False,
+            "memory_limit": memory_limit,
+            "threads": threads,
+        }
+    )
+
+
+class SpareDatabases:
+    """One fresh DuckDB database per (memory limit, threads), opened ahead on a helper thread.
+
+    Why: opening a DuckDB database costs ~15-20 ms, and every sandbox needs a new one (its
+    allowed files are fixed for its life): 13 of them in the example pipeline, one per node and
+    per dataset whose checks query it, were ~0.25 s of its run on the critical path (issue 12).
+    ``duckdb.connect`` releases the GIL, so opening the next database on a helper thread while
+    the step writes costs the step nothing. A spare is untouched until taken (no setting, no
+    query), so the sandbox configured on it is exactly a newly opened one; it belongs to the
+    process that opened it (a forked child opens its own)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._spares: dict[tuple[str, int], duckdb.DuckDBPyConnection] = {}
+        self._filling: set[tuple[str, int]] = set()
+        self._pid = os.getpid()
+
+    def take(self, memory_limit: str, threads: int) -> duckdb.DuckDBPyConnection:
+        """A fresh database: the spare when one is ready (another is then opened behind it),
+        otherwise opened here."""
+        key = (memory_limit, threads)
+        with self._lock:
+            if self._pid != os.getpid():  # forked: the parent's databases are not ours to use
+                self._spares, self._filling, self._pid = {}, set(), os.getpid()
+            con = self._spares.pop(key, None)
+            fill = key not in self._filling
+            if fill:
+                self._filling.add(key)
+        if fill:
+            self._start(key)
+        return con if con is not None else _connect(memory_limit, threads)
+
+    def prepare(self, memory_limit: str, threads: int) -> None:
+        """Open a spare ahead of the first sandbox (a ``Trident`` opening will need one soon)."""
+        key = (memory_limit, threads)
+        with self._lock:
+            if self._pid != os.getpid():
+                self._spares, self._filling, self._pid = {}, set(), os.getpid()
+            if key in self._spares or key in self._filling:
+                return
+            self._filling.add(key)
+        self._start(key)
+
+    def _start(self, key: tuple[str, int]) -> None:
+        """Open a spare on a helper thread. Not a daemon: the interpreter waits for it at exit
+        (~20 ms at most), because a daemon thread cut off inside ``duckdb.connect`` while the
+        interpreter finalises aborts the process (SIGABRT)."""
+        try:
+            threading.Thread(target=self._fill, args=(key,), name="trident-duckdb-spare", daemon=False).start()
+        except RuntimeError:  # interpreter shutting down: no spare, the caller opens its own
+            with self._lock:
+                self._filling.discard(key)
+
+    def _fill(self, key: tuple[str, int]) -> None:
+        pid = os.getpid()
+        try:
+            con = _connect(*key)
+        except Exception:  # the caller's own connect will say what is wrong
+            log.debug("opening a spare DuckDB database failed", exc_info=True)
+            with self._lock:
+                self._filling.discard(key)
+            return
+        with self._lock:
+            self._filling.discard(key)
+            if self._pid == pid and key not in self._spares:
+                self._spares[key] = con
+                return
+        con.close()
+
+    def forget(self) -> None:
+        """In a forked child: drop (never use, never close) what the parent opened."""
+        self._lock = threading.Lock()
+        self._spares, self._filling, self._pid = {}, set(), os.getpid()
+
+
+SPARES = SpareDatabases()
+# a fork while a helper thread held the lock (or was opening a spare) must not leave the child
+# waiting on a lock no thread of its own will release
+os.register_at_fork(after_in_child=SPARES.forget)
+
+
+def prepare_spares(memory_limit: str, threads: int) -> None:
+    """Open ahead what a ``Trident`` with these DuckDB settings needs first: its sandboxes'
+    database and this process's query parser's."""
+    SPARES.prepare(memory_limit, threads)
+    if getattr(_parsers, "con", None) is None:
+        SPARES.prepare(*PARSER_DATABASE)
 
 
 def native_paths(plans: Iterable[ScanPlan]) -> list[str]:

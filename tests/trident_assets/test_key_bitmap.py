@@ -5,6 +5,7 @@ takes, its result is the exact query's."""
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -80,3 +81,104 @@ def test_what_the_pass_cannot_prove_is_counted_by_the_exact_query(trident: Tride
     staged = t.write("kb/wide", pa.table({"k": [0]}), mode="append", stage=True)
     assert _check(t, "kb/wide", ["k"], staged.txn_id) == (False, 1)
     assert _check(t, "kb/wide", ["k"]) == (True, 0)
+
+
+def _query_bounds(t: Trident, key: str, cols: list[str], staged: uuid.UUID | None = None) -> list[tuple[int, int]]:
+    aggs = ", ".join(f"min({c}), max({c})" for c in cols)
+    row = t.sql(f'SELECT {aggs} FROM "{key}"', staged={key: staged} if staged else None).to_pylist()[0]
+    values = list(row.values())
+    return [(values[2 * i], values[2 * i + 1]) for i in range(len(cols))]
+
+
+class _Queries:
+    """Counts the SQL queries a check runs (the real ``Trident.sql`` answers them)."""
+
+    def __init__(self, t: Trident) -> None:
+        self.t, self.run, self.count = t, t.sql, 0
+
+    def __call__(self, query: str, **kwargs: object) -> pa.Table:
+        self.count += 1
+        return self.run(query, **kwargs)  # type: ignore[arg-type]
+
+
+def test_key_bounds_come_from_the_files_statistics_without_a_query(trident: Trident, monkeypatch: object) -> None:
+    """Issue 12: the bounds of integer keys are what the data files record (no min/max scan),
+    and they are exactly the query's; the staged version's are its own."""
+    t = trident
+    order = np.arange(N) // 4 + 1_000_000
+    line = (np.arange(N) % 4 + 1).astype(np.int32)
+    t.write("kb/stats", pa.table({"o": order, "l": line, "s": [f"x{i}" for i in range(N)]}))
+    stats = t.version_stats("kb/stats")
+    assert stats is not None
+    assert [stats.integer_bounds["o"], stats.integer_bounds["l"]] == _query_bounds(t, "kb/stats", ["o", "l"])
+    assert "s" not in stats.integer_bounds  # integers only
+    staged = t.write("kb/stats", pa.table({"o": [7], "l": pa.array([9], pa.int32()), "s": ["y"]}), mode="append", stage=True)
+    staged_stats = t.version_stats("kb/stats", staged=staged.txn_id)
+    assert staged_stats is not None and staged_stats.integer_bounds["o"] == (7, order.max())
+    assert staged_stats.integer_bounds["l"] == (1, 9)
+
+    queries = _Queries(t)
+    monkeypatch.setattr(t, "sql", queries)  # type: ignore[attr-defined]
+    assert key_bitmap._bounds(t, "kb/stats", ["o", "l"], None) == _query_bounds(t, "kb/stats", ["o", "l"])
+    assert key_bitmap._bounds(t, "kb/stats", ["o", "l"], staged.txn_id) == [(7, order.max()), (1, 9)]
+    queries.count = 0
+    assert key_bitmap._bounds(t, "kb/stats", ["o", "l"], staged.txn_id) is not None
+    assert key_bitmap.no_repeated_key(t, "kb/stats", ["o", "l"])
+    assert queries.count == 0  # proven from the statistics and one pass: no query at all
+    monkeypatch.undo()  # type: ignore[attr-defined]
+    assert _check(t, "kb/stats", ["o", "l"]) == (True, 0)
+    assert _check(t, "kb/stats", ["o", "l"], staged.txn_id) == (True, 0)
+
+
+def test_key_bounds_fall_back_to_the_query_without_statistics(trident: Trident) -> None:
+    """A column whose files record no bounds (metrics mode ``counts``), and the pg sink (no
+    statistics at all): the bounds come from the query, the same answer, and the check is exact."""
+    t = trident
+    t.write("kb/nobounds", pa.table({"k": np.arange(N, dtype=np.int64)}))
+    sink = t.driver.sink("iceberg_native")
+    table = sink.table(t.dataset_record("kb/nobounds"))  # type: ignore[attr-defined]
+    with table.transaction() as txn:
+        txn.set_properties({"write.metadata.metrics.column.k": "counts"})
+    ids = np.arange(N, dtype=np.int64)
+    ids[-1] = 3  # a repeat: the pass must see it
+    t.write("kb/nobounds", pa.table({"k": ids}))
+    stats = t.version_stats("kb/nobounds")
+    assert stats is not None and "k" not in stats.integer_bounds and stats.null_counts["k"] == 0
+    assert key_bitmap._bounds(t, "kb/nobounds", ["k"], None) == [(0, N - 2)]
+    assert not key_bitmap.no_repeated_key(t, "kb/nobounds", ["k"])
+    assert _check(t, "kb/nobounds", ["k"]) == (False, 1)
+
+    t.router.set_pin("kb/pg", "pg")
+    t.write("kb/pg", pa.table({"k": np.arange(N, dtype=np.int64) + 5}))
+    assert t.version_stats("kb/pg") is None
+    assert key_bitmap._bounds(t, "kb/pg", ["k"], None) == [(5, N + 4)]
+    assert key_bitmap.no_repeated_key(t, "kb/pg", ["k"])
+    assert _check(t, "kb/pg", ["k"]) == (True, 0)
+
+
+def test_statistics_are_read_once_per_version(trident: Trident, monkeypatch: object) -> None:
+    """A step's checks ask for one version's statistics once per check: the snapshot's are
+    remembered (it never changes), and a new version gets its own; a staged version's, asked
+    again, need not even a look-up of the table."""
+    from trident_resources.sinks.iceberg import scans
+
+    t = trident
+    t.write("kb/once", pa.table({"k": [1, 2, 3]}))
+    first = t.version_stats("kb/once")
+    assert first is not None and t.version_stats("kb/once") is first
+    t.write("kb/once", pa.table({"k": [1, 2, 3, None]}), mode="replace")
+    second = t.version_stats("kb/once")
+    assert second is not None and second is not first and second.rows == 4 and second.null_counts["k"] == 1
+    staged = t.write("kb/once", pa.table({"k": [5]}), mode="append", stage=True)
+    third = t.version_stats("kb/once", staged=staged.txn_id)
+    assert third is not None and third.rows == 5
+    lookups: list[object] = []
+    real = scans.table_to_read
+
+    def counting(*args: Any) -> Any:
+        lookups.append(args)
+        return real(*args)
+
+    monkeypatch.setattr(scans, "table_to_read", counting)  # type: ignore[attr-defined]
+    assert t.version_stats("kb/once", staged=staged.txn_id) is third and lookups == []
+    assert t.version_stats("kb/once") is second and len(lookups) == 1  # the published one: is it still current?

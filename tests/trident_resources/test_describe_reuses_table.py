@@ -44,3 +44,33 @@ def test_describe_of_an_unchanged_dataset_loads_no_table_and_sees_the_next_commi
     after = t.describe("d/parts")
     assert after.row_count == 3 and len(after.partitions) == 3 and after.partitioning == first.partitioning
     assert sum(p["row_count"] for p in after.partitions) == 3
+
+
+def test_describe_looks_the_table_up_once_and_provenance_not_at_all(trident: Trident, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 12: ``describe`` reads partitioning and partition statistics from ONE look-up of the
+    table (each look-up is a catalog query even when the parsed table is reused), and
+    ``provenance`` (what node factories merge at every step) reads only the control plane."""
+    from trident_resources.errors import DatasetNotFoundError
+    from trident_resources.sinks.iceberg import scans
+
+    t = trident
+    days = PartitionFilter.time_window("d", D0, D2, "day")
+    t.write("d/once", pa.table({"d": [D0, date(2024, 1, 2)], "v": [1, 2]}), partition=days)
+    t.set_provenance("d/once", {"counterparty": "acme"})
+    t.describe("d/once")
+    lookups: list[Any] = []
+    real = scans.sql_catalog_metadata_location
+
+    def counting(catalog: Any, identifier: Any) -> Any:
+        lookups.append(identifier)
+        return real(catalog, identifier)
+
+    monkeypatch.setattr(scans, "sql_catalog_metadata_location", counting)
+    described = t.describe("d/once")
+    assert described.partitioning == ["day(d)"] and len(described.partitions) == 2
+    assert len(lookups) == 1
+    lookups.clear()
+    assert t.provenance("d/once") == described.provenance == {"counterparty": "acme"}
+    assert lookups == []
+    with pytest.raises(DatasetNotFoundError):
+        t.provenance("d/nothing")

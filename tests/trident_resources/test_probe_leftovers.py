@@ -353,3 +353,26 @@ def test_arrow_json_and_bool8_columns_are_stored_as_string_and_bool(trident: Tri
     got = trident.read("pe/ext", columns=["id", "doc", "flag"]).sort_by("id")
     assert got.schema.field("doc").type == pa.large_string() and got.schema.field("flag").type == pa.bool_()
     assert got.to_pylist() == [{"id": 1, "doc": '{"a": 1}', "flag": True}, {"id": 2, "doc": None, "flag": False}]
+
+
+def test_a_memory_limit_is_checked_by_duckdb_once_per_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 12: asking DuckDB's parser opened a database (~15-20 ms) at every settings read, and
+    every Dagster run reads them; its answer for a value never changes, so it is asked once."""
+    import duckdb
+
+    monkeypatch.setenv("TRIDENT_DUCKDB_MEMORY_LIMIT", "321MB")
+    settings_from_env()
+    opened: list[object] = []
+    real = duckdb.connect
+
+    def counting(*args: object, **kwargs: object) -> duckdb.DuckDBPyConnection:
+        opened.append(kwargs.get("config"))
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(duckdb, "connect", counting)
+    assert settings_from_env().duckdb_memory_limit == "321MB"
+    assert opened == []
+    monkeypatch.setenv("TRIDENT_DUCKDB_MEMORY_LIMIT", "lots")
+    for _ in range(2):  # a refused value stays refused, the same way
+        with pytest.raises(InvalidSettingsError, match="DuckDB refuses it"):
+            settings_from_env()

@@ -5,13 +5,15 @@ for; a new version, another set of datasets, or expired files get a fresh one.""
 
 from __future__ import annotations
 
+import os
 import threading
 from datetime import timedelta
 
+import duckdb
 import pyarrow as pa
 import pytest
 
-from trident_resources import SqlNotAllowedError, Trident
+from trident_resources import SqlNotAllowedError, Trident, TridentSettings
 
 
 def _file(t: Trident, key: str) -> str:
@@ -75,3 +77,59 @@ def test_concurrent_queries_each_get_a_sandbox_of_their_own(trident: Trident) ->
     for th in threads:
         th.join()
     assert results == [[499500]] * 15
+
+
+def test_a_sandbox_is_configured_on_a_database_opened_ahead_and_is_just_as_closed(
+    trident: Trident, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 12: opening a DuckDB database was ~15-20 ms of every sandbox, on the caller's path;
+    the next one is now opened ahead on a helper thread. A sandbox built on it allows exactly its
+    files, as before; a forked child never uses its parent's spare."""
+    import os
+    import time
+
+    from trident_resources import sql
+
+    t = trident
+    t.write("r/spare", pa.table({"a": [1, 2]}))
+    t.write("r/other", pa.table({"a": [5]}))
+    mine, other = _file(t, "r/spare"), _file(t, "r/other")
+    sql.sandbox("256MB", 1, [mine]).close()  # takes (or opens) one; the next is opened ahead
+    deadline = time.monotonic() + 60
+    while ("256MB", 1) not in sql.SPARES._spares and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+    def no_connect(*_: object) -> None:
+        raise AssertionError("opened a database on the caller's path although a spare was ready")
+
+    monkeypatch.setattr(sql, "_connect", no_connect)
+    con = sql.sandbox("256MB", 1, [mine])
+    try:
+        assert con.execute(f"select sum(a) from read_parquet('{mine}')").fetchall() == [(3,)]
+        with pytest.raises(duckdb.PermissionException):
+            con.execute(f"select * from read_parquet('{other}')")
+        with pytest.raises(duckdb.PermissionException):
+            con.execute("select * from read_csv('/etc/passwd')")
+    finally:
+        con.close()
+    monkeypatch.setattr(sql.SPARES, "_pid", os.getpid() + 1)  # as a forked child sees its parent's spares
+    with pytest.raises(AssertionError, match="spare was ready"):
+        sql.sandbox("256MB", 1, [mine])
+
+
+def test_a_process_that_queried_and_exits_at_once_exits_cleanly(settings: TridentSettings) -> None:
+    """A spare database may still be opening on its helper thread when the process ends: the exit
+    waits for it (a daemon thread cut off inside DuckDB aborted the process: SIGABRT)."""
+    from tests.helpers import fresh_python
+
+    assert settings.pg_dsn is not None
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": "/tmp",
+        "TRIDENT_HOME": str(settings.home),
+        "TRIDENT_PG_DSN": settings.pg_dsn.get_secret_value(),
+        "TRIDENT_WORKSPACE": settings.workspace,
+    }
+    code = "from trident_resources import Trident\nt = Trident.from_env()\nprint(t.sql('select 41 + 1 as x').column(0)[0])"
+    for _ in range(3):
+        assert fresh_python(code, env=env) == "42"

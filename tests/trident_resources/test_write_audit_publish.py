@@ -257,3 +257,39 @@ def test_a_kill_mid_rebased_publish_is_rolled_forward(trident: Trident, settings
     t.write("wap/kp", pa.table({"d": [D1], "v": [99]}), mode="append", partition=_on(D1))
     new = [r["__row_index"] for r in t.read("wap/kp").to_pylist() if r["v"] == 99]
     assert new[0] > max(indexes)  # the reservation survived the roll-forward
+
+
+def test_staging_and_publishing_reload_no_table_after_their_commits(trident: Trident, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 12: a commit leaves pyiceberg's table at the metadata it committed, so neither the
+    audit branch's creation (a staged write of an existing dataset) nor a publish loads the table
+    again after committing; what they report is still the staged version's (schema included)."""
+    from typing import Any
+
+    t = trident
+    t.write("wap/loads", table(k=[1, 2]))
+    catalog = t.driver.sinks["iceberg_native"].catalog  # type: ignore[attr-defined]
+    real = catalog.load_table
+    loads: list[str] = []
+
+    def counting(identifier: Any) -> Any:
+        loads.append(str(identifier))
+        return real(identifier)
+
+    monkeypatch.setattr(catalog, "load_table", counting)
+    commits = {"n": 0}
+    real_commit = catalog.commit_table
+
+    def counting_commit(*args: Any, **kwargs: Any) -> Any:
+        commits["n"] += 1
+        return real_commit(*args, **kwargs)
+
+    monkeypatch.setattr(catalog, "commit_table", counting_commit)
+    staged = t.write("wap/loads", pa.table({"k": [3], "extra": ["x"]}), mode="append", stage=True)
+    # one load of the table for the write, and what the catalog's own commits read (the branch, the snapshot)
+    assert len(loads) == 1 + commits["n"], loads
+    loads.clear()
+    commits["n"] = 0
+    done = t.publish("wap/loads", staged.txn_id)
+    assert len(loads) == 1 + commits["n"], loads  # one load to publish from, plus the commit's own
+    assert [c["name"] for c in t.describe("wap/loads").schema if not c["name"].startswith("__")] == ["k", "extra"]
+    assert done.snapshot_id == staged.snapshot_id and _ks(t, "wap/loads") == [1, 2, 3]

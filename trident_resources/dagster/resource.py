@@ -17,6 +17,9 @@ from ``dg.EnvVar`` in the UI; they become ``SecretStr`` in the settings they bui
 
 from __future__ import annotations
 
+import hashlib
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -131,6 +134,7 @@ class TridentResource(dg.ConfigurableResource):
     _client: Trident | None = PrivateAttr(default=None)
     _run_id: str | None = PrivateAttr(default=None)
     _instance: dg.DagsterInstance | None = PrivateAttr(default=None)
+    _shared: tuple[str, str] | None = PrivateAttr(default=None)  # the key of the run's shared client (_SHARED)
 
     @classmethod
     def from_settings(cls, settings: TridentSettings) -> TridentResource:
@@ -174,6 +178,10 @@ class TridentResource(dg.ConfigurableResource):
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         self._run_id, self._instance = (context.run.run_id if context.run else None), context.instance
+        if self._client is None and self._run_id is not None:
+            # the key holds a digest of the fields, not the fields: some are secrets
+            self._shared = (self._run_id, hashlib.sha256(self.model_dump_json().encode()).hexdigest())
+            self._client = _SHARED.acquire(self._shared, self.settings)
         self.get_client()
         self._settle()  # a step of its own process (multiprocess executor): what earlier steps decided
 
@@ -182,10 +190,59 @@ class TridentResource(dg.ConfigurableResource):
             try:
                 self._settle()  # the last check step of a gated asset publishes it here
             finally:
-                self._client.close()
+                if self._shared is not None:
+                    _SHARED.release(self._shared)
+                else:
+                    self._client.close()
                 self._client = None
-        self._run_id = self._instance = None
+        self._run_id = self._instance = self._shared = None
 
     def _settle(self) -> None:
         if self._client is not None and self._run_id is not None and self._instance is not None:
             settle(self._client, self._instance, self._run_id)
+
+
+class _SharedClients:
+    """One ``Trident`` per (run, configuration) in a process, shared by the resource copies that
+    Dagster initialises for that run.
+
+    Why: ``TridentIOManager(trident=resource)`` nests the same resource that assets get under
+    ``trident``, and Dagster initialises a nested resource as a copy of its own, so every run (and,
+    under the multiprocess executor, every step process) opened two clients: two settings reads,
+    two connection pools, two catalogs, two sets of read caches (issue 12: ~0.1 s of each run's
+    start). Copies with the same field values stand for the same settings, so they share one
+    client, counted: the last teardown closes it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._clients: dict[tuple[str, str], tuple[Trident, int]] = {}
+
+    def acquire(self, key: tuple[str, str], settings: Callable[[], TridentSettings]) -> Trident:
+        with self._lock:
+            held = self._clients.get(key)
+            if held is not None:
+                self._clients[key] = (held[0], held[1] + 1)
+                return held[0]
+        client = Trident(settings())  # opened outside the lock: it may start the embedded Postgres
+        with self._lock:
+            held = self._clients.get(key)
+            if held is None:
+                self._clients[key] = (client, 1)
+                return client
+            self._clients[key] = (held[0], held[1] + 1)
+        client.close()  # another copy opened one meanwhile: use that
+        return held[0]
+
+    def release(self, key: tuple[str, str]) -> None:
+        with self._lock:
+            held = self._clients.get(key)
+            if held is None:
+                return
+            if held[1] > 1:
+                self._clients[key] = (held[0], held[1] - 1)
+                return
+            del self._clients[key]
+        held[0].close()
+
+
+_SHARED = _SharedClients()

@@ -122,10 +122,17 @@ class VersionStats:
     the Parquet writer computed it when the version was written, so reading it costs the
     manifests, not a scan. ``null_counts`` holds only the top-level columns whose null count
     EVERY data file records (a file written before a column was added, or without column
-    metrics, records none for it, though the column reads NULL there)."""
+    metrics, records none for it, though the column reads NULL there).
+
+    ``integer_bounds``: for the top-level integer columns (Iceberg ``int``/``long``) whose lower
+    AND upper bound every data file records, (smallest lower bound, largest upper bound). Files
+    Trident writes record a column's exact min and max or no bound at all (``stats.py``), but a
+    file written before that rule may claim bounds narrower than its values (``bounds_repair.py``),
+    so a consumer treats them as a claim it verifies against the rows it reads (``key_bitmap``)."""
 
     rows: int
     null_counts: Mapping[str, int]
+    integer_bounds: Mapping[str, tuple[int, int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -230,6 +237,11 @@ class Sink(ABC):
     def partition_stats(self, ds: DatasetRecord) -> list[dict[str, Any]]:
         """Per partition: its values, row count, data files and the last transaction that changed it."""
         return []
+
+    def partition_info(self, ds: DatasetRecord) -> tuple[tuple[tuple[str, str], ...] | None, list[dict[str, Any]]]:
+        """``partitioning`` and ``partition_stats`` together (``describe`` shows both, and is asked
+        several times per pipeline step): a sink that reads both from one place reads it once."""
+        return self.partitioning(ds), self.partition_stats(ds)
 
     @abstractmethod
     def current(self, ds: DatasetRecord) -> StoredVersion:

@@ -89,3 +89,25 @@ def test_only_the_settings_object_reads_the_environment() -> None:
         if "os.environ" in p.read_text() or "getenv" in p.read_text()
     ]
     assert offenders == []
+
+
+def test_a_run_opens_one_client_shared_by_the_io_manager_and_closes_it(settings: TridentSettings) -> None:
+    """Issue 12: the IO manager nests the resource the assets get, and Dagster initialises the
+    nested copy on its own; both copies now hand out the same client (one pool, one catalog, one
+    set of read caches per run), closed once the run ends. Another configuration keeps its own."""
+    from tests.dagster_support import resources_for, succeeded
+
+    seen: dict[str, Trident] = {}
+    other = TridentResource.from_settings(settings.model_copy(update={"join_max_rows": 11}))
+
+    @dg.asset(key=["cfg", "shared"])
+    def shared(context, trident: TridentResource, elsewhere: TridentResource) -> pa.Table:
+        seen["asset"] = trident.get_client()
+        seen["io_manager"] = context.resources.io_manager.trident.get_client()
+        seen["elsewhere"] = elsewhere.get_client()
+        return pa.table({"id": [1, 2]})
+
+    succeeded(dg.materialize([shared], resources={**resources_for(settings), "elsewhere": other}))
+    assert seen["asset"] is seen["io_manager"]
+    assert seen["elsewhere"] is not seen["asset"] and seen["elsewhere"].settings.join_max_rows == 11
+    assert seen["asset"].control.pool.closed and seen["elsewhere"].control.pool.closed

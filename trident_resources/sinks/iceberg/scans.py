@@ -13,9 +13,11 @@ from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 import pyarrow.dataset as pads
+from pyiceberg.conversions import from_bytes
 from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.table import Table
+from pyiceberg.types import IntegerType, LongType
 
 from ...control_plane import DatasetRecord
 from ...errors import InvalidReadError
@@ -39,6 +41,10 @@ class ReadCaches:
     locations: dict[uuid.UUID, str] = field(default_factory=dict)  # dataset id -> table location (scan_path)
     files_by_snapshot: dict[tuple[str, int], tuple[str, ...]] = field(default_factory=dict)  # (table uuid, snapshot) -> files
     read_tables: dict[uuid.UUID, tuple[str, Table]] = field(default_factory=dict)  # dataset id -> (metadata file, table)
+    # (dataset id, snapshot, published?) -> its statistics: a snapshot never changes, and a step's
+    # checks ask for the same version's statistics once per check (issue 12). A dropped dataset's
+    # key is never reused: a dataset written again after a drop is a new dataset id.
+    stats_by_snapshot: dict[tuple[uuid.UUID, int, bool], VersionStats] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -252,24 +258,50 @@ def scan_plan(sink: IcebergSink, ds: DatasetRecord, snapshot_id: int | None = No
 
 
 def version_stats(sink: IcebergSink, ds: DatasetRecord, snapshot_id: int | None = None) -> VersionStats | None:
-    """Row count and null counts of a snapshot from its data files' records (the statistics the
-    write computed from the Parquet footers it wrote). The trident never writes delete files, so
-    the files' record counts sum to the version's rows. A column's null count is given only when
-    every file records one for its field id (see ``VersionStats``); NaN is not NULL here, as in SQL."""
+    """Row count, null counts and integer bounds of a snapshot from its data files' records (the
+    statistics the write computed from the Parquet footers it wrote). The trident never writes
+    delete files, so the files' record counts sum to the version's rows. A column's null count
+    (bounds) is given only when every file records one (both) for its field id (see
+    ``VersionStats``); NaN is not NULL here, as in SQL. Remembered per snapshot: it never changes,
+    so a named (staged) snapshot seen before needs not even the table."""
+    if snapshot_id is not None:
+        with sink.read_caches.lock:
+            hit = sink.read_caches.stats_by_snapshot.get((ds.dataset_id, snapshot_id, False))
+        if hit is not None:
+            return hit
     table = table_to_read(sink, ds)
     snap = table.current_snapshot() if snapshot_id is None else table.snapshot_by_id(snapshot_id)
     if snap is None:
         return None
+    key = (ds.dataset_id, snap.snapshot_id, snapshot_id is None)
+    with sink.read_caches.lock:
+        hit = sink.read_caches.stats_by_snapshot.get(key)
+    if hit is not None:
+        return hit
     schema = published_iceberg_schema(table) if snapshot_id is None else snapshot_iceberg_schema(table, snapshot_id)
     files = sink.data_files(table, snapshot_id=snap.snapshot_id)
     nulls: dict[str, int] = {}
+    bounds: dict[str, tuple[int, int]] = {}
     for column in schema.fields:
         if not column.field_type.is_primitive:
             continue  # Iceberg records null counts of leaf fields only
         counts = [(f.null_value_counts or {}).get(column.field_id) for f in files]
         if all(c is not None for c in counts):
             nulls[column.name] = sum(c for c in counts if c is not None)
-    return VersionStats(rows=sum(f.record_count for f in files), null_counts=nulls)
+        if isinstance(column.field_type, (IntegerType, LongType)) and files:
+            lows = [(f.lower_bounds or {}).get(column.field_id) for f in files]
+            highs = [(f.upper_bounds or {}).get(column.field_id) for f in files]
+            if all(b is not None for b in lows) and all(b is not None for b in highs):
+                bounds[column.name] = (
+                    min(int(from_bytes(column.field_type, b)) for b in lows if b is not None),
+                    max(int(from_bytes(column.field_type, b)) for b in highs if b is not None),
+                )
+    stats = VersionStats(rows=sum(f.record_count for f in files), null_counts=nulls, integer_bounds=bounds)
+    with sink.read_caches.lock:
+        sink.read_caches.stats_by_snapshot[key] = stats
+        while len(sink.read_caches.stats_by_snapshot) > SNAPSHOT_FILES_CACHED:
+            sink.read_caches.stats_by_snapshot.pop(next(iter(sink.read_caches.stats_by_snapshot)))
+    return stats
 
 
 def table_to_read(sink: IcebergSink, ds: DatasetRecord) -> Table:

@@ -470,8 +470,9 @@ class IcebergSink(Sink):
         else:
             head = table.current_snapshot()
             if req.stage and head is not None:  # the audit branch starts at the published version
+                # the commit leaves ``table`` at the metadata it committed (pyiceberg updates it in
+                # place), so no reload: one catalog query and metadata parse less per staged write
                 table.manage_snapshots().create_branch(head.snapshot_id, audit_branch(req.txn_id)).commit()
-                table = table.refresh()
             txn = table.transaction()
             current = schema_to_pyarrow(table.schema(), include_field_ids=False)
             if replace:
@@ -600,17 +601,27 @@ class IcebergSink(Sink):
             return None
 
     def partitioning(self, ds: DatasetRecord) -> tuple[tuple[str, str], ...] | None:
+        return self._partitioning(self._described_table(ds))
+
+    def partition_stats(self, ds: DatasetRecord) -> list[dict[str, Any]]:
+        return self._partition_stats(self._described_table(ds))
+
+    def partition_info(self, ds: DatasetRecord) -> tuple[tuple[tuple[str, str], ...] | None, list[dict[str, Any]]]:
+        """Both from ONE look-up of the table (each costs a catalog query even when the parsed
+        table is reused)."""
         table = self._described_table(ds)
+        return self._partitioning(table), self._partition_stats(table)
+
+    def _partitioning(self, table: Table | None) -> tuple[tuple[str, str], ...] | None:
         if table is None:
             return None
         schema = table.schema()
         return tuple((schema.find_column_name(f.source_id) or "", transform_name(f.transform)) for f in table.spec().fields)
 
-    def partition_stats(self, ds: DatasetRecord) -> list[dict[str, Any]]:
+    def _partition_stats(self, table: Table | None) -> list[dict[str, Any]]:
         """Computed from the current snapshot's data files (not kept in the control plane): the
         files ARE the partitions, so this can never disagree with what a read returns, and the
         concurrent partition writers have no second record to keep in step."""
-        table = self._described_table(ds)
         if table is None or table.current_snapshot() is None or not table.spec().fields:
             return []
         schema = table.schema()

@@ -64,7 +64,9 @@ def publish(
         update.commit()
     except CommitFailedException as exc:
         raise StagedVersionConflictError(f"{ds.key!r} changed while publishing {txn_id}: {exc}") from exc
-    table = table.refresh()
+    # the commit left ``table`` at the metadata it committed (pyiceberg updates it in place): a
+    # reload was one more catalog query and metadata parse per publish (issue 12), and could
+    # have shown a later commit's schema instead of the published one's
     return summary_outcome(staged, published_schema(table))
 
 
