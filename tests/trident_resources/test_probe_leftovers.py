@@ -81,13 +81,17 @@ def test_clearing_a_pin_or_flag_that_is_not_there_is_a_named_error(trident: Trid
     assert trident.router.flags() == {}
 
 
-def test_maintaining_a_pg_dataset_says_it_was_skipped_and_why(trident: Trident) -> None:
-    """It reported zero files compacted and zero versions expired, which reads as "done"."""
+def test_maintaining_a_pg_dataset_reports_its_row_blocks_not_files(trident: Trident) -> None:
+    """It reported zero files compacted and zero versions expired, which reads as "done" for a
+    sink with no files. Maintenance of a pg dataset now rebuilds its row blocks (the read cache
+    keyed writes drop) and says so; its file counts stay unset, not zero."""
     trident.router.set_pin("pe/rows", "pg")
-    trident.write("pe/rows", pa.table({"id": [1, 2]}))
+    trident.write("pe/rows", pa.table({"id": list(range(3000))}))
+    trident.write("pe/rows", pa.table({"id": [7]}), mode="upsert", keys=["id"])
     report = trident.maintain("pe/rows")
-    assert report.skipped is not None and "pg sink" in report.skipped and "no data files" in report.skipped
-    assert trident.read("pe/rows", columns=["id"]).to_pylist() == [{"id": 1}, {"id": 2}]
+    assert report.skipped is None and report.rebuilt_blocks == 1
+    assert report.data_files_before is None and report.data_files_after is None
+    assert trident.read("pe/rows", columns=["id"]).column("id").to_pylist() == list(range(3000))
 
 
 def test_partition_errors_of_plain_calls_speak_of_partition_filters_not_dagster(trident: Trident) -> None:
