@@ -28,7 +28,7 @@ from pyiceberg.table import Table, Transaction
 
 from ...errors import StorageUnavailableError, TransactionConflictError
 from ...failpoints import failpoint
-from ...pyiceberg_compat import transaction_io
+from ...pyiceberg_compat import transaction, transaction_io
 from ...schemas import conform
 from .bounds_repair import checked_marker, files_with_missing_bounds, record_checked
 from .files import DataFileWriter
@@ -78,7 +78,7 @@ def compact(sink: IcebergSink, ds: DatasetRecord, table: Table, *, min_input_fil
     if not small:
         record_checked(table, checked)
         return Compaction(len(files), len(files), 0, 0, None)
-    txn = table.transaction()
+    txn = transaction(table)
     meta = txn.table_metadata
     compaction_id = uuid.uuid4()
     writer = DataFileWriter(
