@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from datetime import datetime
 from functools import lru_cache
 from typing import Any, cast
 
@@ -20,9 +21,10 @@ from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
 from pyiceberg.io import FileIO
 from pyiceberg.io.fsspec import FsspecFileIO
 from pyiceberg.io.pyarrow import PyArrowFileIO, _ConvertToIcebergWithoutIDs, _get_parquet_writer_kwargs, visit_pyarrow
-from pyiceberg.manifest import DataFile, ManifestEntry, ManifestEntryStatus, ManifestFile
+from pyiceberg.manifest import DataFile, ManifestContent, ManifestEntry, ManifestEntryStatus, ManifestFile
 from pyiceberg.schema import Schema
-from pyiceberg.table import Table, Transaction
+from pyiceberg.table import DataScan, FileScanTask, Table, Transaction
+from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.typedef import Properties
 from requests import Session
 from sqlalchemy import select
@@ -36,7 +38,9 @@ __all__ = [
     "fresh_pyarrow_filesystems",
     "name_commit_files",
     "parquet_writer_kwargs",
+    "plan_live_files",
     "register_fsspec_scheme",
+    "transaction",
     "transaction_io",
     "transaction_table",
 ]
@@ -84,6 +88,81 @@ def transaction_table(txn: Transaction) -> Table:
 def transaction_io(txn: Transaction) -> FileIO:
     """The FileIO of the table a transaction writes (see ``transaction_table``)."""
     return transaction_table(txn).io
+
+
+class _MemoTransaction(Transaction):
+    """pyiceberg's ``Transaction`` whose ``table_metadata`` is computed once per staged state.
+
+    pyiceberg 0.12 recomputes the property on every access: it replays the staged updates and
+    ends in ``model_copy(deep=True)`` of the whole metadata, every snapshot included, and its
+    snapshot producers read it ~15 times per commit. The cost of a one-row append therefore grew
+    with the table's history (issue 12: append #200 cost 4x append #10, most of it deep copies).
+    The result depends only on the table's metadata and the staged updates, both replaced (never
+    mutated) when they change, so it is remembered keyed on their identity; upstream's fix
+    (apache/iceberg-python#3302, #3784) does the same. With nothing staged it IS the table's
+    metadata (pyiceberg would return a deep copy of it). The models are frozen and pyiceberg
+    derives new metadata by copying, never by mutating what it read."""
+
+    _memo: tuple[TableMetadata, tuple[Any, ...], TableMetadata] | None = None
+
+    @property
+    def table_metadata(self) -> TableMetadata:
+        if not self._updates:
+            return self._table.metadata
+        memo = self._memo
+        if memo is not None and memo[0] is self._table.metadata and memo[1] is self._updates:
+            return memo[2]
+        computed = _staged_metadata(self._table.metadata, self._updates)
+        self._memo = (self._table.metadata, self._updates, computed)
+        return computed
+
+
+def _staged_metadata(base: TableMetadata, updates: tuple[Any, ...]) -> TableMetadata:
+    """pyiceberg's ``update_table_metadata(base, updates)`` (as a ``Transaction`` calls it: no
+    metadata location, no validation) without its closing deep copy of the result. Each update
+    derives new metadata by ``model_copy(update=...)`` of frozen models with new lists and dicts,
+    so nothing of ``base`` is shared mutably; the copy cost one whole-history copy per commit
+    (a third of a one-row append's time after 1,000 snapshots)."""
+    from pyiceberg.table.update import _apply_table_update, _TableMetadataUpdateContext
+    from pyiceberg.utils.datetime import datetime_to_millis
+
+    context = _TableMetadataUpdateContext()
+    new = base
+    for update in updates:
+        new = _apply_table_update(update, new, context)
+    if context.has_changes() and base.last_updated_ms == new.last_updated_ms:
+        new = new.model_copy(update={"last_updated_ms": datetime_to_millis(datetime.now().astimezone())})
+    new.spec().check_compatible(new.schema())
+    new.sort_order().check_compatible(new.schema())
+    return new
+
+
+def transaction(table: Table) -> Transaction:
+    """``table.transaction()``, with its metadata computed once per staged state (``_MemoTransaction``)."""
+    return _MemoTransaction(table)
+
+
+def plan_live_files(scan: DataScan) -> list[FileScanTask]:
+    """``scan.plan_files()`` without opening data manifests that hold no live file.
+
+    An overwrite (a compaction, a keyed write, a delete) records the files it removes as DELETED
+    entries in a manifest of its own, which stays in that snapshot's manifest list until the
+    next commit drops it; pyiceberg's planner decodes it on every scan only to discard every
+    entry. After compacting 1,000 small appends that manifest holds 1,000 entries, most of a
+    read's planning time. The manifest list says how many files each manifest adds and keeps
+    (a count it omits counts as "maybe"), so such a manifest is skipped unread. Server-side
+    planning (a REST catalog that offers it) is left to pyiceberg."""
+    if scan._should_use_server_side_planning():
+        return list(scan.plan_files())
+    snapshot = scan.snapshot()
+    if snapshot is None:
+        return []
+    manifests = [
+        m
+        for m in snapshot.manifests(scan.io)
+        if m.content != ManifestContent.DATA or m.has_added_files() or m.has_existing_files()
+    ]
+    return list(scan._manifest_planner.plan_files(manifests))
 
 
 class RestCatalogWithExplicitDelegation(RestCatalog):

@@ -71,6 +71,31 @@ def test_pyiceberg_internals_we_rely_on_still_exist() -> None:
     )
 
 
+def test_pyiceberg_internals_for_history_costs_still_exist() -> None:
+    """``pyiceberg_compat.transaction`` and ``plan_live_files`` (issue 12: appends and reads that
+    do not pay for a table's history) rely on: a Transaction's staged updates in ``_updates`` (a
+    tuple replaced when it changes), ``update_table_metadata``'s replay of them, and DataScan's
+    manifest planner."""
+    import inspect
+
+    from pyiceberg.table import DataScan, Transaction
+    from pyiceberg.table.update import update_table_metadata
+
+    from trident_resources import pyiceberg_compat as compat
+
+    assert "update_table_metadata(self._table.metadata, self._updates)" in inspect.getsource(
+        Transaction.table_metadata.fget  # type: ignore[attr-defined]
+    ), "Transaction.table_metadata changed: update pyiceberg_compat._MemoTransaction"
+    source = inspect.getsource(update_table_metadata)
+    assert "_apply_table_update(update, new_metadata, context)" in source and "_update_table_metadata_log" in source, (
+        "update_table_metadata changed: update pyiceberg_compat._staged_metadata"
+    )
+    assert "self._manifest_planner.plan_files(snapshot.manifests(self.io))" in inspect.getsource(DataScan), (
+        "DataScan no longer plans through _manifest_planner: update pyiceberg_compat.plan_live_files"
+    )
+    assert callable(compat.plan_live_files) and callable(compat.transaction)
+
+
 def test_pyiceberg_internals_for_storage_access_still_exist() -> None:
     """The storage-access modes rely on three pyiceberg internals (see ``pyiceberg_compat``):
     the REST session's default delegation header, FsspecFileIO's per-instance scheme table, and

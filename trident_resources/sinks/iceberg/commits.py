@@ -16,7 +16,7 @@ from pyiceberg.table.snapshots import Snapshot
 
 from ...errors import TransactionConflictError
 from ...failpoints import failpoint
-from ...pyiceberg_compat import added_manifests_in_groups, name_commit_files
+from ...pyiceberg_compat import added_manifests_in_groups, name_commit_files, transaction
 from ..base import WriteRequest
 from .snapshots import BOUNDS_PROPERTY, EXACT_BOUNDS, TXN_PROPERTY, audit_branch, has_column, published_schema
 
@@ -90,7 +90,7 @@ def _rebased(
     if fresh is None or (head.snapshot_id if head else None) == base_snapshot_id:
         return txn
     ours = txn.table_metadata
-    new = fresh.transaction()
+    new = transaction(fresh)
     current = new.table_metadata.schema()
     if any(not has_column(current, f.name) for f in ours.schema().fields):
         with new.update_schema() as upd:

@@ -18,21 +18,26 @@ reconciler, which looks for txn ids in the snapshot chain, never mistakes it for
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pyiceberg.conversions import from_bytes
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.manifest import DataFile
+from pyiceberg.schema import Schema
 from pyiceberg.table import Table, Transaction
+from pyiceberg.types import LongType
 
 from ...errors import StorageUnavailableError, TransactionConflictError
 from ...failpoints import failpoint
-from ...pyiceberg_compat import transaction_io
+from ...identity import ROW_INDEX
+from ...pyiceberg_compat import transaction, transaction_io
 from ...schemas import conform
 from .bounds_repair import checked_marker, files_with_missing_bounds, record_checked
 from .files import DataFileWriter
-from .snapshots import BOUNDS_PROPERTY, EXACT_BOUNDS
+from .snapshots import BOUNDS_PROPERTY, EXACT_BOUNDS, has_column
 
 if TYPE_CHECKING:
     from ...control_plane import DatasetRecord
@@ -75,10 +80,11 @@ def compact(sink: IcebergSink, ds: DatasetRecord, table: Table, *, min_input_fil
     if len(small) < min_input_files:
         small = []
     small = [f for f in small if f.file_path not in repaired] + broken
+    small.sort(key=_row_index_order(table.schema()))
     if not small:
         record_checked(table, checked)
         return Compaction(len(files), len(files), 0, 0, None)
-    txn = table.transaction()
+    txn = transaction(table)
     meta = txn.table_metadata
     compaction_id = uuid.uuid4()
     writer = DataFileWriter(
@@ -123,6 +129,23 @@ def compact(sink: IcebergSink, ds: DatasetRecord, table: Table, *, min_input_fil
         None if snap is None else snap.snapshot_id,
         len(broken),
     )
+
+
+def _row_index_order(schema: Schema) -> Callable[[DataFile], tuple[bool, int]]:
+    """Sort key of a data file: its lowest ``__row_index`` (files without that bound last).
+
+    pyiceberg plans the newest manifest first, so compacting in planning order wrote 1,000
+    appends' rows newest block first: ``__row_index`` descending by blocks, each output file
+    spanning rows from both ends of the table. In ``__row_index`` order (for appends, the order
+    the rows were written) the output is laid out as a table written in one go: the identity
+    columns ascending, so their delta encodings stay small and each file's bounds a narrow range."""
+    field_id = schema.find_field(ROW_INDEX).field_id if has_column(schema, ROW_INDEX) else None
+
+    def key(f: DataFile) -> tuple[bool, int]:
+        raw = (f.lower_bounds or {}).get(field_id) if field_id is not None else None
+        return (True, 0) if raw is None else (False, int(from_bytes(LongType(), raw)))
+
+    return key
 
 
 def _commit(txn: Transaction, inputs: list[DataFile], outputs: list[DataFile], parent: int, compaction_id: uuid.UUID) -> None:

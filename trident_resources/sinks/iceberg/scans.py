@@ -113,36 +113,46 @@ def scan(
     facade resolved through the ledger; a past version is read by pyiceberg with THAT
     version's schema (columns matched by Iceberg field id, not by name).
     """
-    table = sink.existing_table(ds)
+    table = table_to_read(sink, ds)
     current = table.current_snapshot()
     if as_of is not None and (current is None or as_of != current.snapshot_id):
         return _scan_past(table, int(as_of), columns, row_filter)  # type: ignore[arg-type]
-    schema, expr, files = _plan_current(table, columns, row_filter)
+    schema, expr, files = _plan_current(sink, table, columns, row_filter)
     return scan_batches(sink.file_dataset(table, files, filter_schema(schema)), columns or schema.names, expr)
 
 
-def _plan_current(table: Table, columns: list[str] | None, row_filter: str | None) -> tuple[pa.Schema, Any, list[str]]:
+def _plan_current(
+    sink: IcebergSink, table: Table, columns: list[str] | None, row_filter: str | None
+) -> tuple[pa.Schema, Any, list[str]]:
     """The published version's schema, the filter as a pyarrow expression, and the data files
-    that may hold matching rows (pruned by partition and column statistics). The files are read
-    with ``filter_schema`` (16-byte ids as ``fixed_size_binary(16)``, which the filter compares);
-    the facade turns the ids into text."""
+    that may hold matching rows (pruned by partition and column statistics). Without a filter
+    that is the snapshot's whole file list, remembered per snapshot as for ``scan_plan``: a
+    table with a long history (1,000 appends, then compaction) otherwise re-plans its manifests
+    on every read. The files are read with ``filter_schema`` (16-byte ids as
+    ``fixed_size_binary(16)``, which the filter compares); the facade turns the ids into text."""
     schema = published_schema(table)
     check_columns(columns, schema)
     expr = arrow_filter(schema, row_filter) if row_filter else None
-    if table.current_snapshot() is None:
+    current = table.current_snapshot()
+    if current is None:
         return schema, expr, []
-    return schema, expr, [t.file.file_path for t in table.scan(row_filter=row_filter or AlwaysTrue()).plan_files()]
+    if not row_filter:
+        return schema, expr, _snapshot_files(sink, table, current.snapshot_id)
+    return schema, expr, [f.file_path for f in sink.data_files(table, row_filter=row_filter)]
 
 
 def read(sink: IcebergSink, ds: DatasetRecord, *, columns: list[str] | None, row_filter: str | None, as_of: AsOf) -> pa.Table:
     """The whole result at once (the caller holds it in memory anyway), so every file is read
     in parallel with pre-buffered I/O (pyarrow's threaded ``to_table``), unlike ``scan``,
-    which keeps one file and one batch in flight to stay bounded."""
-    table = sink.existing_table(ds)
+    which keeps one file and one batch in flight to stay bounded. The parsed table is reused
+    while the catalog names the same metadata file (``table_to_read``): a table's metadata
+    file grows with every snapshot it keeps (1 MiB after 1,000 appends), and parsing it was
+    most of a compacted table's read beyond the one-go table's."""
+    table = table_to_read(sink, ds)
     current = table.current_snapshot()
     if as_of is not None and (current is None or as_of != current.snapshot_id):
         return _scan_past(table, int(as_of), columns, row_filter).read_all()  # type: ignore[arg-type]
-    schema, expr, files = _plan_current(table, columns, row_filter)
+    schema, expr, files = _plan_current(sink, table, columns, row_filter)
     dataset = sink.file_dataset(table, files, filter_schema(schema), fmt=_PARQUET_PARALLEL)
     if _filters_ids(dataset, expr):  # (see ``_filters_ids``)
         return dataset.to_table(use_threads=True).filter(expr).select(columns or schema.names)

@@ -48,6 +48,8 @@ from ...partitions import (
     transform_name,
 )
 from ...pyiceberg_compat import (
+    plan_live_files,
+    transaction,
     transaction_io,
     transaction_table,
 )
@@ -432,7 +434,7 @@ class IcebergSink(Sink):
             m = pc.max(batch.column(0)).as_py()
             if m is not None and m > top:
                 top = m
-        with table.transaction() as txn:
+        with transaction(table) as txn:
             txn.set_properties({OWNER_PROPERTY: str(ds.dataset_id), "trident.adopted-by-txn": str(txn_id)})
         return Outcome(
             rows_written=0,
@@ -473,7 +475,7 @@ class IcebergSink(Sink):
                 # the commit leaves ``table`` at the metadata it committed (pyiceberg updates it in
                 # place), so no reload: one catalog query and metadata parse less per staged write
                 table.manage_snapshots().create_branch(head.snapshot_id, audit_branch(req.txn_id)).commit()
-            txn = table.transaction()
+            txn = transaction(table)
             current = schema_to_pyarrow(table.schema(), include_field_ids=False)
             if replace:
                 gone = [
@@ -535,7 +537,7 @@ class IcebergSink(Sink):
                     raise
                 self._staged_create = False
         created = self.catalog.create_table(ident, schema=schema, properties=properties)
-        return self.access.bind(created, reload=lambda: self.catalog.load_table(ident)).transaction()
+        return transaction(self.access.bind(created, reload=lambda: self.catalog.load_table(ident)))
 
     def data_file_writer(self, req: WriteRequest, txn: Transaction) -> DataFileWriter | PartitionedDataFileWriter:
         meta = txn.table_metadata
@@ -571,7 +573,7 @@ class IcebergSink(Sink):
         if table is None or (snapshot_id is None and table.current_snapshot() is None):
             return []
         scan = table.scan(snapshot_id=snapshot_id, row_filter=row_filter if row_filter is not None else AlwaysTrue())
-        return [task.file for task in scan.plan_files()]
+        return [task.file for task in plan_live_files(scan)]  # manifests of only removed files unread
 
     def partition_scope(self, table: Table, bound: BoundPartition) -> list[DataFile]:
         """The current data files a write of one partition (or range) can touch: those that may

@@ -16,7 +16,7 @@ from pyiceberg.table.snapshots import Snapshot
 from ...control_plane import DatasetRecord, Outcome
 from ...errors import InvalidWriteError, StagedVersionConflictError
 from ...partitions import PartitionFilter
-from ...pyiceberg_compat import remove_branch_in
+from ...pyiceberg_compat import remove_branch_in, transaction
 from .commits import commit_files
 from .scans import snapshot_iceberg_schema, snapshot_schema
 from .snapshots import TXN_PROPERTY, audit_branch, carries_txn, has_column, published_schema, summary_outcome
@@ -101,7 +101,7 @@ def _publish_rebased(sink: IcebergSink, ds: DatasetRecord, table: Table, staged:
     summary = staged.summary.additional_properties if staged.summary is not None else {}
     props = {k: v for k, v in summary.items() if k.startswith("trident.")}
     try:
-        txn = table.transaction()
+        txn = transaction(table)
         ours, theirs = snapshot_iceberg_schema(table, staged.snapshot_id), txn.table_metadata.schema()
         if any(not has_column(theirs, f.name) for f in ours.fields):
             with txn.update_schema() as upd:
