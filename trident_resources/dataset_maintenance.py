@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from . import reading, validate
 from .control_plane import DatasetRecord
-from .errors import ConcurrentWriteError, DatasetNotFoundError, WriterLockLostError
+from .errors import ConcurrentWriteError, DatasetNotFoundError, MaintenanceFailedError, TridentError, WriterLockLostError
 from .keys import validate_key
 from .sinks.base import Maintenance
 
@@ -64,18 +64,18 @@ def maintain(
             sink = t.driver.sink(ds.sink)
             try:
                 compacted = sink.compact(ds)
+                log.info("trident maintain %s: %s", key, compacted)
+                done = sink.maintain(
+                    ds,
+                    older_than=_before(now, older_than),
+                    retain_last=retain_last,
+                    uploads_before=_before(now, uploads_older_than),
+                )
             except Exception as exc:  # compaction reads every small file: a damaged one is named
-                err = reading.named(exc, key)
-                if err is exc:
+                err = _named(exc, key)
+                if err is exc:  # already named: ``raise exc from exc`` would lose its own cause
                     raise
                 raise err from exc
-            log.info("trident maintain %s: %s", key, compacted)
-            done = sink.maintain(
-                ds,
-                older_than=_before(now, older_than),
-                retain_last=retain_last,
-                uploads_before=_before(now, uploads_older_than),
-            )
             done = replace(
                 done,
                 discarded_staged=[e.txn_id for e in stale],
@@ -93,6 +93,19 @@ def maintain(
             cleaned_txns=len(cleanups.cleaned),
             cleanup_pending=len(cleanups.pending),
         )
+
+
+def _named(exc: Exception, key: str) -> Exception:
+    """``exc`` as a named error: a fault reading a file or reaching storage as reads name it, one
+    of the table library's own (a pyiceberg ``IndexError`` was seen) as ``MaintenanceFailedError``."""
+    err = reading.named(exc, key)
+    if isinstance(err, TridentError):
+        return err
+    first = (str(exc).strip().splitlines() or [""])[0]
+    return MaintenanceFailedError(
+        f"maintenance of {key!r} failed (its rows are unchanged: compaction commits one snapshot or none): "
+        f"{type(exc).__name__}: {first}"
+    )
 
 
 def _busy_reason(t: Trident, ds: DatasetRecord) -> str:

@@ -92,6 +92,12 @@ class WriteFailedError(TridentError):
     committed, and the engine's error is the cause (its class and first line are in the message)."""
 
 
+class MaintenanceFailedError(TridentError):
+    """Compacting or expiring a dataset's versions failed inside the table library in a way no
+    earlier check names; nothing changed (compaction commits one snapshot or none), and the
+    library's error is the cause (its class and first line are in the message)."""
+
+
 class WriterLockLostError(ConcurrentWriteError):
     """The session holding this writer's dataset lock died, so another writer may own the dataset
     now: the write stops before its commit instead of racing it."""

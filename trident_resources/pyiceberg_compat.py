@@ -192,23 +192,29 @@ def fresh_pyarrow_filesystems(io: PyArrowFileIO) -> Callable[[str, str | None], 
 
 def added_manifests_in_groups(producer: Any, groups: Callable[[list[DataFile]], list[list[DataFile]]]) -> None:
     """Write the data files a snapshot producer adds into one manifest per group of ``groups``
-    (pyiceberg writes them all into ONE manifest). A backfill of thousands of partitions then
-    leaves manifests that each cover a narrow range of partitions, so that the manifest list's
-    partition summaries let a one-partition scan or overwrite read (and rewrite) one small
-    manifest instead of every entry. The producer writes each group exactly as it writes its
-    own added manifest (same writer, entries, snapshot and naming), on every commit attempt."""
-    if not (hasattr(producer, "_manifests") and hasattr(producer, "_added_data_files")):
+    (pyiceberg writes them all into ONE manifest, of the table's default partition spec). A
+    backfill of thousands of partitions then leaves manifests that each cover a narrow range of
+    partitions, so that the manifest list's partition summaries let a one-partition scan or
+    overwrite read (and rewrite) one small manifest instead of every entry. Every file of a group
+    must share one partition spec, and the group's manifest is of that spec: compaction re-adds
+    files of a partition written under an older spec, which pyiceberg's own added manifest (of the
+    default spec) cannot hold. The producer writes each group exactly as it writes its own added
+    manifest (same writer, entries, snapshot and naming), on every commit attempt."""
+    if not (hasattr(producer, "_manifests") and hasattr(producer, "_added_data_files") and hasattr(producer, "spec")):
         raise RuntimeError("pyiceberg's snapshot producer changed shape: see pyiceberg_compat.added_manifests_in_groups")
     own = producer._manifests
 
     def manifests() -> list[ManifestFile]:
         added: list[DataFile] = producer._added_data_files
         parts = groups(added)
-        if len(parts) <= 1:
+        default = producer._transaction.table_metadata.default_spec_id
+        if len(parts) <= 1 and all(_spec_of(f, default) == default for f in added):
             return cast(list[ManifestFile], own())
+        last_is_default = bool(parts) and _spec_of(parts[-1][0], default) == default
+        mine = parts[:-1] if last_is_default else parts  # pyiceberg writes a last default-spec group itself
         written = []
-        for part in parts[:-1]:
-            with producer.new_manifest_writer(spec=producer._transaction.table_metadata.spec()) as writer:
+        for part in mine:
+            with producer.new_manifest_writer(spec=producer.spec(_spec_of(part[0], default))) as writer:
                 for data_file in part:
                     writer.add(
                         ManifestEntry.from_args(
@@ -220,13 +226,20 @@ def added_manifests_in_groups(producer: Any, groups: Callable[[list[DataFile]], 
                         )
                     )
             written.append(writer.to_manifest_file())
-        producer._added_data_files = parts[-1]  # pyiceberg writes the last group itself
+        producer._added_data_files = parts[-1] if last_is_default else []
         try:
             return written + cast(list[ManifestFile], own())
         finally:
             producer._added_data_files = added  # the snapshot summary counts every added file
 
     producer._manifests = manifests
+
+
+def _spec_of(data_file: DataFile, default: int) -> int:
+    """A data file's partition spec id: pyiceberg sets it on files read from a manifest, not on
+    ones built with ``DataFile.from_args``, whose spec is the table's default."""
+    spec = getattr(data_file, "_spec_id", None)
+    return default if spec is None else int(spec)
 
 
 def remove_branch_in(txn: Transaction, branch: str) -> None:

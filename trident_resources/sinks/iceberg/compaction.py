@@ -33,7 +33,7 @@ from pyiceberg.types import LongType
 from ...errors import StorageUnavailableError, TransactionConflictError
 from ...failpoints import failpoint
 from ...identity import ROW_INDEX
-from ...pyiceberg_compat import transaction, transaction_io
+from ...pyiceberg_compat import added_manifests_in_groups, transaction, transaction_io
 from ...schemas import conform
 from .bounds_repair import checked_marker, files_with_missing_bounds, record_checked
 from .files import DataFileWriter
@@ -77,58 +77,98 @@ def compact(sink: IcebergSink, ds: DatasetRecord, table: Table, *, min_input_fil
     repaired = {f.file_path for f in files_with_missing_bounds(table)}
     broken = [f for f in files if f.file_path in repaired]
     checked = checked_marker(table)  # recorded only once the broken files are rewritten
-    if len(small) < min_input_files:
-        small = []
-    small = [f for f in small if f.file_path not in repaired] + broken
-    small.sort(key=_row_index_order(table.schema()))
-    if not small:
+    groups = _groups([f for f in small if f.file_path not in repaired], broken, min_input_files)
+    if not groups:
         record_checked(table, checked)
         return Compaction(len(files), len(files), 0, 0, None)
     txn = transaction(table)
     meta = txn.table_metadata
     compaction_id = uuid.uuid4()
-    writer = DataFileWriter(
-        transaction_io(txn),
-        meta.location,
-        compaction_id,
-        meta.schema(),
-        dict(meta.properties),
-        spec_id=meta.default_spec_id,
-        target_file_bytes=sink.settings.target_file_bytes,
-        row_group_bytes=sink.settings.row_group_bytes,
-        parallelism=sink.settings.write_parallelism,
-    )
-    target = writer.arrow_schema
     stored = schema_to_pyarrow(meta.schema(), include_field_ids=False)
+    order = _row_index_order(table.schema())
+    writers: list[DataFileWriter] = []
+    inputs: list[DataFile] = []
+    written: list[DataFile] = []
     try:
-        for f in small:  # one file at a time: bounded memory whatever the dataset's size
-            for batch in sink.file_dataset(table, [f.file_path], stored).to_batches(batch_size=65_536):
-                writer.write(conform(batch, target))
-        written = writer.close()
+        for group in groups:  # one partition, then one file, at a time: bounded memory
+            writer = DataFileWriter(
+                transaction_io(txn),
+                meta.location,
+                uuid.uuid4(),  # names its files: a writer per partition, each numbering its own from 0
+                meta.schema(),
+                dict(meta.properties),
+                spec_id=group[0].spec_id,
+                partition=group[0].partition,
+                target_file_bytes=sink.settings.target_file_bytes,
+                row_group_bytes=sink.settings.row_group_bytes,
+                parallelism=sink.settings.write_parallelism,
+            )
+            writers.append(writer)
+            for f in sorted(group, key=order):
+                for batch in sink.file_dataset(table, [f.file_path], stored).to_batches(batch_size=65_536):
+                    writer.write(conform(batch, writer.arrow_schema))
+            written += writer.close()
+            inputs += group
         failpoint("compaction.before_commit")
         record_checked(txn, checked)
-        _commit(txn, small, written, current.snapshot_id, compaction_id)
+        _commit(txn, inputs, written, current.snapshot_id, compaction_id)
     except CommitFailedException as exc:
-        writer.discard()
+        _discard(writers)
         raise TransactionConflictError(
             f"compaction of {ds.key!r} conflicted with a concurrent change: {exc}. Nothing changed; run maintain again"
         ) from exc
     except OSError as exc:
-        writer.discard()
+        _discard(writers)
         raise StorageUnavailableError(f"compaction of {ds.key!r} could not reach storage: {exc}. Nothing changed") from exc
     except BaseException:
-        writer.discard()
+        _discard(writers)
         raise
     after = table.refresh()
     snap = after.current_snapshot()
     return Compaction(
         len(files),
-        len(files) - len(small) + len(written),
-        len(small),
+        len(files) - len(inputs) + len(written),
+        len(inputs),
         len(written),
         None if snap is None else snap.snapshot_id,
         len(broken),
     )
+
+
+def _groups(small: list[DataFile], broken: list[DataFile], min_input_files: int) -> list[list[DataFile]]:
+    """The files to rewrite, one list per partition (spec id and partition values): a data file
+    never mixes partitions, so each partition's files are compacted into files of that same
+    partition and spec (a partition written before the spec changed stays in its old spec).
+    A partition's lone small file gains nothing from a rewrite and is left alone; nothing is
+    compacted below ``min_input_files`` candidates in all. Files whose bounds lose rows are
+    rewritten whatever their size (with their partition's small files)."""
+    by_partition: dict[tuple[int, tuple[object, ...]], list[DataFile]] = {}
+    for f in small:
+        by_partition.setdefault(_partition_key(f), []).append(f)
+    candidates = [g for g in by_partition.values() if len(g) > 1]
+    if sum(len(g) for g in candidates) < min_input_files:
+        candidates = []
+    chosen = {_partition_key(g[0]): g for g in candidates}
+    for f in broken:
+        chosen.setdefault(_partition_key(f), []).append(f)
+    return list(chosen.values())
+
+
+def _partition_key(f: DataFile) -> tuple[int, tuple[object, ...]]:
+    return f.spec_id, tuple(f.partition[i] for i in range(len(f.partition)))  # files of a manifest: spec set
+
+
+def _by_spec(files: list[DataFile]) -> list[list[DataFile]]:
+    """``files`` grouped by partition spec, the highest (the table's newest, its default) last."""
+    specs: dict[int, list[DataFile]] = {}
+    for f in files:
+        specs.setdefault(f.spec_id, []).append(f)
+    return [specs[spec] for spec in sorted(specs)]
+
+
+def _discard(writers: list[DataFileWriter]) -> None:
+    for writer in writers:
+        writer.discard()
 
 
 def _row_index_order(schema: Schema) -> Callable[[DataFile], tuple[bool, int]]:
@@ -159,7 +199,9 @@ def _commit(txn: Transaction, inputs: list[DataFile], outputs: list[DataFile], p
         "trident.rewritten-files": str(len(inputs)),
     }
     update = txn.update_snapshot(snapshot_properties=props)
-    with update.overwrite() as p:
+    producer = update.overwrite()
+    added_manifests_in_groups(producer, _by_spec)  # a partition compacted under its older spec stays in it
+    with producer as p:
         for f in inputs:
             p.delete_data_file(f)
         for f in outputs:

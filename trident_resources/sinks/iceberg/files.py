@@ -201,7 +201,7 @@ class _TxnFileWriter(ABC):
         """Close ``lane``'s file (its last write done) into its ``DataFile`` record."""
         assert lane.writer is not None, "a lane is created to be written"
         stats, size = lane.writer.close(self._stats)
-        return DataFile.from_args(
+        data_file = DataFile.from_args(
             content=DataFileContent.DATA,
             file_path=lane.path,
             file_format=FileFormat.PARQUET,
@@ -213,6 +213,8 @@ class _TxnFileWriter(ABC):
             key_metadata=None,
             **stats,
         )
+        data_file.spec_id = self._spec_id  # ``from_args`` drops it (not a manifest field): manifests group by it
+        return data_file
 
     def _delete_all(self, lanes: Iterable[_Lane]) -> None:
         """Discard: stop the open files and delete every file this writer created."""
@@ -244,6 +246,7 @@ class DataFileWriter(_TxnFileWriter):
         target_file_bytes: int,
         row_group_bytes: int,
         parallelism: int = 2,
+        partition: Record | None = None,
     ) -> None:
         super().__init__(
             io,
@@ -258,6 +261,9 @@ class DataFileWriter(_TxnFileWriter):
         )
         self._buffer: list[pa.RecordBatch] = []
         self._buffered_bytes = 0
+        # every file's partition (of spec ``spec_id``): none for an unpartitioned spec; compaction
+        # rewrites one partition's files at a time and keeps them in that partition
+        self._partition = partition if partition is not None else Record()
         self._lanes: list[_Lane | None] = [None] * max(1, parallelism)
         self._turn = 0
 
@@ -303,7 +309,7 @@ class DataFileWriter(_TxnFileWriter):
         failpoint("write.file_flushed")
 
     def _close_lane(self, lane: _Lane) -> None:
-        self._finish(lane, Record())
+        self._finish(lane, self._partition)
 
     def close(self) -> list[DataFile]:
         self._flush()
