@@ -31,6 +31,21 @@ def table(**cols: list[Any]) -> pa.Table:
     return pa.table(cols)
 
 
+def counted_table_loads(t: Trident, monkeypatch: Any) -> list[Any]:
+    """The identifiers the Iceberg catalog loads a table for from now on (the real loads still
+    happen): a test of a cache asserts the list stays empty."""
+    catalog = t.driver.sinks["iceberg_native"].catalog  # type: ignore[attr-defined]
+    loads: list[Any] = []
+    real = catalog.load_table
+
+    def counting(identifier: Any) -> Any:
+        loads.append(identifier)
+        return real(identifier)
+
+    monkeypatch.setattr(catalog, "load_table", counting)
+    return loads
+
+
 def cli_env(settings: TridentSettings) -> dict[str, str]:
     """The TRIDENT_* variables that point a CLI invocation at a test's workspace."""
     assert settings.pg_dsn is not None

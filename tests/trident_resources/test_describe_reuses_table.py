@@ -13,6 +13,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from tests.helpers import counted_table_loads
 from trident_resources import PartitionFilter, Trident
 
 D0, D2, D3 = date(2024, 1, 1), date(2024, 1, 3), date(2024, 1, 4)
@@ -26,15 +27,7 @@ def test_describe_of_an_unchanged_dataset_loads_no_table_and_sees_the_next_commi
     t.write("d/parts", pa.table({"d": [D0, date(2024, 1, 2)], "v": [1, 2]}), partition=days)
     first = t.describe("d/parts")
     assert first.partitioning and len(first.partitions) == 2
-    catalog = t.driver.sinks["iceberg_native"].catalog  # type: ignore[attr-defined]
-    loads: list[Any] = []
-    real = catalog.load_table
-
-    def counting(identifier: Any) -> Any:
-        loads.append(identifier)
-        return real(identifier)
-
-    monkeypatch.setattr(catalog, "load_table", counting)
+    loads = counted_table_loads(t, monkeypatch)
     for _ in range(3):
         again = t.describe("d/parts")
         assert (again.partitioning, again.partitions) == (first.partitioning, first.partitions)

@@ -16,6 +16,7 @@ import pytest
 from pyiceberg import table as pyiceberg_table
 from pyiceberg.manifest import ManifestFile
 
+from tests.helpers import counted_table_loads
 from trident_resources import Trident
 
 
@@ -70,15 +71,7 @@ def test_a_read_of_an_unchanged_dataset_reuses_its_table_and_file_list_and_sees_
     t = trident
     _appends(t, "h/again", 3)
     assert t.read("h/again").num_rows == 3  # the first read loads and plans
-    catalog = t.driver.sinks["iceberg_native"].catalog  # type: ignore[attr-defined]
-    loads: list[Any] = []
-    real = catalog.load_table
-
-    def counting(identifier: Any) -> Any:
-        loads.append(identifier)
-        return real(identifier)
-
-    monkeypatch.setattr(catalog, "load_table", counting)
+    loads = counted_table_loads(t, monkeypatch)
     opened = _opened_manifests(monkeypatch)
     for _ in range(3):
         assert sorted(t.read("h/again").column("id").to_pylist()) == [0, 1, 2]

@@ -9,7 +9,7 @@ from datetime import date, timedelta
 import pyarrow as pa
 import pytest
 
-from tests.helpers import table
+from tests.helpers import counted_table_loads, table
 from tests.trident_resources.test_transactions import _run_child, _txn_files
 from trident_resources import (
     InvalidReadError,
@@ -268,14 +268,7 @@ def test_staging_and_publishing_reload_no_table_after_their_commits(trident: Tri
     t = trident
     t.write("wap/loads", table(k=[1, 2]))
     catalog = t.driver.sinks["iceberg_native"].catalog  # type: ignore[attr-defined]
-    real = catalog.load_table
-    loads: list[str] = []
-
-    def counting(identifier: Any) -> Any:
-        loads.append(str(identifier))
-        return real(identifier)
-
-    monkeypatch.setattr(catalog, "load_table", counting)
+    loads = counted_table_loads(t, monkeypatch)
     commits = {"n": 0}
     real_commit = catalog.commit_table
 
