@@ -58,7 +58,7 @@ def test_dagster_maintenance_and_canary_jobs(trident: Trident) -> None:
     )
     assert result.success
     meta = result.output_for_node("maintain_tables")
-    assert meta == 1  # one iceberg dataset maintained
+    assert meta == 2  # every dataset: the iceberg one, and the pg one (its row blocks)
     assert user_rows(t, "j/ice", "k") == [{"k": 2}]
 
     result = canary_job.execute_in_process(run_config={"ops": {"canary": {"config": {"key": "j/legacy"}}}}, resources=resources)
