@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import itertools
 import os
+import threading
 import time
 import uuid
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -266,6 +268,29 @@ for _i, _c in enumerate("0123456789abcdef"):
     _NIBBLE[ord(_c.upper())] = _i
 
 
+_TEXT_POOL_PREFIX = "trident-id-text"
+_text_pool_lock = threading.Lock()
+_text_executor: ThreadPoolExecutor | None = None
+
+
+def _text_pool() -> ThreadPoolExecutor:
+    """The process's pool for converting the chunks of a read's ids, made on first use."""
+    global _text_executor
+    with _text_pool_lock:
+        if _text_executor is None:
+            _text_executor = ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1), thread_name_prefix=_TEXT_POOL_PREFIX)
+        return _text_executor
+
+
+def _forget_text_pool() -> None:
+    """In a forked child: the parent's pool threads do not exist here; make a new pool on use."""
+    global _text_executor, _text_pool_lock
+    _text_executor, _text_pool_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_text_pool)
+
+
 def ids_as_text(ids: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
     """16-byte ids (``pa.uuid()`` or ``fixed_size_binary(16)``) as their canonical 36-character
     text, vectorised. A row of text is 9 uint32: the first 7 hold the 28 characters of the first
@@ -274,6 +299,10 @@ def ids_as_text(ids: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
     so each run's head is formatted once and broadcast; any other order falls back to converting
     every word. ``str(uuid.UUID(bytes=...))`` per row costs ~1 s per million rows."""
     if isinstance(ids, pa.ChunkedArray):
+        if ids.num_chunks > 1 and not threading.current_thread().name.startswith(_TEXT_POOL_PREFIX):
+            # a whole read() (many chunks): numpy releases the GIL in this work, so the chunks
+            # convert on all cores (0.24 -> 0.13 s per 6M ids on 2); never nested in the pool
+            return pa.chunked_array(list(_text_pool().map(ids_as_text, ids.chunks)), type=ROW_ID_TEXT)
         return pa.chunked_array([ids_as_text(c) for c in ids.chunks], type=ROW_ID_TEXT)
     storage = ids.storage if isinstance(ids, pa.ExtensionArray) else ids
     n = len(storage)

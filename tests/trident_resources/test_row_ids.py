@@ -11,6 +11,8 @@ import os
 import time
 import uuid
 
+import numpy as np
+import pyarrow as pa
 import pytest
 
 from tests.helpers import table
@@ -125,3 +127,19 @@ def test_uuid_generators_match_the_text_ones() -> None:
             sql = con.sql(f"SELECT {block.sql('s', pa.uuid())} AS id FROM range({first}, {first + n}) t(s) ORDER BY s")
             got = sql.to_arrow_table().column("id")
             assert got.type == pa.uuid() and ids_as_text(got).to_pylist() == text, (first, n)
+
+
+def test_the_ids_of_a_whole_read_convert_chunk_by_chunk_on_a_pool() -> None:
+    """A read's many chunks of 16-byte ids are turned into text on a thread pool (numpy releases
+    the GIL); the text is exactly the UUID text of each id, chunk for chunk."""
+    from trident_resources.identity import ids_as_text
+
+    n = 200_000
+    words = np.empty((n, 2), dtype=">u8")
+    words[:, 0] = 0x0123456789AB8CDE
+    words[:, 1] = np.arange(n, dtype=np.uint64) + (5 << 40)
+    storage = pa.FixedSizeBinaryArray.from_buffers(pa.binary(16), n, [None, pa.py_buffer(words.tobytes())])
+    ids = pa.chunked_array([pa.ExtensionArray.from_storage(pa.uuid(), storage.slice(i, 65_536)) for i in range(0, n, 65_536)])
+    text = ids_as_text(ids)
+    assert text.num_chunks == ids.num_chunks
+    assert text.to_pylist() == [str(uuid.UUID(bytes=words[i].tobytes())) for i in range(n)]
