@@ -250,10 +250,6 @@ def _is_text(t: pa.DataType) -> bool:
 
 def is_row_id_bytes(t: pa.DataType) -> bool:
     """Is ``t`` a 16-byte id type (``pa.uuid()`` or its storage, ``fixed_size_binary(16)``)?"""
-    return _is_bytes16(t)
-
-
-def _is_bytes16(t: pa.DataType) -> bool:
     storage = t.storage_type if isinstance(t, pa.BaseExtensionType) else t
     return pa.types.is_fixed_size_binary(storage) and storage.byte_width == 16
 
@@ -368,12 +364,12 @@ def ids_from_text(ids: pa.Array | pa.ChunkedArray, target: pa.DataType = ROW_ID_
 def convert_ids(ids: pa.Array | pa.ChunkedArray, target: pa.DataType) -> pa.Array | pa.ChunkedArray | None:
     """``ids`` in ``target`` when one is text and the other 16 bytes (None: not such a pair, the
     caller casts as usual). pyarrow's own cast of uuid to string keeps the raw bytes as "text"."""
-    if _is_bytes16(ids.type) and _is_text(target):
+    if is_row_id_bytes(ids.type) and _is_text(target):
         out = ids_as_text(ids)
         return out if target == ROW_ID_TEXT else out.cast(target)
-    if _is_text(ids.type) and _is_bytes16(target):
+    if _is_text(ids.type) and is_row_id_bytes(target):
         return ids_from_text(ids, target)
-    if _is_bytes16(ids.type) and _is_bytes16(target):  # uuid <-> fixed_size_binary(16): same bytes
+    if is_row_id_bytes(ids.type) and is_row_id_bytes(target):  # uuid <-> fixed_size_binary(16): same bytes
         if isinstance(ids, pa.ChunkedArray):
             return pa.chunked_array([_same_bytes(c, target) for c in ids.chunks], type=target)
         return _same_bytes(ids, target)
@@ -387,13 +383,13 @@ def _same_bytes(ids: pa.Array, target: pa.DataType) -> pa.Array:
 
 def public_type(t: pa.DataType) -> pa.DataType:
     """The type a reader sees for a ``__row_id`` column stored as ``t``: always text."""
-    return ROW_ID_TEXT if _is_bytes16(t) else t
+    return ROW_ID_TEXT if is_row_id_bytes(t) else t
 
 
 def public_schema(schema: pa.Schema) -> pa.Schema:
     """``schema`` as readers see it: ``__row_id`` as text, whatever the table stores."""
     i = schema.get_field_index(ROW_ID)
-    if i < 0 or not _is_bytes16(schema.field(i).type):
+    if i < 0 or not is_row_id_bytes(schema.field(i).type):
         return schema
     return schema.set(i, schema.field(i).with_type(ROW_ID_TEXT))
 
@@ -402,17 +398,9 @@ def public(data: pa.RecordBatch | pa.Table) -> Any:
     """A read result with a 16-byte ``__row_id`` column converted to its text (the read
     boundary: every read door, whichever sink and table type)."""
     i = data.schema.get_field_index(ROW_ID)
-    if i < 0 or not _is_bytes16(data.schema.field(i).type):
+    if i < 0 or not is_row_id_bytes(data.schema.field(i).type):
         return data
     return data.set_column(i, data.schema.field(i).with_type(ROW_ID_TEXT), ids_as_text(data.column(i)))
-
-
-def public_reader(reader: pa.RecordBatchReader) -> pa.RecordBatchReader:
-    """``reader`` with ``public`` applied to every batch (nothing added when no column needs it)."""
-    schema = public_schema(reader.schema)
-    if schema is reader.schema:
-        return reader
-    return pa.RecordBatchReader.from_batches(schema, (public(b) for b in reader))
 
 
 def _micros(ts: datetime) -> int:

@@ -47,6 +47,14 @@ class ReadCaches:
     stats_by_snapshot: dict[tuple[uuid.UUID, int, bool], VersionStats] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
+    def remember(self, entries: dict[Any, Any], key: Any, value: Any) -> None:
+        """Keep ``value`` in one of these caches, dropping its oldest entries beyond
+        ``SNAPSHOT_FILES_CACHED`` (each holds immutable things, or checks its entry's freshness)."""
+        with self.lock:
+            entries[key] = value
+            while len(entries) > SNAPSHOT_FILES_CACHED:
+                entries.pop(next(iter(entries)))
+
 
 SNAPSHOT_FILES_CACHED = 256  # snapshots whose data file lists scan_plan remembers (immutable, so never stale)
 
@@ -307,10 +315,7 @@ def version_stats(sink: IcebergSink, ds: DatasetRecord, snapshot_id: int | None 
                     max(int(from_bytes(column.field_type, b)) for b in highs if b is not None),
                 )
     stats = VersionStats(rows=sum(f.record_count for f in files), null_counts=nulls, integer_bounds=bounds)
-    with sink.read_caches.lock:
-        sink.read_caches.stats_by_snapshot[key] = stats
-        while len(sink.read_caches.stats_by_snapshot) > SNAPSHOT_FILES_CACHED:
-            sink.read_caches.stats_by_snapshot.pop(next(iter(sink.read_caches.stats_by_snapshot)))
+    sink.read_caches.remember(sink.read_caches.stats_by_snapshot, key, stats)
     return stats
 
 
@@ -325,10 +330,7 @@ def table_to_read(sink: IcebergSink, ds: DatasetRecord) -> Table:
         return hit[1]
     table = sink.existing_table(ds)
     if location is not None and table.metadata_location == location:
-        with sink.read_caches.lock:
-            sink.read_caches.read_tables[ds.dataset_id] = (location, table)
-            while len(sink.read_caches.read_tables) > SNAPSHOT_FILES_CACHED:
-                sink.read_caches.read_tables.pop(next(iter(sink.read_caches.read_tables)))
+        sink.read_caches.remember(sink.read_caches.read_tables, ds.dataset_id, (location, table))
     return table
 
 
@@ -344,8 +346,5 @@ def _snapshot_files(sink: IcebergSink, table: Table, snapshot_id: int | None) ->
     if hit is not None:
         return list(hit)
     files = tuple(f.file_path for f in sink.data_files(table, snapshot_id=snapshot_id))
-    with sink.read_caches.lock:
-        sink.read_caches.files_by_snapshot[key] = files
-        while len(sink.read_caches.files_by_snapshot) > SNAPSHOT_FILES_CACHED:
-            sink.read_caches.files_by_snapshot.pop(next(iter(sink.read_caches.files_by_snapshot)))
+    sink.read_caches.remember(sink.read_caches.files_by_snapshot, key, files)
     return list(files)
