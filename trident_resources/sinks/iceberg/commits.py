@@ -30,16 +30,24 @@ MANIFEST_FILES = 100
 
 
 def _manifest_groups(files: list[DataFile]) -> list[list[DataFile]]:
-    """``files`` in partition order, cut every ``MANIFEST_FILES``."""
-    if len(files) <= MANIFEST_FILES:
+    """``files`` by partition spec (a manifest holds one spec's files: compaction re-adds files of
+    a partition written under an older spec), then in partition order, cut every
+    ``MANIFEST_FILES``; the spec with the highest id, the table's newest, last."""
+    specs: dict[int, list[DataFile]] = {}
+    for f in files:
+        specs.setdefault(f.spec_id, []).append(f)
+    if len(specs) <= 1 and len(files) <= MANIFEST_FILES:
         return [files]
 
     def order(f: DataFile) -> tuple[tuple[bool, Any], ...]:
         p = f.partition
         return tuple((p[i] is None, p[i]) for i in range(len(p)))
 
-    ordered = sorted(files, key=order)
-    return [ordered[i : i + MANIFEST_FILES] for i in range(0, len(ordered), MANIFEST_FILES)]
+    groups = []
+    for spec in sorted(specs):
+        ordered = sorted(specs[spec], key=order)
+        groups += [ordered[i : i + MANIFEST_FILES] for i in range(0, len(ordered), MANIFEST_FILES)]
+    return groups
 
 
 def commit_snapshot(

@@ -33,9 +33,10 @@ from pyiceberg.types import LongType
 from ...errors import StorageUnavailableError, TransactionConflictError
 from ...failpoints import failpoint
 from ...identity import ROW_INDEX
-from ...pyiceberg_compat import added_manifests_in_groups, transaction, transaction_io
+from ...pyiceberg_compat import transaction, transaction_io
 from ...schemas import conform
 from .bounds_repair import checked_marker, files_with_missing_bounds, record_checked
+from .commits import commit_files
 from .files import DataFileWriter
 from .snapshots import BOUNDS_PROPERTY, EXACT_BOUNDS, has_column
 
@@ -158,14 +159,6 @@ def _partition_key(f: DataFile) -> tuple[int, tuple[object, ...]]:
     return f.spec_id, tuple(f.partition[i] for i in range(len(f.partition)))  # files of a manifest: spec set
 
 
-def _by_spec(files: list[DataFile]) -> list[list[DataFile]]:
-    """``files`` grouped by partition spec, the highest (the table's newest, its default) last."""
-    specs: dict[int, list[DataFile]] = {}
-    for f in files:
-        specs.setdefault(f.spec_id, []).append(f)
-    return [specs[spec] for spec in sorted(specs)]
-
-
 def _discard(writers: list[DataFileWriter]) -> None:
     for writer in writers:
         writer.discard()
@@ -198,14 +191,7 @@ def _commit(txn: Transaction, inputs: list[DataFile], outputs: list[DataFile], p
         "trident.compacted-from": str(parent),
         "trident.rewritten-files": str(len(inputs)),
     }
-    update = txn.update_snapshot(snapshot_properties=props)
-    producer = update.overwrite()
-    added_manifests_in_groups(producer, _by_spec)  # a partition compacted under its older spec stays in it
-    with producer as p:
-        for f in inputs:
-            p.delete_data_file(f)
-        for f in outputs:
-            p.append_data_file(f)
+    commit_files(txn, txn.update_snapshot(snapshot_properties=props), inputs, outputs)
     txn.commit_transaction()
 
 
