@@ -50,9 +50,6 @@ def maintain(
             if not (cleanups.cleaned or cleanups.pending):
                 raise DatasetNotFoundError(key, t.workspace)
             done = Maintenance(key=ds.key, expired_snapshots=0, deleted_files=0)
-        elif (nothing_to_do := t.driver.sink(ds.sink).no_maintenance) is not None:
-            log.info("trident maintain %s: skipped, %s", key, nothing_to_do)
-            done = Maintenance(key=ds.key, expired_snapshots=0, deleted_files=0, skipped=nothing_to_do)
         else:
             now = datetime.now(UTC)
             cutoff = now - timedelta(days=t.settings.staged_max_age_days)

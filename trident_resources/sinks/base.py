@@ -225,9 +225,6 @@ class Sink(ABC):
     time_travel: ClassVar[bool] = True  # keeps past versions: ``as_of`` reaches scan as a snapshot id
     stages: ClassVar[bool] = False  # can hold a staged (unpublished) version: write-audit-publish
     partitions: ClassVar[bool] = False  # can replace one partition of a dataset (WriteRequest.partition)
-    # Why ``maintain`` has nothing to do in this sink (no files to compact, no versions to expire),
-    # reported as the maintenance's ``skipped`` instead of a row of zeros that reads as "done".
-    no_maintenance: ClassVar[str | None] = None
 
     def partitioning(self, ds: DatasetRecord) -> tuple[tuple[str, str], ...] | None:
         """The dataset's partitioning as (column, transform) pairs; () unpartitioned, None when
