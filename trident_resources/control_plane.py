@@ -9,7 +9,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -240,6 +240,34 @@ class ControlPlane:
         with self.pool.connection() as conn:
             row = conn.execute(q.GET_DATASET_BY_ID, (dataset_id,)).fetchone()
         return DatasetRecord(**row) if row else None
+
+    def datasets_by_keys(self, workspace: str, keys: Iterable[str]) -> dict[str, DatasetRecord]:
+        """The records of several keys in one query (a key with no record is absent)."""
+        with self.pool.connection() as conn:
+            rows = conn.execute(q.GET_DATASETS_BY_KEYS, (workspace, list(keys))).fetchall()
+        return {r["key"]: DatasetRecord(**r) for r in rows}
+
+    def dataset_and_entry(self, workspace: str, key: str, txn_id: uuid.UUID) -> tuple[DatasetRecord | None, LedgerEntry | None]:
+        """``dataset(workspace, key)`` and ``ledger_entry(txn_id)`` in ONE query (the entry may be
+        another dataset's: the caller checks). What naming a staged version read in two."""
+        with self.pool.connection() as conn:
+            row = conn.execute(q.GET_DATASET_AND_LEDGER, (txn_id, workspace, key)).fetchone()
+        if row is None:
+            return None, None
+        n = len(q.LEDGER_ENTRY_PREFIX)
+        entry = {k[n:]: v for k, v in row.items() if k.startswith(q.LEDGER_ENTRY_PREFIX)}
+        ds = DatasetRecord(**{k: v for k, v in row.items() if not k.startswith(q.LEDGER_ENTRY_PREFIX)})
+        return ds, LedgerEntry(**entry) if entry["txn_id"] is not None else None
+
+    def history_by_key(self, workspace: str, key: str, limit: int | None = None) -> list[LedgerEntry] | None:
+        """``history`` of the dataset ``key`` names, ``None`` when there is no such dataset: one
+        query when it has entries (every dataset written once has), two otherwise."""
+        with self.pool.connection() as conn:
+            rows = conn.execute(q.HISTORY_BY_KEY, (workspace, key, limit)).fetchall()
+        if rows:
+            return [LedgerEntry(**r) for r in rows]
+        ds = self.dataset(workspace, key)
+        return None if ds is None else self.history(ds.dataset_id, limit)
 
     def datasets(self, workspace: str) -> list[DatasetRecord]:
         with self.pool.connection() as conn:

@@ -317,8 +317,11 @@ class Trident:
         """Staged versions waiting for publish or discard: (dataset key, ledger entry). A ``key``
         that is not a valid key, or names no dataset (not even one whose first version is staged),
         is a named error: "0 staged versions" for a misspelt key read as "nothing to audit"."""
-        if key is not None and self.control.dataset(self.workspace, validate_key(key)) is None:
-            raise DatasetNotFoundError(key, self.workspace)
+        if key is not None:  # one dataset's: its entries only, no look-up of each entry's dataset
+            ds = self.control.dataset(self.workspace, validate_key(key))
+            if ds is None:
+                raise DatasetNotFoundError(key, self.workspace)
+            return [(ds.key, entry) for entry in self.control.staged_entries(ds.dataset_id)]
         out = []
         for entry in self.control.staged_entries():
             ds = self.control.dataset_by_id(entry.dataset_id)
@@ -422,9 +425,15 @@ class Trident:
             ds, entry = versions.staged_entry(self, key, staged)
             plan = self._sink(ds.sink).scan_plan(ds, snapshot_id=entry.snapshot_id)
         else:
-            ds = self.dataset_record(key)
-            plan = self._sink(ds.sink).scan_plan(ds)
+            return self.scan_plan_of(self.dataset_record(key))
         log.info("trident scan %s path=%s files=%d (%s)", key, plan.path, len(plan.files), plan.reason)
+        return plan
+
+    def scan_plan_of(self, ds: DatasetRecord) -> ScanPlan:
+        """``scan_plan(ds.key)`` for a record the caller just read (``sql`` lists the workspace's
+        datasets first): looking each one up again by key was a query per dataset per query."""
+        plan = self._sink(ds.sink).scan_plan(ds)
+        log.info("trident scan %s path=%s files=%d (%s)", ds.key, plan.path, len(plan.files), plan.reason)
         return plan
 
     def version_stats(self, key: str, *, staged: uuid.UUID | str | None = None) -> VersionStats | None:
@@ -471,10 +480,10 @@ class Trident:
 
     def history(self, key: str, limit: int | None = None) -> list[LedgerEntry]:
         """The ledger of ``key``: one entry per transaction (committed, aborted or open), newest first."""
-        ds = self.control.dataset(self.workspace, validate_key(key))
-        if ds is None:
+        entries = self.control.history_by_key(self.workspace, validate_key(key), validate.history_limit(limit))
+        if entries is None:
             raise DatasetNotFoundError(key, self.workspace)
-        return self.control.history(ds.dataset_id, validate.history_limit(limit))
+        return entries
 
     def provenance(self, key: str) -> dict[str, Any]:
         """``key``'s governance metadata, what ``describe(key).provenance`` holds, without

@@ -7,7 +7,9 @@ so the fix is here and nowhere else.
 
 from __future__ import annotations
 
+import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable
 from datetime import datetime
 from functools import lru_cache
@@ -23,7 +25,7 @@ from pyiceberg.io.fsspec import FsspecFileIO
 from pyiceberg.io.pyarrow import PyArrowFileIO, _ConvertToIcebergWithoutIDs, _get_parquet_writer_kwargs, visit_pyarrow
 from pyiceberg.manifest import DataFile, ManifestContent, ManifestEntry, ManifestEntryStatus, ManifestFile
 from pyiceberg.schema import Schema
-from pyiceberg.table import DataScan, FileScanTask, Table, Transaction
+from pyiceberg.table import CommitTableResponse, DataScan, FileScanTask, Table, Transaction
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.typedef import Properties
 from requests import Session
@@ -33,9 +35,11 @@ __all__ = [
     "ACCESS_DELEGATION_HEADER",
     "FsspecFileIOBase",
     "RestCatalogWithExplicitDelegation",
+    "SqlCatalogReusingMetadata",
     "added_manifests_in_groups",
     "arrow_to_iceberg_without_ids",
     "fresh_pyarrow_filesystems",
+    "is_sql_catalog",
     "name_commit_files",
     "parquet_writer_kwargs",
     "plan_live_files",
@@ -61,6 +65,11 @@ def parquet_writer_kwargs(table_properties: dict[str, str]) -> dict[str, Any]:
     return _get_parquet_writer_kwargs(table_properties)
 
 
+def is_sql_catalog(catalog: Any) -> bool:
+    """Is ``catalog`` pyiceberg's SQL catalog (whose current metadata file one small query names)?"""
+    return isinstance(catalog, SqlCatalog)
+
+
 def sql_catalog_metadata_location(catalog: Any, identifier: tuple[str, ...]) -> str | None:
     """The metadata file a pyiceberg SQL catalog names for ``identifier`` now (``None``: no such
     table, or not a SQL catalog), read with one small query on the catalog's own engine, without
@@ -77,6 +86,59 @@ def sql_catalog_metadata_location(catalog: Any, identifier: tuple[str, ...]) -> 
     )
     with catalog.engine.connect() as conn:
         return conn.execute(stmt).scalar()
+
+
+class SqlCatalogReusingMetadata(SqlCatalog):
+    """pyiceberg's SQL catalog, except that a metadata file it has parsed (or written, by a
+    commit) is not read and parsed again: every ``load_table`` still asks the catalog which file
+    is current (the same query as before, so another process's commit is seen at once), but
+    turns a file it knows into a table without opening it.
+
+    Why: a write-audit-publish write loaded its table six times (write, stage commit, checks,
+    publish, publish commit, describe), and each load read and parsed the whole metadata JSON,
+    which grows with the table's history (issue 12). A metadata file is never rewritten in place
+    (every commit writes a new one, and ``commit_table`` swaps the catalog's pointer only if it
+    still names the file the commit started from), so a file's parsed models stay right; they
+    are frozen pydantic models that pyiceberg copies, never mutates. Kept for the most recently
+    used ``METADATA_CACHED`` files."""
+
+    METADATA_CACHED = 64
+
+    def __init__(self, name: str, **properties: str) -> None:
+        super().__init__(name, **properties)
+        self._parsed: OrderedDict[str, TableMetadata] = OrderedDict()
+        self._parsed_lock = threading.Lock()
+
+    def _remember_metadata(self, location: str, metadata: TableMetadata) -> None:
+        with self._parsed_lock:
+            self._parsed[location] = metadata
+            self._parsed.move_to_end(location)
+            while len(self._parsed) > self.METADATA_CACHED:
+                self._parsed.popitem(last=False)
+
+    def _convert_orm_to_iceberg(self, orm_table: IcebergTables) -> Table:
+        location, namespace, name = orm_table.metadata_location, orm_table.table_namespace, orm_table.table_name
+        with self._parsed_lock:
+            metadata = self._parsed.get(location) if location else None
+            if metadata is not None and location is not None:
+                self._parsed.move_to_end(location)
+        if metadata is None or location is None or not namespace or not name:
+            table = super()._convert_orm_to_iceberg(orm_table)  # reads and parses the file (or names what is missing)
+            self._remember_metadata(table.metadata_location, table.metadata)
+            return table
+        return Table(
+            identifier=(*Catalog.identifier_to_tuple(namespace), name),
+            metadata=metadata,
+            metadata_location=location,
+            io=self._load_file_io(metadata.properties, location),
+            catalog=self,
+        )
+
+    def commit_table(self, table: Table, requirements: tuple[Any, ...], updates: tuple[Any, ...]) -> CommitTableResponse:
+        """pyiceberg's commit; the metadata it wrote is remembered as the file's parsed content."""
+        response = super().commit_table(table, requirements, updates)
+        self._remember_metadata(response.metadata_location, response.metadata)
+        return response
 
 
 def transaction_table(txn: Transaction) -> Table:

@@ -14,6 +14,7 @@ GET_DATASET_BY_ID = f"SELECT {_DATASET_COLS} FROM trident_datasets WHERE dataset
 GET_DATASET_BY_ID_FOR_UPDATE = f"SELECT {_DATASET_COLS} FROM trident_datasets WHERE dataset_id = %s FOR UPDATE"
 LIST_DATASETS = f"""SELECT {_DATASET_COLS} FROM trident_datasets
     WHERE workspace = %s AND last_txn_id IS NOT NULL ORDER BY key"""
+GET_DATASETS_BY_KEYS = f"SELECT {_DATASET_COLS} FROM trident_datasets WHERE workspace = %s AND key = ANY(%s)"
 INSERT_DATASET = """INSERT INTO trident_datasets (dataset_id, workspace, key, sink, iceberg_identifier)
     VALUES (%s, %s, %s, %s, %s) ON CONFLICT (workspace, key) DO NOTHING"""
 SET_DATASET_SINK = "UPDATE trident_datasets SET sink = %s, iceberg_identifier = %s, updated_at = now() WHERE dataset_id = %s"
@@ -34,6 +35,18 @@ _LEDGER_COLS = """txn_id, dataset_id, status, mode, writer, sink, requested_sink
     committed_at, ended_at, rows_written, row_count, skipped, preserved, snapshot_id, schema_version, source_refs,
     metadata, error, location, pid, host, base_snapshot_id, staged_at, cleanup_pending"""
 GET_LEDGER = f"SELECT {_LEDGER_COLS} FROM trident_ledger WHERE txn_id = %s"
+# One round trip for what naming a staged version (or an ``as_of`` txn) of a key reads: the
+# dataset by key and the ledger entry by txn id, whichever dataset it belongs to (the caller
+# checks that it is this one's). The entry's columns come prefixed ``l_``; all NULL: no such txn.
+LEDGER_ENTRY_PREFIX = "l_"
+GET_DATASET_AND_LEDGER = f"""SELECT {", ".join(f"d.{c.strip()}" for c in _DATASET_COLS.split(","))},
+    {", ".join(f"l.{c.strip()} AS {LEDGER_ENTRY_PREFIX}{c.strip()}" for c in _LEDGER_COLS.split(","))}
+    FROM trident_datasets d LEFT JOIN trident_ledger l ON l.txn_id = %s
+    WHERE d.workspace = %s AND d.key = %s"""
+# A key's newest ledger entries without looking its dataset up first (no row: no entry, or no dataset)
+HISTORY_BY_KEY = f"""SELECT {", ".join(f"l.{c.strip()}" for c in _LEDGER_COLS.split(","))}
+    FROM trident_ledger l JOIN trident_datasets d ON d.dataset_id = l.dataset_id
+    WHERE d.workspace = %s AND d.key = %s ORDER BY l.started_at DESC, l.txn_id LIMIT %s"""
 HISTORY = f"SELECT {_LEDGER_COLS} FROM trident_ledger WHERE dataset_id = %s ORDER BY started_at DESC, txn_id LIMIT %s"
 OPEN_LEDGER = f"""SELECT {_LEDGER_COLS} FROM trident_ledger
     WHERE status = 'open' AND (%s::uuid IS NULL OR dataset_id = %s::uuid) ORDER BY started_at"""

@@ -332,8 +332,12 @@ def run_sql(t: Trident, query: str, staged: Mapping[str, uuid.UUID | str] | None
     """``staged`` maps dataset keys to staged transactions whose versions the query reads."""
     check_read_only(query)
     staged = dict(staged or {})
-    known = {d.key for d in t.datasets()} | set(staged)
-    plans = {key: t.scan_plan(key, staged=staged.get(key)) for key in referenced_keys(query, known)}
+    records = {d.key: d for d in t.datasets()}  # each read dataset's record, passed on (not read again)
+    known = set(records) | set(staged)
+    plans = {
+        key: t.scan_plan(key, staged=staged[key]) if key in staged else t.scan_plan_of(records[key])
+        for key in referenced_keys(query, known)
+    }
     for unread in staged.keys() - plans.keys():
         # not read by this query, but checked all the same: a misspelt key or id here would have
         # left the query reading the published version while the caller believed it audited the staged one

@@ -45,10 +45,22 @@ def version_at(t: Trident, ds: DatasetRecord, as_of: AsOf) -> int | None:
 
 
 def staged_entry(t: Trident, key: str, txn_id: uuid.UUID | str) -> tuple[DatasetRecord, LedgerEntry]:
-    ds = t.control.dataset(t.workspace, validate_key(key))
+    """The dataset ``key`` and its staged transaction ``txn_id``, read in ONE query (issue 12:
+    every check of a staged version, every SQL read of one and publish named it in two)."""
+    try:
+        txn = uuid.UUID(str(txn_id))
+    except ValueError:
+        txn = None
+    if txn is None:  # not an id: refused as before, after the key is known to name a dataset
+        found = t.control.dataset(t.workspace, validate_key(key))
+        if found is None:
+            raise DatasetNotFoundError(key, t.workspace)
+        raise InvalidReadError(f"{txn_id!r} is not a transaction id")
+    ds, entry = t.control.dataset_and_entry(t.workspace, validate_key(key), txn)
     if ds is None:
         raise DatasetNotFoundError(key, t.workspace)
-    entry = _entry_of(t, ds, txn_id, f"{txn_id!r} is not a transaction id")
+    if entry is None or entry.dataset_id != ds.dataset_id:
+        raise InvalidReadError(f"transaction {txn} is not a transaction of {ds.key!r}")
     if entry.status != "staged":
         raise InvalidReadError(f"transaction {entry.txn_id} of {ds.key!r} is {entry.status}, not staged")
     return ds, entry

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from . import validate
 from .control_plane import LedgerEntry, Outcome
-from .errors import InvalidWriteError
+from .errors import DatasetNotFoundError, InvalidWriteError
+from .keys import validate_key
 from .results import WriteResult
 from .router import RouteDecision
 from .transaction import Watermarks
@@ -30,10 +31,15 @@ def watermark_rows(
     if not isinstance(watermarks, Mapping):
         raise InvalidWriteError(f"watermarks must map source keys to (committed_at, source txn id), got {watermarks!r}")
     rows: Watermarks = []
+    # the sources' records in one query, not one per source (issue 12); refusals as before, in order
+    records = t.control.datasets_by_keys(t.workspace, [k for k in watermarks if isinstance(k, str)]) if watermarks else {}
     for key, value in watermarks.items():
         if not isinstance(value, (tuple, list)) or len(value) != 2 or not isinstance(value[0], datetime):
             raise InvalidWriteError(f"watermarks[{key!r}] must be (committed_at: datetime, source txn id or None), got {value!r}")
-        source = t.dataset_record(key).dataset_id
+        found = records.get(validate_key(key))
+        if found is None or not found.exists:
+            raise DatasetNotFoundError(key, t.workspace)
+        source = found.dataset_id
         rows.extend((source, part, value[0], validate.txn_id(value[1])) for part in partition_keys)
     return rows
 

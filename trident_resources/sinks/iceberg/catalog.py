@@ -15,7 +15,7 @@ from pyiceberg.typedef import Identifier
 from requests import RequestException
 
 from ...errors import CatalogAuthenticationError, StorageUnavailableError
-from ...pyiceberg_compat import RestCatalogWithExplicitDelegation
+from ...pyiceberg_compat import RestCatalogWithExplicitDelegation, SqlCatalogReusingMetadata
 from ...settings import TridentSettings
 from . import credentials
 
@@ -56,7 +56,8 @@ def catalog_properties(settings: TridentSettings, dsn: str) -> dict[str, str]:
         props |= credentials.catalog_properties(settings)
     else:
         props |= {
-            "type": "sql",
+            # pyiceberg's SQL catalog that reuses the metadata files it already parsed (issue 12)
+            "py-catalog-impl": f"{SqlCatalogReusingMetadata.__module__}.{SqlCatalogReusingMetadata.__qualname__}",
             "uri": sqlalchemy_url(dsn),
             "warehouse": settings.warehouse,
             "init_catalog_tables": "false",  # the control-plane migration owns those tables

@@ -18,6 +18,7 @@ from ...errors import TransactionConflictError
 from ...failpoints import failpoint
 from ...pyiceberg_compat import added_manifests_in_groups, name_commit_files, transaction
 from ..base import WriteRequest
+from .scans import remember_committed
 from .snapshots import BOUNDS_PROPERTY, EXACT_BOUNDS, TXN_PROPERTY, audit_branch, has_column, published_schema
 
 if TYPE_CHECKING:
@@ -87,6 +88,7 @@ def commit_snapshot(
         ) from exc
     snap = committed.snapshot_by_id(snapshot_id)
     assert snap is not None and snap.summary is not None and snap.summary[TXN_PROPERTY] == str(req.txn_id)
+    remember_committed(sink, req.dataset, committed)  # what the staged version's checks read next
     return snap
 
 

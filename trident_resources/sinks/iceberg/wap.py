@@ -18,7 +18,7 @@ from ...errors import InvalidWriteError, StagedVersionConflictError
 from ...partitions import PartitionFilter
 from ...pyiceberg_compat import remove_branch_in, transaction
 from .commits import commit_files
-from .scans import snapshot_iceberg_schema, snapshot_schema
+from .scans import remember_committed, snapshot_iceberg_schema, snapshot_schema
 from .snapshots import TXN_PROPERTY, audit_branch, carries_txn, has_column, published_schema, summary_outcome
 
 if TYPE_CHECKING:
@@ -64,6 +64,7 @@ def publish(
         update.commit()
     except CommitFailedException as exc:
         raise StagedVersionConflictError(f"{ds.key!r} changed while publishing {txn_id}: {exc}") from exc
+    remember_committed(sink, ds, table)  # what the describe after a publish reads
     # the commit left ``table`` at the metadata it committed (pyiceberg updates it in place): a
     # reload was one more catalog query and metadata parse per publish (issue 12), and could
     # have shown a later commit's schema instead of the published one's
@@ -113,6 +114,7 @@ def _publish_rebased(sink: IcebergSink, ds: DatasetRecord, table: Table, staged:
         committed = txn.commit_transaction()
     except CommitFailedException as exc:
         raise StagedVersionConflictError(f"{ds.key!r} changed while publishing {txn_id}: {exc}") from exc
+    remember_committed(sink, ds, committed)
     snap = committed.snapshot_by_id(snapshot_id)
     assert snap is not None
     return summary_outcome(snap, published_schema(committed))
