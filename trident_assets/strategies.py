@@ -126,7 +126,7 @@ def plan_output(
     ``partition`` (a partitioned node's run): delta reads that partition's own watermarks, so
     running one partition neither consumes nor advances another's; a partition with no
     watermark yet (or a range whose partitions disagree) is rebuilt, i.e. replaced."""
-    described = {s: t.describe(s) for s in sources}
+    described = {s: t.describe(s, storage=False) for s in sources}  # versions only: no catalog look-up
     marks = {s: (d.committed_at, d.last_txn_id) for s, d in described.items() if d.committed_at is not None}
     full: dict[str, datetime | None] = {s: None for s in sources}
     if strategy.kind != "delta":

@@ -241,6 +241,25 @@ class ControlPlane:
             row = conn.execute(q.GET_DATASET_BY_ID, (dataset_id,)).fetchone()
         return DatasetRecord(**row) if row else None
 
+    def dataset_if_settled(self, dataset_id: uuid.UUID) -> tuple[DatasetRecord | None, bool]:
+        """``dataset_by_id`` and whether the dataset has an open transaction, in ONE query: what a
+        writer that just took the lock asks (the open entries are read only when there are some)."""
+        with self.pool.connection() as conn:
+            row = conn.execute(q.GET_DATASET_BY_ID_OPEN, (dataset_id,)).fetchone()
+        if row is None:
+            return None, True  # no record: let the caller look for open entries as before
+        has_open = bool(row.pop("has_open"))
+        return DatasetRecord(**row), has_open
+
+    def dataset_with_provenance(self, workspace: str, key: str) -> tuple[DatasetRecord | None, dict[str, Any]]:
+        """``dataset(workspace, key)`` and its ``provenance`` in ONE query ({} when none is set)."""
+        with self.pool.connection() as conn:
+            row = conn.execute(q.GET_DATASET_WITH_PROVENANCE, (workspace, key)).fetchone()
+        if row is None:
+            return None, {}
+        provenance = row.pop("p_provenance")
+        return DatasetRecord(**row), provenance or {}
+
     def datasets_by_keys(self, workspace: str, keys: Iterable[str]) -> dict[str, DatasetRecord]:
         """The records of several keys in one query (a key with no record is absent)."""
         with self.pool.connection() as conn:

@@ -454,10 +454,21 @@ class Trident:
                 raise
             raise err from exc
 
-    def describe(self, key: str) -> Description:
-        ds = self.dataset_record(key)
-        scan_path, scan_reason = self._sink(ds.sink).scan_path(ds)
-        partitioning, partitions = self._sink(ds.sink).partition_info(ds)
+    def describe(self, key: str, *, storage: bool = True) -> Description:
+        """What the trident knows of ``key``. ``storage=False``: the control plane's part only
+        (record, versions, schema, provenance: one query), without looking the table up in the
+        catalog; ``partitioning``/``partitions`` are then left empty and ``scan_path`` is
+        ``"unknown"``. What a step that reports a version or plans from its sources' versions
+        asks (issue 12: a catalog look-up per source per step)."""
+        ds, provenance = self.control.dataset_with_provenance(self.workspace, validate_key(key))
+        if ds is None or not ds.exists:
+            raise DatasetNotFoundError(key, self.workspace)
+        scan_path, scan_reason = "unknown", "not looked up: describe(storage=False)"
+        partitioning: tuple[tuple[str, str], ...] | None = None
+        partitions: list[dict[str, Any]] = []
+        if storage:
+            scan_path, scan_reason = self._sink(ds.sink).scan_path(ds)
+            partitioning, partitions = self._sink(ds.sink).partition_info(ds)
         return Description(
             scan_path=scan_path,
             scan_reason=scan_reason,
@@ -473,7 +484,7 @@ class Trident:
             committed_at=ds.committed_at,
             updated_at=ds.updated_at,
             iceberg_identifier=ds.iceberg_identifier,
-            provenance=self.control.provenance(ds.dataset_id),
+            provenance=provenance,
             partitioning=[f"{t}({c})" for c, t in (partitioning or ())],
             partitions=partitions,
         )
@@ -489,7 +500,10 @@ class Trident:
         """``key``'s governance metadata, what ``describe(key).provenance`` holds, without
         describing its storage (table, partitions): node factories merge their sources' provenance
         in every step, where describing each source was a catalog look-up apiece (issue 12)."""
-        return self.control.provenance(self.dataset_record(key).dataset_id)
+        ds, provenance = self.control.dataset_with_provenance(self.workspace, validate_key(key))
+        if ds is None or not ds.exists:
+            raise DatasetNotFoundError(key, self.workspace)
+        return provenance
 
     def set_provenance(self, key: str, provenance: Mapping[str, Any]) -> None:
         checked = validate.metadata(provenance, "provenance (a dict of governance fields)", InvalidArgumentError)

@@ -11,6 +11,11 @@ _DATASET_COLS = """dataset_id, workspace, key, sink, iceberg_identifier, row_cou
     schema_version, snapshot_id, last_txn_id, committed_at, created_at, updated_at"""
 GET_DATASET = f"SELECT {_DATASET_COLS} FROM trident_datasets WHERE workspace = %s AND key = %s"
 GET_DATASET_BY_ID = f"SELECT {_DATASET_COLS} FROM trident_datasets WHERE dataset_id = %s"
+# A writer that just took a dataset's lock: the record as it is now, and whether any transaction
+# of it is still open (only then are the open ones read, to be settled), in one round trip
+GET_DATASET_BY_ID_OPEN = f"""SELECT {_DATASET_COLS},
+    EXISTS (SELECT 1 FROM trident_ledger l WHERE l.dataset_id = d.dataset_id AND l.status = 'open') AS has_open
+    FROM trident_datasets d WHERE dataset_id = %s"""
 GET_DATASET_BY_ID_FOR_UPDATE = f"SELECT {_DATASET_COLS} FROM trident_datasets WHERE dataset_id = %s FOR UPDATE"
 LIST_DATASETS = f"""SELECT {_DATASET_COLS} FROM trident_datasets
     WHERE workspace = %s AND last_txn_id IS NOT NULL ORDER BY key"""
@@ -110,6 +115,11 @@ INSERT_SYNC_LOG = """INSERT INTO trident_sync_log (dataset_id, txn_id, sink, sna
     VALUES (%s, %s, %s, %s, %s, %s, %s)"""
 
 GET_PROVENANCE = "SELECT provenance FROM trident_provenance WHERE dataset_id = %s"
+# describe/provenance: the dataset by key and its provenance in one round trip (no row: no dataset)
+GET_DATASET_WITH_PROVENANCE = f"""SELECT {", ".join(f"d.{c.strip()}" for c in _DATASET_COLS.split(","))},
+    p.provenance AS p_provenance
+    FROM trident_datasets d LEFT JOIN trident_provenance p ON p.dataset_id = d.dataset_id
+    WHERE d.workspace = %s AND d.key = %s"""
 UPSERT_PROVENANCE = """INSERT INTO trident_provenance (dataset_id, provenance) VALUES (%s, %s::jsonb)
     ON CONFLICT (dataset_id) DO UPDATE SET provenance = EXCLUDED.provenance, updated_at = now()"""
 

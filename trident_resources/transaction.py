@@ -119,9 +119,13 @@ class TransactionDriver:
         with self.control.writer_lock(ds, wait) as lock:
             self._locks[ds.dataset_id] = lock
             try:
-                for stale in self.control.open_entries(ds.dataset_id):
-                    self.recover(self._fresh(ds), stale)
-                yield self._fresh(ds)
+                # one query when nothing is open (the usual case): the record and "nothing to settle"
+                now, has_open = self.control.dataset_if_settled(ds.dataset_id)
+                if has_open:
+                    for stale in self.control.open_entries(ds.dataset_id):
+                        self.recover(self._fresh(ds), stale)
+                    now = self.control.dataset_by_id(ds.dataset_id)
+                yield now or ds
             finally:
                 self._locks.pop(ds.dataset_id, None)
 

@@ -205,7 +205,12 @@ class TridentIOManager(dg.ConfigurableIOManager):
             )
             return
         context.add_output_metadata(
-            {**materialization_metadata(result, t.describe(key)), **partition_metadata(result, partition), **extra}
+            {
+                # the control plane's part: what a materialization reports needs no catalog look-up
+                **materialization_metadata(result, t.describe(key, storage=False)),
+                **partition_metadata(result, partition),
+                **extra,
+            }
         )
 
     def load_input(self, context: dg.InputContext) -> Any:
