@@ -38,6 +38,7 @@ __all__ = [
     "SqlCatalogReusingMetadata",
     "added_manifests_in_groups",
     "arrow_to_iceberg_without_ids",
+    "create_branch_in",
     "fresh_pyarrow_filesystems",
     "is_sql_catalog",
     "name_commit_files",
@@ -312,6 +313,17 @@ def remove_branch_in(txn: Transaction, branch: str) -> None:
     from pyiceberg.table.update.snapshot import ManageSnapshots
 
     ManageSnapshots(transaction=txn).remove_branch(branch).commit()
+
+
+def create_branch_in(txn: Transaction, snapshot_id: int, branch: str) -> None:
+    """Create ``branch`` at ``snapshot_id`` in the same (not yet committed) transaction as the
+    snapshot written onto it, so a staged write is ONE metadata commit (its own catalog load
+    and metadata file) instead of two (issue 12). The commit's requirement is that the branch
+    does not exist yet, where the separate branch commit's was that it still pointed at the
+    fork: nobody but this transaction writes its audit branch, so both say the same."""
+    from pyiceberg.table.update.snapshot import ManageSnapshots
+
+    ManageSnapshots(transaction=txn).create_branch(snapshot_id, branch).commit()
 
 
 def name_commit_files(producer: Any, commit_uuid: uuid.UUID) -> None:

@@ -347,6 +347,19 @@ def remember_committed(sink: IcebergSink, ds: DatasetRecord, table: Table) -> No
     sink.read_caches.remember(sink.read_caches.read_tables, ds.dataset_id, (table.metadata_location, kept))
 
 
+def last_known_table(sink: IcebergSink, ds: DatasetRecord) -> Table | None:
+    """The table as this process last saw it (a commit of its own, or a read's look-up), NOT
+    checked against the catalog: only for a commit, which the catalog checks anyway (a changed
+    table fails it, and the caller then loads the table). A copy, so the commit through it
+    leaves the kept entry as it was."""
+    with sink.read_caches.lock:
+        hit = sink.read_caches.read_tables.get(ds.dataset_id)
+    if hit is None:
+        return None
+    table = hit[1]
+    return Table(table.name(), table.metadata, table.metadata_location, table.io, table.catalog)
+
+
 def _snapshot_files(sink: IcebergSink, table: Table, snapshot_id: int | None) -> list[str]:
     """The data file paths of one snapshot, remembered: a snapshot never changes, and reading
     its manifests was a third of a small SQL query's fixed cost (issue 12). Keyed by the

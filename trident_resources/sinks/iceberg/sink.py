@@ -48,6 +48,7 @@ from ...partitions import (
     transform_name,
 )
 from ...pyiceberg_compat import (
+    create_branch_in,
     plan_live_files,
     transaction,
     transaction_io,
@@ -471,11 +472,10 @@ class IcebergSink(Sink):
             txn = self._create_transaction(ident, target, owner=req.dataset.dataset_id)
         else:
             head = table.current_snapshot()
-            if req.stage and head is not None:  # the audit branch starts at the published version
-                # the commit leaves ``table`` at the metadata it committed (pyiceberg updates it in
-                # place), so no reload: one catalog query and metadata parse less per staged write
-                table.manage_snapshots().create_branch(head.snapshot_id, audit_branch(req.txn_id)).commit()
             txn = transaction(table)
+            if req.stage and head is not None:  # the audit branch starts at the published version,
+                # created by the same commit as the staged snapshot (one catalog commit, not two)
+                create_branch_in(txn, head.snapshot_id, audit_branch(req.txn_id))
             current = schema_to_pyarrow(table.schema(), include_field_ids=False)
             if replace:
                 gone = [

@@ -18,7 +18,7 @@ from ...errors import InvalidWriteError, StagedVersionConflictError
 from ...partitions import PartitionFilter
 from ...pyiceberg_compat import remove_branch_in, transaction
 from .commits import commit_files
-from .scans import remember_committed, snapshot_iceberg_schema, snapshot_schema
+from .scans import last_known_table, remember_committed, snapshot_iceberg_schema, snapshot_schema
 from .snapshots import TXN_PROPERTY, audit_branch, carries_txn, has_column, published_schema, summary_outcome
 
 if TYPE_CHECKING:
@@ -39,8 +39,21 @@ def publish(
     added and deleted) becomes a new snapshot on the current main, so their commits are kept.
     Refused when the change would lose something: main moved for a whole-dataset write, or
     the staged partition's own files changed since staging (whoever committed that)."""
+    # the table as this process last saw it (its own stage commit, usually): committed against
+    # when it shows main still at the fork; the catalog's commit checks that main is really
+    # there (optimistic), and only if it is not is the table loaded to decide (issue 12: one
+    # catalog query and load less per publish)
+    known = last_known_table(sink, ds)
+    if known is not None:
+        seen = _staged_snapshot(known, txn_id)
+        head = known.current_snapshot()
+        fork = (seen.parent_snapshot_id if partition is not None else base_snapshot_id) if seen is not None else None
+        if seen is not None and (head.snapshot_id if head is not None else None) == fork:
+            try:
+                return _move_main(sink, ds, known, seen, txn_id)
+            except CommitFailedException:
+                pass  # changed since: decided below on the table as it is now
     table = sink.existing_table(ds)
-    branch = audit_branch(txn_id)
     staged = _staged_snapshot(table, txn_id)
     if staged is None:
         raise InvalidWriteError(f"transaction {txn_id} has no staged version of {ds.key!r} (discarded or expired?)")
@@ -58,12 +71,19 @@ def publish(
             f"change. Discard it (`trident discard {ds.key} {txn_id}`) and write again"
         )
     try:
-        update = table.manage_snapshots().set_current_snapshot(staged.snapshot_id)
-        if branch in table.metadata.refs:
-            update = update.remove_branch(branch)
-        update.commit()
+        return _move_main(sink, ds, table, staged, txn_id)
     except CommitFailedException as exc:
         raise StagedVersionConflictError(f"{ds.key!r} changed while publishing {txn_id}: {exc}") from exc
+
+
+def _move_main(sink: IcebergSink, ds: DatasetRecord, table: Table, staged: Snapshot, txn_id: uuid.UUID) -> Outcome:
+    """Main to the staged snapshot and the audit branch dropped, one commit (CommitFailedException
+    when main is not where ``table`` says, or anything else the update assumes changed)."""
+    branch = audit_branch(txn_id)
+    update = table.manage_snapshots().set_current_snapshot(staged.snapshot_id)
+    if branch in table.metadata.refs:
+        update = update.remove_branch(branch)
+    update.commit()
     remember_committed(sink, ds, table)  # what the describe after a publish reads
     # the commit left ``table`` at the metadata it committed (pyiceberg updates it in place): a
     # reload was one more catalog query and metadata parse per publish (issue 12), and could
