@@ -293,9 +293,10 @@ class ControlPlane:
             return [DatasetRecord(**r) for r in conn.execute(q.LIST_DATASETS, (workspace,))]
 
     def ensure_dataset(self, workspace: str, key: str, sink: str, identifier: str | None) -> DatasetRecord:
-        with self.tx() as conn:
-            conn.execute(q.INSERT_DATASET, (uuid.uuid4(), workspace, key, sink, identifier))
-            row = conn.execute(q.GET_DATASET, (workspace, key)).fetchone()
+        with self.tx() as conn:  # the inserted row comes back; someone else's only on a lost race
+            row = conn.execute(q.INSERT_DATASET, (uuid.uuid4(), workspace, key, sink, identifier)).fetchone()
+            if row is None:
+                row = conn.execute(q.GET_DATASET, (workspace, key)).fetchone()
         assert row is not None
         return DatasetRecord(**row)
 

@@ -20,8 +20,8 @@ GET_DATASET_BY_ID_FOR_UPDATE = f"SELECT {_DATASET_COLS} FROM trident_datasets WH
 LIST_DATASETS = f"""SELECT {_DATASET_COLS} FROM trident_datasets
     WHERE workspace = %s AND last_txn_id IS NOT NULL ORDER BY key"""
 GET_DATASETS_BY_KEYS = f"SELECT {_DATASET_COLS} FROM trident_datasets WHERE workspace = %s AND key = ANY(%s)"
-INSERT_DATASET = """INSERT INTO trident_datasets (dataset_id, workspace, key, sink, iceberg_identifier)
-    VALUES (%s, %s, %s, %s, %s) ON CONFLICT (workspace, key) DO NOTHING"""
+INSERT_DATASET = f"""INSERT INTO trident_datasets (dataset_id, workspace, key, sink, iceberg_identifier)
+    VALUES (%s, %s, %s, %s, %s) ON CONFLICT (workspace, key) DO NOTHING RETURNING {_DATASET_COLS}"""
 SET_DATASET_SINK = "UPDATE trident_datasets SET sink = %s, iceberg_identifier = %s, updated_at = now() WHERE dataset_id = %s"
 UPDATE_DATASET_STATS = """UPDATE trident_datasets SET row_count = %s, next_row_index = %s, schema = %s::jsonb,
     schema_version = %s, snapshot_id = %s, last_txn_id = %s, committed_at = %s, updated_at = now()

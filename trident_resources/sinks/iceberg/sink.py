@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pads
 from pyiceberg.catalog import Catalog
-from pyiceberg.exceptions import NoSuchTableError, RESTError
+from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError, RESTError
 from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io import load_file_io
 from pyiceberg.io.pyarrow import schema_to_pyarrow
@@ -468,8 +468,11 @@ class IcebergSink(Sink):
         """Open the Iceberg transaction that creates or evolves the table to ``target``."""
         if table is None:
             ident = self.identifier(req.dataset)
-            self._ensure_namespaces(ident)
-            txn = self._create_transaction(ident, target, owner=req.dataset.dataset_id)
+            try:  # the namespace usually exists (a key folder's first dataset creates it): no check first
+                txn = self._create_transaction(ident, target, owner=req.dataset.dataset_id)
+            except NoSuchNamespaceError:
+                self._ensure_namespaces(ident)
+                txn = self._create_transaction(ident, target, owner=req.dataset.dataset_id)
         else:
             head = table.current_snapshot()
             txn = transaction(table)
