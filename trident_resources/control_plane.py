@@ -202,11 +202,20 @@ class ControlPlane:
             with conn.transaction():
                 yield conn
         except psycopg.OperationalError as exc:
-            raise WriterLockLostError(
-                f"the writer lock's Postgres session ended before COMMIT could be recorded ({exc}); the "
-                "change may already be in its sink: `trident reconcile` (or the next write of the dataset) "
-                "rolls it forward if so, else aborts it. Check `trident history` before retrying"
-            ) from exc
+            raise _lock_lost(exc) from exc
+
+    @contextmanager
+    def _single_on(self, conn: psycopg.Connection[Any] | None) -> Iterator[psycopg.Connection[Any]]:
+        """A connection for ONE statement that is a whole change by itself (autocommit: atomic
+        on its own): ``_tx_on`` without BEGIN and COMMIT, two round trips less (issue 12)."""
+        if conn is None:
+            with self.pool.connection() as pooled:
+                yield pooled
+            return
+        try:
+            yield conn
+        except psycopg.OperationalError as exc:
+            raise _lock_lost(exc) from exc
 
     @contextmanager
     def tx(self) -> Iterator[psycopg.Connection[Any]]:
@@ -293,7 +302,7 @@ class ControlPlane:
             return [DatasetRecord(**r) for r in conn.execute(q.LIST_DATASETS, (workspace,))]
 
     def ensure_dataset(self, workspace: str, key: str, sink: str, identifier: str | None) -> DatasetRecord:
-        with self.tx() as conn:  # the inserted row comes back; someone else's only on a lost race
+        with self.pool.connection() as conn:  # the inserted row comes back; someone else's only on a lost race
             row = conn.execute(q.INSERT_DATASET, (uuid.uuid4(), workspace, key, sink, identifier)).fetchone()
             if row is None:
                 row = conn.execute(q.GET_DATASET, (workspace, key)).fetchone()
@@ -462,8 +471,9 @@ class ControlPlane:
         """INTENT: record the open transaction and take its timestamp τ from Postgres' clock.
 
         A retry of an aborted transaction id reopens it; ``None`` means the id already committed.
+        One statement (an upsert returning the row), so no transaction around it.
         """
-        with self.tx() as conn:
+        with self.pool.connection() as conn:
             row = conn.execute(
                 q.INSERT_OPEN_LEDGER,
                 (
@@ -554,8 +564,8 @@ class ControlPlane:
         self, entry: LedgerEntry, outcome: Outcome, base_snapshot_id: int | None, conn: psycopg.Connection[Any] | None = None
     ) -> LedgerEntry:
         """The write is durable on an audit branch, not published: the ledger says ``staged`` and
-        the dataset's stats (what readers see) do not change."""
-        with self._tx_on(conn) as c:
+        the dataset's stats (what readers see) do not change. One statement: no transaction."""
+        with self._single_on(conn) as c:
             row = c.execute(
                 q.STAGE_LEDGER,
                 (
@@ -581,7 +591,7 @@ class ControlPlane:
             return [LedgerEntry(**r) for r in conn.execute(q.STAGED_LEDGER, (dataset_id, dataset_id))]
 
     def set_txn_location(self, txn_id: uuid.UUID, location: str) -> None:
-        with self.tx() as conn:
+        with self.pool.connection() as conn:  # one statement: no transaction
             conn.execute(q.SET_LEDGER_LOCATION, (location, txn_id))
 
     def abort_txn(self, txn_id: uuid.UUID, error: str) -> None:
@@ -611,3 +621,11 @@ class ControlPlane:
         with self.tx() as conn:
             cur = conn.execute(sql, params)
             return list(cur.fetchall()) if cur.description else []
+
+
+def _lock_lost(exc: psycopg.OperationalError) -> WriterLockLostError:
+    return WriterLockLostError(
+        f"the writer lock's Postgres session ended before COMMIT could be recorded ({exc}); the "
+        "change may already be in its sink: `trident reconcile` (or the next write of the dataset) "
+        "rolls it forward if so, else aborts it. Check `trident history` before retrying"
+    )

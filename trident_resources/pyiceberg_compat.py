@@ -107,6 +107,12 @@ class SqlCatalogReusingMetadata(SqlCatalog):
 
     def __init__(self, name: str, **properties: str) -> None:
         super().__init__(name, **properties)
+        # Autocommit: every statement this catalog issues for Trident is a whole change on its own
+        # (a commit is ONE ``UPDATE ... WHERE metadata_location = <the file it started from>``,
+        # a table or namespace creation one INSERT, a drop one DELETE), and the rest are reads.
+        # In a transaction each catalog call was BEGIN, the statement, and COMMIT or ROLLBACK
+        # on return to the pool: three round trips to Postgres for one (issue 12).
+        self.engine = self.engine.execution_options(isolation_level="AUTOCOMMIT")
         self._parsed: OrderedDict[str, TableMetadata] = OrderedDict()
         self._parsed_lock = threading.Lock()
 
