@@ -47,6 +47,7 @@ def test_a_write_audit_publish_step_reads_each_row_once(trident: Trident, monkey
     loads = counted_table_loads(t, monkeypatch)
     with counted_statements(monkeypatch) as sent:
         mark = t.describe("rt/src")
+        assert mark.committed_at is not None
         r = t.write("rt/a", table(k=[3]), mode="append", stage=True, watermarks={"rt/src": (mark.committed_at, mark.last_txn_id)})
         stats = t.version_stats("rt/a", staged=r.txn_id)
         assert stats is not None and stats.rows == 3
