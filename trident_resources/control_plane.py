@@ -586,6 +586,15 @@ class ControlPlane:
         with self.tx() as conn:
             conn.execute(q.REJECT_LEDGER, (reason[:4000], txn_id))
 
+    def staged_entries_by_key(self, workspace: str, key: str) -> list[LedgerEntry] | None:
+        """``staged_entries`` of the dataset ``key`` names, ``None`` when there is no such
+        dataset: one query when it has some, two when it has none."""
+        with self.pool.connection() as conn:
+            rows = conn.execute(q.STAGED_LEDGER_BY_KEY, (workspace, key)).fetchall()
+        if rows:
+            return [LedgerEntry(**r) for r in rows]
+        return None if self.dataset(workspace, key) is None else []
+
     def staged_entries(self, dataset_id: uuid.UUID | None = None) -> list[LedgerEntry]:
         with self.pool.connection() as conn:
             return [LedgerEntry(**r) for r in conn.execute(q.STAGED_LEDGER, (dataset_id, dataset_id))]

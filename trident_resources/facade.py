@@ -318,10 +318,10 @@ class Trident:
         that is not a valid key, or names no dataset (not even one whose first version is staged),
         is a named error: "0 staged versions" for a misspelt key read as "nothing to audit"."""
         if key is not None:  # one dataset's: its entries only, no look-up of each entry's dataset
-            ds = self.control.dataset(self.workspace, validate_key(key))
-            if ds is None:
+            entries = self.control.staged_entries_by_key(self.workspace, validate_key(key))
+            if entries is None:
                 raise DatasetNotFoundError(key, self.workspace)
-            return [(ds.key, entry) for entry in self.control.staged_entries(ds.dataset_id)]
+            return [(key, entry) for entry in entries]
         out = []
         for entry in self.control.staged_entries():
             ds = self.control.dataset_by_id(entry.dataset_id)

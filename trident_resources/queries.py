@@ -75,6 +75,10 @@ STAGE_LEDGER = f"""UPDATE trident_ledger SET status = 'staged', staged_at = cloc
 REJECT_LEDGER = "UPDATE trident_ledger SET status = 'rejected', ended_at = clock_timestamp(), error = %s WHERE txn_id = %s AND status = 'staged'"
 STAGED_LEDGER = f"""SELECT {_LEDGER_COLS} FROM trident_ledger
     WHERE status = 'staged' AND (%s::uuid IS NULL OR dataset_id = %s::uuid) ORDER BY started_at"""
+# one key's staged versions without looking its dataset up first (no row: none, or no dataset)
+STAGED_LEDGER_BY_KEY = f"""SELECT {", ".join(f"l.{c.strip()}" for c in _LEDGER_COLS.split(","))}
+    FROM trident_ledger l JOIN trident_datasets d ON d.dataset_id = l.dataset_id
+    WHERE l.status = 'staged' AND d.workspace = %s AND d.key = %s ORDER BY l.started_at"""
 SET_LEDGER_LOCATION = "UPDATE trident_ledger SET location = %s WHERE txn_id = %s"
 # An abort owes a storage cleanup until CLEANUP_DONE says it ran (migrations/0003_ledger_cleanup.sql).
 ABORT_LEDGER = """UPDATE trident_ledger SET status = 'aborted', ended_at = clock_timestamp(), error = %s,
