@@ -49,6 +49,8 @@ def _bounds(t: Trident, key: str, columns: Sequence[str], staged: uuid.UUID | No
     otherwise (the pg sink, a file without a column's bounds) from that SQL. Bounds the files
     claim too narrowly are caught by the pass, which then proves nothing."""
     stats = t.version_stats(key, staged=staged)
+    if stats is not None and stats.rows < MIN_ROWS:
+        return None  # the files' row count is exact: too few rows to be worth a pass (nor the query below)
     if stats is not None and all(c in stats.integer_bounds and c in stats.null_counts for c in columns):
         rows = stats.rows
         if rows < MIN_ROWS or any(stats.null_counts[c] for c in columns):
