@@ -98,7 +98,7 @@ def evaluate_all(
     for i, e in enumerate(expectations):
         try:
             value = e._from_stats(stats)
-            if value is None and e.unique_keys and no_repeated_key(t, key, e.unique_keys, staged):
+            if value is None and e.unique_keys and no_repeated_key(t, key, e.unique_keys, staged, stats):
                 value = 0
         except (TridentError, duckdb.Error) as exc:
             errors[i] = exc

@@ -129,3 +129,45 @@ def test_a_steps_checks_open_one_sql_session_per_round_and_report_each_result(
     }
     assert all(e.asset_key == dg.AssetKey(["ct", "out"]) for e in evaluations.values())
     assert not trident.exists("ct/out")  # staged, never published
+
+
+def test_a_versions_statistics_are_looked_up_once_for_all_its_checks(trident: Trident, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Row counts, null counts and the unique keys' bounds all come from one look-up."""
+    t = trident
+    n = 70_000  # over key_bitmap.MIN_ROWS: unique(k) is proven from the bounds and one pass
+    t.write("ct/big", pa.table({"k": list(range(n)), "v": [1.0] * n}))
+    lookups: list[str] = []
+    real = t.version_stats
+
+    def counting(key: str, **kwargs: Any) -> Any:
+        lookups.append(key)
+        return real(key, **kwargs)
+
+    monkeypatch.setattr(t, "version_stats", counting)
+    exps = [ex.not_null("v"), ex.row_count_between(1), ex.unique("k"), ex.unique(["k", "v"])]
+    assert [r[:2] for r in ex.evaluate_all(t, "ct/big", exps)] == [(True, 0), (True, n), (True, 0), (True, 0)]
+    assert lookups == ["ct/big"]
+
+
+def test_a_node_merges_its_sources_provenance_as_planning_described_it(trident: Trident, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The node's output carries its sources' provenance (and lineage) without looking each
+    source up again after the session opened on exactly those versions."""
+    from trident_assets.factories import _node_output
+    from trident_assets.strategies import replace
+
+    t = trident
+    t.write("ct/p1", pa.table({"k": [1]}), provenance={"counterparty": "acme"})
+    t.write("ct/p2", pa.table({"k": [2]}), provenance={"contract": "c-7"})
+    looked: list[str] = []
+    real = t.provenance
+    monkeypatch.setattr(t, "provenance", lambda key: looked.append(key) or real(key))
+    out = _node_output(
+        t, "ct/out", {"a": "ct/p1", "b": "ct/p2"}, replace(), {"tags": ["x"]}, lambda s: (s.stream("SELECT * FROM a"), None)
+    )
+    try:
+        assert looked == []
+        prov = dict(out.provenance or {})
+        assert prov["counterparty"] == "acme" and prov["contract"] == "c-7"
+        assert {e["key"] for e in prov["lineage"]} == {"ct/p1", "ct/p2"} and prov["upstream"] == ["ct/p1", "ct/p2"]
+    finally:
+        out.on_done()  # type: ignore[misc]
