@@ -160,7 +160,12 @@ def test_a_node_merges_its_sources_provenance_as_planning_described_it(trident: 
     t.write("ct/p2", pa.table({"k": [2]}), provenance={"contract": "c-7"})
     looked: list[str] = []
     real = t.provenance
-    monkeypatch.setattr(t, "provenance", lambda key: looked.append(key) or real(key))
+
+    def counting(key: str) -> dict[str, Any]:
+        looked.append(key)
+        return real(key)
+
+    monkeypatch.setattr(t, "provenance", counting)
     out = _node_output(
         t, "ct/out", {"a": "ct/p1", "b": "ct/p2"}, replace(), {"tags": ["x"]}, lambda s: (s.stream("SELECT * FROM a"), None)
     )
