@@ -34,7 +34,7 @@ from trident_resources.dagster.io_manager import AuditedVersion, asset_key_to_ke
 from trident_resources.dagster.partitions import run_partition
 from trident_resources.keys import validate_key
 
-from .expectations import Expectation, check_key, check_result, check_specs
+from .expectations import Expectation, check_key, check_results, check_specs
 
 ComputeFn = Callable[[dg.AssetExecutionContext, TridentResource], Any]
 
@@ -48,13 +48,11 @@ def checked_results(
 ) -> Iterator[dg.AssetCheckResult]:
     """Results of the expectations on ``key`` that this run selected (all of them in a normal run),
     against the published version or, with ``staged``, the staged one."""
-    selected = context.selected_asset_check_keys
-    if not any(check_key(key, e) in selected for e in expectations):
+    selected = [e for e in expectations if check_key(key, e) in context.selected_asset_check_keys]
+    if not selected:
         return
-    t = trident.get_client()
-    for e in expectations:
-        if check_key(key, e) in selected:
-            yield check_result(t, key, e, staged=staged)
+    # together: one look-up of the version and one query per round for all of them (evaluate_all)
+    yield from check_results(trident.get_client(), key, selected, staged=staged)
 
 
 def gates(context: dg.AssetExecutionContext, trident: TridentResource, expectations: Mapping[str, Sequence[Expectation]]) -> bool:

@@ -7,7 +7,7 @@ checks from the command line for CI.
 """
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +17,7 @@ import duckdb
 from trident_resources import Trident, TridentError
 from trident_resources.dagster import TridentResource
 from trident_resources.dagster.gate import staged_in_run
+from trident_resources.sinks.base import VersionStats
 
 from .key_bitmap import no_repeated_key
 
@@ -47,34 +48,19 @@ class Expectation:
     def evaluate(self, t: Trident, key: str, staged: uuid.UUID | None = None) -> tuple[bool, int, dict[str, Any]]:
         """(passed, observed number, metadata) against the dataset's current rows, or against
         its staged version ``staged`` (write-audit-publish: audit before publishing)."""
-        if staged is None and not t.exists(key):
-            return False, -1, {"error": f"dataset {key!r} does not exist yet: materialize it first"}
-        try:
-            value = self._from_stats(t, key, staged)
-            if value is None and self.unique_keys and no_repeated_key(t, key, self.unique_keys, staged):
-                value = 0
-            if value is None and self.screen is not None and _count(t, self.screen, key, staged) == 0:
-                value = 0
-            if value is None:
-                value = _count(t, self.sql, key, staged)
-        except (TridentError, duckdb.Error) as exc:
-            return False, -1, {"error": f"{type(exc).__name__}: {exc}"}
-        if self.bounds is not None:
-            lo, hi = self.bounds
-            passed = (lo is None or value >= lo) and (hi is None or value <= hi)
-            return passed, value, {"row_count": value, "min": lo, "max": hi}
-        return value == 0, value, {"violations": value}
+        return evaluate_all(t, key, [self], staged)[0]
 
-    def _from_stats(self, t: Trident, key: str, staged: uuid.UUID | None) -> int | None:
-        """What ``sql`` would count, when the data files' statistics say it exactly; else None."""
+    def _from_stats(self, stats: Callable[[], VersionStats | None]) -> int | None:
+        """What ``sql`` would count, when the data files' statistics (``stats()``, the version's
+        ``Trident.version_stats``) say it exactly; else None."""
         if self.bounds is None and not self.null_columns:
             return None
-        stats = t.version_stats(key, staged=staged)
-        if stats is None:
+        found = stats()
+        if found is None:
             return None
         if self.bounds is not None:
-            return stats.rows
-        counts = [stats.null_counts.get(c) for c in self.null_columns]
+            return found.rows
+        counts = [found.null_counts.get(c) for c in self.null_columns]
         if any(c is None for c in counts):
             return None
         if all(c == 0 for c in counts):
@@ -83,9 +69,107 @@ class Expectation:
         # them would be counted twice, so the query counts them
         return counts[0] if len(counts) == 1 else None
 
+    def _result(self, value: int) -> tuple[bool, int, dict[str, Any]]:
+        if self.bounds is not None:
+            lo, hi = self.bounds
+            passed = (lo is None or value >= lo) and (hi is None or value <= hi)
+            return passed, value, {"row_count": value, "min": lo, "max": hi}
+        return value == 0, value, {"violations": value}
+
+
+def evaluate_all(
+    t: Trident, key: str, expectations: Sequence[Expectation], staged: uuid.UUID | None = None
+) -> list[tuple[bool, int, dict[str, Any]]]:
+    """``Expectation.evaluate`` of several expectations of one dataset version at once, each
+    result exactly what its own ``evaluate`` gives (the same value, metadata and error).
+
+    Why together: every check paid the same look-ups of the version (its statistics, its scan
+    plan, a SQL sandbox with its files) and a query of its own. Here the statistics are read once,
+    and the counts still to run go out as ONE query per round (``SELECT (q1), (q2), ...``: one
+    sandbox, one plan; a round is every check's first query, then the exact queries of the
+    screens that found a candidate). When that query fails, each count runs alone, so a check
+    that errors reports its own error and the others their own results."""
+    if staged is None and not t.exists(key):
+        return [(False, -1, {"error": f"dataset {key!r} does not exist yet: materialize it first"}) for _ in expectations]
+    stats = _Once(lambda: t.version_stats(key, staged=staged))
+    values: dict[int, int] = {}
+    errors: dict[int, BaseException] = {}
+    queries: dict[int, list[str]] = {}  # what each check still has to count, in order (screen, then sql)
+    for i, e in enumerate(expectations):
+        try:
+            value = e._from_stats(stats)
+            if value is None and e.unique_keys and no_repeated_key(t, key, e.unique_keys, staged, stats):
+                value = 0
+        except (TridentError, duckdb.Error) as exc:
+            errors[i] = exc
+            continue
+        if value is not None:
+            values[i] = value
+        else:
+            queries[i] = [q for q in (e.screen, e.sql) if q is not None]
+    while queries:
+        counted = _counts(t, key, {i: q[0] for i, q in queries.items()}, staged)
+        later: dict[int, list[str]] = {}
+        for i, count in counted.items():
+            if isinstance(count, BaseException):
+                errors[i] = count
+            elif count != 0 and len(queries[i]) > 1:  # the screen found a candidate: the exact query decides
+                later[i] = queries[i][1:]
+            else:
+                values[i] = count
+        queries = later
+    return [
+        (False, -1, {"error": f"{type(errors[i]).__name__}: {errors[i]}"}) if i in errors else e._result(values[i])
+        for i, e in enumerate(expectations)
+    ]
+
+
+class _Once:
+    """A look-up made at most once, its exception kept too: each check that asks gets the same
+    answer, or raises the same error as its own look-up would have."""
+
+    def __init__(self, fn: Callable[[], VersionStats | None]) -> None:
+        self._fn = fn
+        self._done = False
+        self._value: VersionStats | None = None
+        self._error: BaseException | None = None
+
+    def __call__(self) -> VersionStats | None:
+        if not self._done:
+            self._done = True
+            try:
+                self._value = self._fn()
+            except (TridentError, duckdb.Error) as exc:
+                self._error = exc
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+def _counts(t: Trident, key: str, queries: Mapping[int, str], staged: uuid.UUID | None) -> dict[int, int | BaseException]:
+    """Each query's count (its first column of its first row), or the error it raised alone."""
+    if len(queries) > 1:
+        combined = "SELECT " + ", ".join(f"({_format(q, key)})" for q in queries.values())
+        try:
+            row = t.sql(combined, staged={key: staged} if staged else None)
+            return {i: int(row.column(n)[0].as_py() or 0) for n, i in enumerate(queries)}
+        except (TridentError, duckdb.Error):
+            pass  # one of them fails (or they do together): each alone says which, and why
+    counts: dict[int, int | BaseException] = {}
+    for i, q in queries.items():
+        try:
+            counts[i] = _count(t, q, key, staged)
+        except (TridentError, duckdb.Error) as exc:
+            counts[i] = exc
+    return counts
+
+
+def _format(sql: str, key: str) -> str:
+    return sql.format(dataset=f'"{key}"')
+
 
 def _count(t: Trident, sql: str, key: str, staged: uuid.UUID | None) -> int:
-    query = sql.format(dataset=f'"{key}"')
+    query = _format(sql, key)
     return int(t.sql(query, staged={key: staged} if staged else None).column(0)[0].as_py() or 0)
 
 
@@ -212,7 +296,23 @@ def check_specs(key: str, expectations: Sequence[Expectation]) -> list[dg.AssetC
 
 def check_result(t: Trident, key: str, e: Expectation, staged: uuid.UUID | None = None) -> dg.AssetCheckResult:
     """Evaluate one expectation against the dataset's current rows, as a result of ``key``'s check."""
-    passed, value, meta = e.evaluate(t, key, staged)
+    return check_results(t, key, [e], staged)[0]
+
+
+def check_results(
+    t: Trident, key: str, expectations: Sequence[Expectation], staged: uuid.UUID | None = None
+) -> list[dg.AssetCheckResult]:
+    """Evaluate expectations of ``key`` together (``evaluate_all``), one result per expectation."""
+    return [
+        _as_result(key, e, evaluated, staged)
+        for e, evaluated in zip(expectations, evaluate_all(t, key, expectations, staged), strict=True)
+    ]
+
+
+def _as_result(
+    key: str, e: Expectation, evaluated: tuple[bool, int, dict[str, Any]], staged: uuid.UUID | None
+) -> dg.AssetCheckResult:
+    passed, value, meta = evaluated
     if staged is not None:
         meta = {**meta, "trident/staged_txn": str(staged)}
     return dg.AssetCheckResult(

@@ -72,7 +72,10 @@ def _output(
     plan = session.plan
     sources = list(dict.fromkeys(session.sources.values()))
     lineage = [lineage_entry(s, d) for s, d in plan.sources.items()]
-    prov = merge_provenance({s: t.provenance(s) for s in sources}, own_provenance, lineage)
+    # the sources' provenance as planning described them (the versions the session reads: it
+    # checked that none committed since), not one more look-up of each source per step (issue 12)
+    described = {s: plan.sources[s].provenance if s in plan.sources else t.provenance(s) for s in sources}
+    prov = merge_provenance(described, own_provenance, lineage)
     return TridentOutput(
         data,
         mode=plan.mode,

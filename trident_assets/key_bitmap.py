@@ -19,13 +19,14 @@ count is the check's result: the check means exactly what it meant before.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from trident_resources import Trident
+from trident_resources.sinks.base import VersionStats
 
 MAX_BITMAP_BYTES = 64 * 1024 * 1024  # the pass's memory bound: one byte per possible key
 MIN_ROWS = 65_536  # below this the GROUP BY is as cheap as the bounds query
@@ -40,7 +41,13 @@ def _integer(t: pa.DataType) -> bool:
     return pa.types.is_integer(t) and not pa.types.is_uint64(t)
 
 
-def _bounds(t: Trident, key: str, columns: Sequence[str], staged: uuid.UUID | None) -> list[tuple[int, int]] | None:
+def _bounds(
+    t: Trident,
+    key: str,
+    columns: Sequence[str],
+    staged: uuid.UUID | None,
+    version_stats: Callable[[], VersionStats | None] | None = None,
+) -> list[tuple[int, int]] | None:
     """Each key column's (min, max), or None when the pass cannot prove anything: a NULL in a
     key, a non-integer column, too few rows to be worth it, or too many possible keys.
 
@@ -48,7 +55,9 @@ def _bounds(t: Trident, key: str, columns: Sequence[str], staged: uuid.UUID | No
     bounds (no scan: the SQL below cost 0.03-0.17 s per check of the example pipeline, issue 12);
     otherwise (the pg sink, a file without a column's bounds) from that SQL. Bounds the files
     claim too narrowly are caught by the pass, which then proves nothing."""
-    stats = t.version_stats(key, staged=staged)
+    stats = version_stats() if version_stats is not None else t.version_stats(key, staged=staged)
+    if stats is not None and stats.rows < MIN_ROWS:
+        return None  # the files' row count is exact: too few rows to be worth a pass (nor the query below)
     if stats is not None and all(c in stats.integer_bounds and c in stats.null_counts for c in columns):
         rows = stats.rows
         if rows < MIN_ROWS or any(stats.null_counts[c] for c in columns):
@@ -73,10 +82,17 @@ def _small_enough(bounds: list[tuple[int, int]]) -> list[tuple[int, int]] | None
     return bounds if size <= MAX_BITMAP_BYTES else None
 
 
-def no_repeated_key(t: Trident, key: str, columns: Sequence[str], staged: uuid.UUID | None = None) -> bool:
+def no_repeated_key(
+    t: Trident,
+    key: str,
+    columns: Sequence[str],
+    staged: uuid.UUID | None = None,
+    stats: Callable[[], VersionStats | None] | None = None,
+) -> bool:
     """True only when no key ``columns`` value repeats in ``key``'s version (the staged one with
-    ``staged``); False means "not proven" (see the module docstring)."""
-    bounds = _bounds(t, key, columns, staged)
+    ``staged``); False means "not proven" (see the module docstring). ``stats``: the version's
+    ``Trident.version_stats`` when the caller has already looked them up (a step's checks share one)."""
+    bounds = _bounds(t, key, columns, staged, stats)
     if bounds is None:
         return False
     strides, size = [], 1

@@ -224,13 +224,46 @@ def register_dataset(con: duckdb.DuckDBPyConnection, name: str, plan: ScanPlan, 
     sink's re-scannable pyarrow source) is registered instead."""
     if plan.path == "native" and plan.files:
         try:
-            con.execute(f"CREATE VIEW {_ident(name)} AS SELECT * FROM {_read_parquet_sql(con, plan)}")
+            con.execute(f"CREATE VIEW {_ident(name)} AS SELECT * FROM {READ_PARQUET_SQL.get(con, plan)}")
         except duckdb.Error as exc:  # DuckDB opens the files here: one missing or corrupt fails the view
             raise reading.named(exc, plan.key) from exc
     elif plan.path == "native":  # a version with no rows has no files: an empty relation of the right shape
         con.register(name, pa.Table.from_batches([], schema=plan.schema))
     else:
         con.register(name, arrow_source())
+
+
+class _ReadParquetSql:
+    """The ``read_parquet`` expression of each dataset version registered in this process.
+
+    Why: the expression depends only on the version's data files (immutable: a path is never
+    rewritten) and its schema and field ids, yet it was worked out again for every sandbox, with
+    a read of every file's schema (``_files_match_schema``): 3-15 ms per dataset, paid again by
+    each node and each step's checks that read the same version (the example pipeline opens
+    ``tpch/lineitem`` in three nodes and ``tpch/orders`` in three, issue 12). Bounded; keyed by
+    everything the expression is made of, so a new version (new files, a new schema) is never
+    served an old answer."""
+
+    def __init__(self, size: int = 256) -> None:
+        self.size = size
+        self._lock = threading.Lock()
+        self._known: dict[tuple[Any, ...], str] = {}
+
+    def get(self, con: duckdb.DuckDBPyConnection, plan: ScanPlan) -> str:
+        key = (plan.files, plan.field_ids, plan.schema.to_string(show_field_metadata=False))
+        with self._lock:
+            known = self._known.get(key)
+        if known is not None:
+            return known
+        sql = _read_parquet_sql(con, plan)
+        with self._lock:
+            self._known[key] = sql
+            for old in list(self._known)[: max(0, len(self._known) - self.size)]:
+                del self._known[old]
+        return sql
+
+
+READ_PARQUET_SQL = _ReadParquetSql()
 
 
 def _read_parquet_sql(con: duckdb.DuckDBPyConnection, plan: ScanPlan) -> str:

@@ -264,3 +264,45 @@ def test_bad_sql_fails_before_anything_is_written(settings: TridentSettings, tri
     assert not result.success
     assert any("the node's SQL failed" in e for e in step_errors(result))
     assert not trident.exists("out/x")
+
+
+def test_the_join_guard_plans_on_a_database_opened_ahead(trident: Trident, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 12: the guard planned the node's SQL on a DuckDB database it opened itself (~15-20 ms
+    of the step); it now takes a sandbox on a spare one, opened ahead on a helper thread, and
+    still refuses what it refused."""
+    import threading
+
+    import duckdb
+
+    from trident_assets.compute import open_session
+    from trident_assets.join_guard import JoinTooLargeError, SourceStats, check_join
+    from trident_assets.strategies import replace
+    from trident_resources.sql import PARSER_DATABASE, SPARES
+
+    trident.write("src/a", pa.table({"k": [1] * 300, "v": list(range(300))}))
+    trident.write("src/b", pa.table({"k": [1] * 200, "v": list(range(200))}))
+    session = open_session(trident, "out/x", {"a": "src/a", "b": "src/b"}, replace())
+    stats = [SourceStats("a", "src/a", 300), SourceStats("b", "src/b", 200)]
+    opened: list[str] = []
+    real = duckdb.connect
+
+    def connect(*args: object, **kwargs: object) -> duckdb.DuckDBPyConnection:
+        opened.append(threading.current_thread().name)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    def spare_ready() -> None:
+        SPARES.prepare(*PARSER_DATABASE)
+        while PARSER_DATABASE not in SPARES._spares:  # being opened on its helper thread
+            threading.Event().wait(0.01)
+
+    try:
+        monkeypatch.setattr(duckdb, "connect", connect)
+        sql = "SELECT a.v AS av, b.v AS bv FROM a JOIN b ON a.k = b.k"
+        spare_ready()
+        assert check_join(session.con, sql, stats, 60_000, "out/x").rows == 60_000
+        spare_ready()
+        with pytest.raises(JoinTooLargeError):
+            check_join(session.con, sql, stats, 50_000, "out/x")
+        assert threading.main_thread().name not in opened  # only helpers opened databases (the next spares)
+    finally:
+        session.close()

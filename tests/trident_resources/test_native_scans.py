@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pyarrow as pa
@@ -183,3 +184,30 @@ def test_the_field_id_map_is_skipped_only_when_every_file_holds_exactly_the_vers
     t.write("n/plain", pa.table({"id": [10], "a": [7]}), mode="append")  # 'a' again, a new field id
     assert "default_value" in _view_sql(t, "n/plain")
     assert t.sql('select id, a from "n/plain" order by id').to_pydict() == {"id": [9, 10], "a": [None, 7]}
+
+
+def test_a_versions_read_parquet_is_worked_out_once_per_process(trident: Trident, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 12: each sandbox that registers a version (every node and every step's checks that
+    read it) read all its files' schemas again to decide on the field-id map; the answer depends
+    only on the version's files, schema and field ids, so it is worked out once. A new version
+    (new files, or the same files under a new schema) gets its own, and reads what it should."""
+    from trident_resources import sql as trident_sql
+
+    t = trident
+    t.write("n/once", pa.table({"id": [1, 2]}))
+    t.write("n/once", pa.table({"id": [3]}), mode="append")
+    decided: list[str] = []
+    real = trident_sql._files_match_schema
+
+    def counting(con: Any, plan: Any, plain: str, types: list[str]) -> bool:
+        decided.append(plan.key)
+        return real(con, plan, plain, types)
+
+    monkeypatch.setattr(trident_sql, "_files_match_schema", counting)
+    first = _view_sql(t, "n/once")
+    assert _view_sql(t, "n/once") == first and len(decided) == 1  # a second sandbox: no footer read
+    assert t.sql('select sum(id) as s from "n/once"').column("s").to_pylist() == [6] and len(decided) == 1
+    t.write("n/once", pa.table({"id": [4], "b": [1.5]}), mode="append")  # new files, older ones lack b
+    assert "default_value" in _view_sql(t, "n/once") and len(decided) == 2
+    assert t.sql('select b from "n/once" order by id').column("b").to_pylist() == [None, None, None, 1.5]
+    assert len(decided) == 2

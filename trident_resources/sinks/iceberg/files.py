@@ -8,6 +8,7 @@ at a target size, and returns the ``DataFile`` records for ONE commit at the end
 from __future__ import annotations
 
 import contextlib
+import logging
 import uuid
 from abc import ABC, abstractmethod
 from collections import OrderedDict, deque
@@ -106,6 +107,9 @@ def identity_encoding(schema: pa.Schema) -> dict[str, str]:
 
 
 _WHOLE_FILES = 8  # small whole files written by one pool task
+_DELETE_THREADS = 8  # deletions in flight at once (``delete_paths``)
+
+log = logging.getLogger("trident")
 
 
 class _Lane:
@@ -327,10 +331,30 @@ class DataFileWriter(_TxnFileWriter):
         self._delete_all(lanes)
 
 
-def delete_paths(io: FileIO, paths: Iterable[str]) -> None:
-    for path in paths:
-        with contextlib.suppress(FileNotFoundError):
+def delete_paths(io: FileIO, paths: Iterable[str], *, best_effort: bool = False) -> None:
+    """Delete files, a few at a time: on object storage each is a request (~10-50 ms), and a
+    dropped table or a maintenance run can have thousands. A file already gone is fine. Any other
+    failure is raised once every file was tried, or with ``best_effort`` logged and the file left
+    (a dropped table's files, whose table is already gone from the catalog)."""
+    todo = list(paths)
+    if not todo:
+        return
+
+    def delete(path: str) -> OSError | None:
+        try:
             io.delete(path)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            if not best_effort:
+                return exc
+            log.warning("left %s behind (%s)", path, exc)
+        return None
+
+    with ThreadPoolExecutor(max_workers=min(_DELETE_THREADS, len(todo)), thread_name_prefix="trident-delete") as pool:
+        failures = [e for e in pool.map(delete, todo) if e is not None]
+    if failures:
+        raise failures[0]
 
 
 def filesystem_for(io: FileIO, location: str) -> tuple[pafs.FileSystem, str]:

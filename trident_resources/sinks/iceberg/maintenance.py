@@ -21,7 +21,7 @@ from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Snapshot
 
-from .files import filesystem_for
+from .files import delete_paths, filesystem_for
 
 log = logging.getLogger("trident")
 
@@ -46,6 +46,11 @@ def data_files_of(io: FileIO, snapshots: Iterable[Snapshot], *, live_only: bool)
     Manifests shared by several snapshots are read once. For history (not ``live_only``), a
     snapshot whose manifests are gone (a discarded staged version, an expired snapshot whose
     files were removed) contributes nothing: its data files were removed with it."""
+    return _referenced(io, snapshots, live_only=live_only)[1]
+
+
+def _referenced(io: FileIO, snapshots: Iterable[Snapshot], *, live_only: bool) -> tuple[set[str], set[str]]:
+    """(manifest paths, data file paths) of ``data_files_of``: each manifest read once."""
     paths: set[str] = set()
     seen: set[str] = set()
     for snap in snapshots:
@@ -67,7 +72,22 @@ def data_files_of(io: FileIO, snapshots: Iterable[Snapshot], *, live_only: bool)
                 continue
             for entry in entries:
                 paths.add(entry.data_file.file_path)
-    return paths
+    return seen, paths
+
+
+def purge_files(table: Table) -> None:
+    """Delete every file of a dropped table: data files, manifests, manifest lists and metadata
+    files (current and logged).
+
+    pyiceberg's ``purge_table`` reads every snapshot's whole manifest list again, and a table
+    grown by appends carries its earlier manifests forward, so after n appends it read ~n^2/2
+    manifests (1,000 appends: minutes). Here each manifest is read once. As with pyiceberg, a
+    file that cannot be deleted is logged and left: the table is already gone from the catalog."""
+    snapshots = table.metadata.snapshots
+    manifests, data = _referenced(table.io, snapshots, live_only=False)
+    lists = {s.manifest_list for s in snapshots}
+    metadata = {e.metadata_file for e in table.metadata.metadata_log} | {table.metadata_location}
+    delete_paths(table.io, [*data, *manifests, *lists, *metadata], best_effort=True)
 
 
 def once_referenced(table: Table) -> set[str]:

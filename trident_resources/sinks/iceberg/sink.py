@@ -74,7 +74,7 @@ from . import commits, scans, wap
 from .catalog import ensure_namespace
 from .credentials import StorageAccess
 from .files import DataFileWriter, PartitionedDataFileWriter, delete_paths, filesystem_for, list_txn_files, list_txn_metadata
-from .maintenance import data_files_of, existing_under, once_referenced
+from .maintenance import data_files_of, existing_under, once_referenced, purge_files
 from .s3_housekeeping import abort_incomplete_uploads
 from .scans import PARQUET_FORMAT, scan_batches
 from .snapshots import (
@@ -857,4 +857,6 @@ class IcebergSink(Sink):
     def drop(self, ds: DatasetRecord) -> None:
         self.read_caches.locations.pop(ds.dataset_id, None)
         with contextlib.suppress(NoSuchTableError):
-            self.catalog.purge_table(self.identifier(ds))
+            table = self.catalog.load_table(self.identifier(ds))
+            self.catalog.drop_table(self.identifier(ds))
+            purge_files(table)
