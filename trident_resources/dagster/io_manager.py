@@ -290,7 +290,7 @@ def derived_provenance(t: Trident, upstream: Sequence[str], own: Mapping[str, An
     sources: dict[str, Description] = {}
     for key in dict.fromkeys(upstream):
         try:
-            sources[key] = t.describe(key)
+            sources[key] = t.describe(key, storage=False)  # provenance and version only: no catalog look-up
         except (DatasetNotFoundError, InvalidDatasetKeyError):  # not a Trident dataset (another IO manager's asset)
             continue
     if not sources:
