@@ -7,9 +7,7 @@ so the fix is here and nowhere else.
 
 from __future__ import annotations
 
-import threading
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable
 from datetime import datetime
 from functools import lru_cache
@@ -30,6 +28,8 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.typedef import Properties
 from requests import Session
 from sqlalchemy import select
+
+from .lru import Recent
 
 __all__ = [
     "ACCESS_DELEGATION_HEADER",
@@ -113,25 +113,14 @@ class SqlCatalogReusingMetadata(SqlCatalog):
         # In a transaction each catalog call was BEGIN, the statement, and COMMIT or ROLLBACK
         # on return to the pool: three round trips to Postgres for one (issue 12).
         self.engine = self.engine.execution_options(isolation_level="AUTOCOMMIT")
-        self._parsed: OrderedDict[str, TableMetadata] = OrderedDict()
-        self._parsed_lock = threading.Lock()
-
-    def _remember_metadata(self, location: str, metadata: TableMetadata) -> None:
-        with self._parsed_lock:
-            self._parsed[location] = metadata
-            self._parsed.move_to_end(location)
-            while len(self._parsed) > self.METADATA_CACHED:
-                self._parsed.popitem(last=False)
+        self._parsed: Recent[str, TableMetadata] = Recent(self.METADATA_CACHED)
 
     def _convert_orm_to_iceberg(self, orm_table: IcebergTables) -> Table:
         location, namespace, name = orm_table.metadata_location, orm_table.table_namespace, orm_table.table_name
-        with self._parsed_lock:
-            metadata = self._parsed.get(location) if location else None
-            if metadata is not None and location is not None:
-                self._parsed.move_to_end(location)
+        metadata = self._parsed.get(location) if location else None
         if metadata is None or location is None or not namespace or not name:
             table = super()._convert_orm_to_iceberg(orm_table)  # reads and parses the file (or names what is missing)
-            self._remember_metadata(table.metadata_location, table.metadata)
+            self._parsed.put(table.metadata_location, table.metadata)
             return table
         return Table(
             identifier=(*Catalog.identifier_to_tuple(namespace), name),
@@ -144,7 +133,7 @@ class SqlCatalogReusingMetadata(SqlCatalog):
     def commit_table(self, table: Table, requirements: tuple[Any, ...], updates: tuple[Any, ...]) -> CommitTableResponse:
         """pyiceberg's commit; the metadata it wrote is remembered as the file's parsed content."""
         response = super().commit_table(table, requirements, updates)
-        self._remember_metadata(response.metadata_location, response.metadata)
+        self._parsed.put(response.metadata_location, response.metadata)
         return response
 
 

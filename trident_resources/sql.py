@@ -25,6 +25,7 @@ import pyarrow as pa
 
 from . import reading
 from .errors import SqlError, SqlNotAllowedError, SqlResultTooLargeError, SqlTimeoutError
+from .lru import Recent
 from .sinks.base import ScanPlan
 from .sql_guard import check_reads_only
 
@@ -245,21 +246,14 @@ class _ReadParquetSql:
     served an old answer."""
 
     def __init__(self, size: int = 256) -> None:
-        self.size = size
-        self._lock = threading.Lock()
-        self._known: dict[tuple[Any, ...], str] = {}
+        self._known: Recent[tuple[Any, ...], str] = Recent(size)
 
     def get(self, con: duckdb.DuckDBPyConnection, plan: ScanPlan) -> str:
         key = (plan.files, plan.field_ids, plan.schema.to_string(show_field_metadata=False))
-        with self._lock:
-            known = self._known.get(key)
-        if known is not None:
-            return known
-        sql = _read_parquet_sql(con, plan)
-        with self._lock:
-            self._known[key] = sql
-            for old in list(self._known)[: max(0, len(self._known) - self.size)]:
-                del self._known[old]
+        sql = self._known.get(key)
+        if sql is None:
+            sql = _read_parquet_sql(con, plan)
+            self._known.put(key, sql)
         return sql
 
 

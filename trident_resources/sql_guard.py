@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import json
 import re
-import threading
-from collections import OrderedDict
 from collections.abc import Collection, Iterator
 from typing import Any
 
 import duckdb
 
 from .errors import SqlNotAllowedError
+from .lru import Recent
 
 # table functions that produce rows from their arguments alone; everything else reads something
 SAFE_TABLE_FUNCTIONS = frozenset({"range", "generate_series", "unnest"})
@@ -38,9 +37,8 @@ INTERNAL_PREFIX = "__trident"
 _PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-_PASSED: OrderedDict[tuple[str, frozenset[str]], None] = OrderedDict()
-_PASSED_LOCK = threading.Lock()
 PASSED_KEPT = 256
+_PASSED: Recent[tuple[str, frozenset[str]], bool] = Recent(PASSED_KEPT)
 
 
 def check_reads_only(con: duckdb.DuckDBPyConnection, query: str, exposed: Collection[str]) -> None:
@@ -52,15 +50,10 @@ def check_reads_only(con: duckdb.DuckDBPyConnection, query: str, exposed: Collec
     (a dashboard's, a check's) is checked once: walking the tree in Python cost about as much as
     a small query's scan."""
     key = (query, frozenset(exposed))
-    with _PASSED_LOCK:
-        if key in _PASSED:
-            _PASSED.move_to_end(key)
-            return
+    if _PASSED.get(key):
+        return
     _check(con, query, exposed)
-    with _PASSED_LOCK:
-        _PASSED[key] = None
-        while len(_PASSED) > PASSED_KEPT:
-            _PASSED.popitem(last=False)
+    _PASSED.put(key, True)
 
 
 def _check(con: duckdb.DuckDBPyConnection, query: str, exposed: Collection[str]) -> None:
