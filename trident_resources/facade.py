@@ -423,16 +423,13 @@ class Trident:
         query can be explained."""
         if staged is not None:
             ds, entry = versions.staged_entry(self, key, staged)
-            plan = self._sink(ds.sink).scan_plan(ds, snapshot_id=entry.snapshot_id)
-        else:
-            return self.scan_plan_of(self.dataset_record(key))
-        log.info("trident scan %s path=%s files=%d (%s)", key, plan.path, len(plan.files), plan.reason)
-        return plan
+            return self.scan_plan_of(ds, snapshot_id=entry.snapshot_id)
+        return self.scan_plan_of(self.dataset_record(key))
 
-    def scan_plan_of(self, ds: DatasetRecord) -> ScanPlan:
+    def scan_plan_of(self, ds: DatasetRecord, *, snapshot_id: int | None = None) -> ScanPlan:
         """``scan_plan(ds.key)`` for a record the caller just read (``sql`` lists the workspace's
         datasets first): looking each one up again by key was a query per dataset per query."""
-        plan = self._sink(ds.sink).scan_plan(ds)
+        plan = self._sink(ds.sink).scan_plan(ds, snapshot_id=snapshot_id)
         log.info("trident scan %s path=%s files=%d (%s)", ds.key, plan.path, len(plan.files), plan.reason)
         return plan
 
@@ -460,9 +457,7 @@ class Trident:
         catalog; ``partitioning``/``partitions`` are then left empty and ``scan_path`` is
         ``"unknown"``. What a step that reports a version or plans from its sources' versions
         asks (issue 12: a catalog look-up per source per step)."""
-        ds, provenance = self.control.dataset_with_provenance(self.workspace, validate_key(key))
-        if ds is None or not ds.exists:
-            raise DatasetNotFoundError(key, self.workspace)
+        ds, provenance = self._record_with_provenance(key)
         scan_path, scan_reason = "unknown", "not looked up: describe(storage=False)"
         partitioning: tuple[tuple[str, str], ...] | None = None
         partitions: list[dict[str, Any]] = []
@@ -500,10 +495,14 @@ class Trident:
         """``key``'s governance metadata, what ``describe(key).provenance`` holds, without
         describing its storage (table, partitions): node factories merge their sources' provenance
         in every step, where describing each source was a catalog look-up apiece (issue 12)."""
+        return self._record_with_provenance(key)[1]
+
+    def _record_with_provenance(self, key: str) -> tuple[DatasetRecord, dict[str, Any]]:
+        """``dataset_record(key)`` and its provenance, in one query."""
         ds, provenance = self.control.dataset_with_provenance(self.workspace, validate_key(key))
         if ds is None or not ds.exists:
             raise DatasetNotFoundError(key, self.workspace)
-        return provenance
+        return ds, provenance
 
     def set_provenance(self, key: str, provenance: Mapping[str, Any]) -> None:
         checked = validate.metadata(provenance, "provenance (a dict of governance fields)", InvalidArgumentError)

@@ -48,32 +48,36 @@ def staged_entry(t: Trident, key: str, txn_id: uuid.UUID | str) -> tuple[Dataset
     """The dataset ``key`` and its staged transaction ``txn_id``, read in ONE query (issue 12:
     every check of a staged version, every SQL read of one and publish named it in two)."""
     try:
-        txn = uuid.UUID(str(txn_id))
-    except ValueError:
-        txn = None
-    if txn is None:  # not an id: refused as before, after the key is known to name a dataset
-        found = t.control.dataset(t.workspace, validate_key(key))
-        if found is None:
-            raise DatasetNotFoundError(key, t.workspace)
-        raise InvalidReadError(f"{txn_id!r} is not a transaction id")
+        txn = _txn_id(txn_id, f"{txn_id!r} is not a transaction id")
+    except InvalidReadError:  # refused after the key is known to name a dataset, as before
+        if t.control.dataset(t.workspace, validate_key(key)) is None:
+            raise DatasetNotFoundError(key, t.workspace) from None
+        raise
     ds, entry = t.control.dataset_and_entry(t.workspace, validate_key(key), txn)
     if ds is None:
         raise DatasetNotFoundError(key, t.workspace)
-    if entry is None or entry.dataset_id != ds.dataset_id:
-        raise InvalidReadError(f"transaction {txn} is not a transaction of {ds.key!r}")
+    entry = _owned(entry, ds, txn)
     if entry.status != "staged":
         raise InvalidReadError(f"transaction {entry.txn_id} of {ds.key!r} is {entry.status}, not staged")
     return ds, entry
 
 
 def _entry_of(t: Trident, ds: DatasetRecord, txn_id: object, not_an_id: str) -> LedgerEntry:
-    """The ledger entry ``txn_id`` names, refused unless it is a transaction of ``ds`` (an id of
-    another dataset must not select a version of this one)."""
+    """The ledger entry ``txn_id`` names, refused unless it is a transaction of ``ds``."""
+    txn = _txn_id(txn_id, not_an_id)
+    return _owned(t.control.ledger_entry(txn), ds, txn)
+
+
+def _txn_id(txn_id: object, not_an_id: str) -> uuid.UUID:
     try:
-        txn = uuid.UUID(str(txn_id))
+        return uuid.UUID(str(txn_id))
     except ValueError:
         raise InvalidReadError(not_an_id) from None
-    entry = t.control.ledger_entry(txn)
+
+
+def _owned(entry: LedgerEntry | None, ds: DatasetRecord, txn: uuid.UUID) -> LedgerEntry:
+    """``entry`` when it is a transaction of ``ds``: an id of another dataset must not select a
+    version of this one."""
     if entry is None or entry.dataset_id != ds.dataset_id:
         raise InvalidReadError(f"transaction {txn} is not a transaction of {ds.key!r}")
     return entry
