@@ -22,11 +22,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 TRIAL_MIN_ROWS = 1024  # below this the trial says nothing useful about the next row groups
-# The trial encodes its rows twice: on the first 16 MiB row group of a narrow table (~190k rows)
-# that was ~13% of a pipeline run's Parquet encoding CPU. 65,536 rows tell a repeating column
-# from a mostly-unique one as well; a column at the border (both encodings about the same size)
-# may go plain, which costs next to nothing in size and encodes faster.
-TRIAL_MAX_ROWS = 65_536
+# The trial encodes its rows twice, on a lane's thread, and every other lane of the write waits for
+# its answer: at 65,536 rows that was 0.1-0.3 s of a TPC-H SF1 write with one core idle (customer,
+# orders, lineitem and each half of the split; issue 12). 16,384 rows give the same choice on
+# lineitem and customer and on orders all but ``o_shippriority``, a constant int whose two
+# encodings are a few bytes apart; 8,192 rows already drop the date columns of lineitem. A column
+# at the border may go plain, which costs next to nothing in size and encodes faster.
+TRIAL_MAX_ROWS = 16_384
 
 
 def _encode(table: pa.Table, dictionary: bool, writer_kwargs: dict[str, Any]) -> pq.FileMetaData:
@@ -58,20 +60,25 @@ def leaf_paths(schema: pa.Schema, never: Iterable[str]) -> list[str]:
     return [p for p in paths if p.split(".", 1)[0] not in never]
 
 
-def dictionary_columns(table: pa.Table, never: Iterable[str], writer_kwargs: dict[str, Any]) -> list[str]:
+def dictionary_columns(
+    table: pa.Table, never: Iterable[str], writer_kwargs: dict[str, Any], always: Iterable[str] = ()
+) -> list[str]:
     """The leaf columns of ``table`` whose dictionary encoding is no larger than plain encoding,
-    both compressed as the table's properties say, judged on its first ``TRIAL_MAX_ROWS`` rows; ``never`` columns (unique by construction) are
-    out. A table too small to tell keeps a dictionary everywhere else (pyarrow's default)."""
-    never = frozenset(never)
-    candidates = [name for name in table.schema.names if name not in never]
+    both compressed as the table's properties say, judged on its first ``TRIAL_MAX_ROWS`` rows;
+    ``never`` columns (unique by construction) are out, ``always`` columns (a few values by
+    construction) are in without a trial. A table too small to tell keeps a dictionary everywhere
+    else (pyarrow's default)."""
+    never, always = frozenset(never), frozenset(always)
+    kept = [name for name in always if name in table.schema.names]
+    candidates = [name for name in table.schema.names if name not in never and name not in always]
     if not candidates:
-        return []
+        return kept
     if table.num_rows < TRIAL_MIN_ROWS:
         return leaf_paths(table.schema, never)
     trial = table.select(candidates).slice(0, TRIAL_MAX_ROWS)
     with_dictionary = _leaf_bytes(_encode(trial, True, writer_kwargs))
     plain = _leaf_bytes(_encode(trial, False, writer_kwargs))
-    return [path for path, size in with_dictionary.items() if size <= plain.get(path, 0)]
+    return kept + [path for path, size in with_dictionary.items() if size <= plain.get(path, 0)]
 
 
 class DictionaryChoice:
@@ -79,8 +86,9 @@ class DictionaryChoice:
     any of its files writes, and shared by every file after it (lanes encode in parallel threads,
     so the first one decides under a lock and the others wait for its answer)."""
 
-    def __init__(self, never: Iterable[str], writer_kwargs: dict[str, Any]) -> None:
+    def __init__(self, never: Iterable[str], writer_kwargs: dict[str, Any], always: Iterable[str] = ()) -> None:
         self._never = frozenset(never)
+        self._always = frozenset(always)
         self._writer_kwargs = writer_kwargs
         self._lock = threading.Lock()
         self._columns: list[str] | None = None
@@ -96,5 +104,5 @@ class DictionaryChoice:
                     if self._undecided is None:
                         self._undecided = leaf_paths(first.schema, self._never)
                     return self._undecided
-                self._columns = dictionary_columns(first, self._never, self._writer_kwargs)
+                self._columns = dictionary_columns(first, self._never, self._writer_kwargs, self._always)
             return self._columns

@@ -28,7 +28,7 @@ from pyiceberg.typedef import Record
 
 from ...errors import StorageCredentialsError
 from ...failpoints import failpoint
-from ...identity import ROW_ID, ROW_INDEX
+from ...identity import CREATED_AT, ROW_ID, ROW_INDEX
 from ...partitions import Partitioner
 from ...pyiceberg_compat import parquet_writer_kwargs
 from .encoding import DictionaryChoice
@@ -87,6 +87,10 @@ class _ParquetFile:
 
 
 _NEVER_REPEATING = frozenset({ROW_ID, ROW_INDEX})  # unique by construction: no dictionary, no trial
+# One value per transaction that wrote the rows: a dictionary without a trial (a constant column is
+# a few bytes either way, so a trial on a small head calls it a tie and may pick plain; across a
+# compacted file's or a merge's rows, a dictionary of a few timestamps is what keeps it small)
+_FEW_VALUES = frozenset({CREATED_AT})
 # Their encodings instead of PLAIN: ``__row_id`` (16 bytes in a uuid table, a 36-character string in
 # one created before) has a head that is the same for a whole block of ids and a tail that counts up
 # (``identity.RowIdBlock``), so DELTA_BYTE_ARRAY (prefix lengths + suffixes) stores 1M ids in a few
@@ -170,7 +174,7 @@ class _TxnFileWriter(ABC):
         self._row_group_bytes = row_group_bytes
         self._stats = FileStats(schema, properties)  # worked out once for all its files
         self._writer_kwargs = parquet_writer_kwargs(properties)  # the same for every file: derived once
-        self._dictionary = DictionaryChoice(_NEVER_REPEATING, self._writer_kwargs)
+        self._dictionary = DictionaryChoice(_NEVER_REPEATING, self._writer_kwargs, _FEW_VALUES)
         self._pool = ThreadPoolExecutor(max_workers=max(1, parallelism), thread_name_prefix="trident-parquet")
         self._seq = 0
         self.paths: list[str] = []
