@@ -49,6 +49,7 @@ from ...partitions import (
 )
 from ...pyiceberg_compat import (
     create_branch_in,
+    memoized_creation,
     plan_live_files,
     transaction,
     transaction_io,
@@ -532,7 +533,7 @@ class IcebergSink(Sink):
         }
         if self._staged_create:
             try:
-                txn = self.catalog.create_table_transaction(ident, schema=schema, properties=properties)
+                txn = memoized_creation(self.catalog.create_table_transaction(ident, schema=schema, properties=properties))
                 self.access.bind(transaction_table(txn), reload=None)  # staged: nothing to reload yet
                 return txn
             except (NotImplementedError, RESTError) as exc:
