@@ -318,6 +318,15 @@ def _spec_of(data_file: DataFile, default: int) -> int:
     return default if spec is None else int(spec)
 
 
+def manage_snapshots(table: Table) -> Any:
+    """``table.manage_snapshots()`` (its own autocommit transaction) on a ``_MemoTransaction``:
+    pyiceberg's read the transaction's metadata four times per publish, each a deep copy of the
+    whole history (issue 12)."""
+    from pyiceberg.table.update.snapshot import ManageSnapshots
+
+    return ManageSnapshots(transaction=_MemoTransaction(table, autocommit=True))
+
+
 def remove_branch_in(txn: Transaction, branch: str) -> None:
     """Remove ``branch`` in the same (not yet committed) transaction as its other changes, so a
     publish moves main and drops the audit branch in ONE metadata commit. pyiceberg only offers

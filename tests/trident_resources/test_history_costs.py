@@ -125,6 +125,26 @@ def test_a_first_write_computes_the_new_tables_metadata_once(trident: Trident, m
     assert sorted(t.read("h/new").column("id").to_pylist()) == [1, 2]
 
 
+def test_a_publish_computes_the_tables_metadata_at_most_once(trident: Trident, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Publishing moves main to the staged snapshot and drops its audit branch in one commit.
+    pyiceberg's ``Table.manage_snapshots()`` runs on a plain ``Transaction``, whose metadata was
+    replayed and deep-copied, history and all, at each of four reads per publish."""
+    t = trident
+    _appends(t, "h/pub", 5)
+    staged = t.write("h/pub", pa.table({"id": [5], "v": ["x5"]}), mode="append", stage=True)
+    calls: list[int] = []
+    real = pyiceberg_table.update_table_metadata
+
+    def counting(base: Any, updates: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append(len(updates))
+        return real(base, updates, *args, **kwargs)
+
+    monkeypatch.setattr(pyiceberg_table, "update_table_metadata", counting)
+    t.publish("h/pub", staged.txn_id)
+    assert len(calls) <= 1, f"the table's metadata was recomputed {len(calls)} times for one publish"
+    assert sorted(t.read("h/pub").column("id").to_pylist()) == list(range(6))
+
+
 def test_dropping_a_table_of_many_appends_reads_each_manifest_once_and_leaves_no_file(
     trident: Trident, monkeypatch: pytest.MonkeyPatch
 ) -> None:

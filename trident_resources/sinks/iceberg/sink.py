@@ -49,6 +49,7 @@ from ...partitions import (
 )
 from ...pyiceberg_compat import (
     create_branch_in,
+    manage_snapshots,
     memoized_creation,
     plan_live_files,
     transaction,
@@ -744,7 +745,7 @@ class IcebergSink(Sink):
         if snap.parent_snapshot_id is None:
             self.catalog.drop_table(self.identifier(ds))
         else:
-            table.manage_snapshots().set_current_snapshot(snap.parent_snapshot_id).commit()
+            manage_snapshots(table).set_current_snapshot(snap.parent_snapshot_id).commit()
         delete_paths(table.io, list_txn_files(table.io, table.location(), txn_id))
 
     def discard(self, ds: DatasetRecord, txn_id: uuid.UUID, location: str | None = None) -> Discarded:

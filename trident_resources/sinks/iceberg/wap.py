@@ -16,7 +16,7 @@ from pyiceberg.table.snapshots import Snapshot
 from ...control_plane import DatasetRecord, Outcome
 from ...errors import InvalidWriteError, StagedVersionConflictError
 from ...partitions import PartitionFilter
-from ...pyiceberg_compat import remove_branch_in, transaction
+from ...pyiceberg_compat import manage_snapshots, remove_branch_in, transaction
 from .commits import commit_files
 from .scans import last_known_table, remember_committed, snapshot_iceberg_schema, snapshot_schema
 from .snapshots import TXN_PROPERTY, audit_branch, carries_txn, has_column, published_schema, summary_outcome
@@ -80,7 +80,7 @@ def _move_main(sink: IcebergSink, ds: DatasetRecord, table: Table, staged: Snaps
     """Main to the staged snapshot and the audit branch dropped, one commit (CommitFailedException
     when main is not where ``table`` says, or anything else the update assumes changed)."""
     branch = audit_branch(txn_id)
-    update = table.manage_snapshots().set_current_snapshot(staged.snapshot_id)
+    update = manage_snapshots(table).set_current_snapshot(staged.snapshot_id)
     if branch in table.metadata.refs:
         update = update.remove_branch(branch)
     update.commit()
@@ -156,7 +156,7 @@ def drop_audit_branch(table: Table, txn_id: uuid.UUID) -> None:
     ref = table.metadata.refs.get(branch)
     if ref is None:
         return
-    table.manage_snapshots().remove_branch(branch).commit()
+    manage_snapshots(table).remove_branch(branch).commit()
     table = table.refresh()
     snap = table.snapshot_by_id(ref.snapshot_id)
     if snap is not None and carries_txn(snap, txn_id):
