@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from trident_resources import PartitionFilter, SqlNotAllowedError, Trident, TridentError
 from trident_resources.identity import CREATED_AT, IDENTITY_COLUMNS, ROW_INDEX
-from trident_resources.sql import native_paths, parser, register_dataset, sandbox
+from trident_resources.sql import close_soon, native_paths, parser, register_dataset, sandbox
 from trident_resources.sql_guard import check_reads_only
 
 from .strategies import Plan, Strategy, open_write, plan_output, wait_for_quiet_sources
@@ -58,7 +58,7 @@ class Session:
         return rel.to_arrow_reader(batch_rows)
 
     def close(self) -> None:
-        self.con.close()
+        close_soon(self.con)
 
 
 def open_session(

@@ -38,7 +38,7 @@ from typing import Any
 import duckdb
 
 from trident_resources import TridentError, TridentSettings
-from trident_resources.sql import PARSER_DATABASE, sandbox
+from trident_resources.sql import PARSER_DATABASE, close_soon, sandbox
 
 ENV_MAX_JOIN_ROWS = "TRIDENT_JOIN_MAX_ROWS"  # named in messages; TridentSettings.join_max_rows reads it
 # The stand-in tables are empty: without these optimizers DuckDB keeps the plan's shape instead of
@@ -132,7 +132,7 @@ class _Estimator:
         except duckdb.Error as exc:
             raise TridentError(f"the join SQL of {output!r} does not plan: {exc}") from exc
         finally:
-            guard.close()
+            close_soon(guard)
 
     def _walk(self, node: dict[str, Any]) -> _Rel:
         name = str(node.get("name", "")).strip()
