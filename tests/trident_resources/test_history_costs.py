@@ -27,6 +27,21 @@ def _appends(t: Trident, key: str, n: int) -> None:
         t.write(key, pa.table({"id": [i], "v": [f"x{i}"]}), mode="append")
 
 
+def _metadata_recomputes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Every recomputation of a transaction's metadata from here on (the number of updates each
+    replayed): pyiceberg's ``Transaction.table_metadata`` calls ``update_table_metadata``, which
+    ends in a deep copy of the whole history."""
+    calls: list[int] = []
+    real = pyiceberg_table.update_table_metadata
+
+    def counting(base: Any, updates: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append(len(updates))
+        return real(base, updates, *args, **kwargs)
+
+    monkeypatch.setattr(pyiceberg_table, "update_table_metadata", counting)
+    return calls
+
+
 def _opened_manifests(monkeypatch: pytest.MonkeyPatch) -> list[ManifestFile]:
     """Every manifest whose entries are decoded from now on (pyiceberg's own method, wrapped)."""
     opened: list[ManifestFile] = []
@@ -90,14 +105,7 @@ def test_an_append_computes_the_transaction_metadata_once_whatever_the_history(
 ) -> None:
     t = trident
     _appends(t, "h/grow", 20)
-    calls: list[int] = []
-    real = pyiceberg_table.update_table_metadata  # what Transaction.table_metadata recomputes (a deep copy)
-
-    def counting(base: Any, updates: Any, *args: Any, **kwargs: Any) -> Any:
-        calls.append(len(updates))
-        return real(base, updates, *args, **kwargs)
-
-    monkeypatch.setattr(pyiceberg_table, "update_table_metadata", counting)
+    calls = _metadata_recomputes(monkeypatch)
     t.write("h/grow", pa.table({"id": [20], "v": ["x20"]}), mode="append")
     # once with the new snapshot staged; pyiceberg recomputed it ~15 times per append before
     assert len(calls) <= 2, f"Transaction.table_metadata recomputed {len(calls)} times for one append"
@@ -111,14 +119,7 @@ def test_a_first_write_computes_the_new_tables_metadata_once(trident: Trident, m
     result at every ``table_metadata`` access: 16 times per first write, i.e. per dataset of a
     pipeline's first run."""
     t = trident
-    calls: list[int] = []
-    real = pyiceberg_table.update_table_metadata
-
-    def counting(base: Any, updates: Any, *args: Any, **kwargs: Any) -> Any:
-        calls.append(len(updates))
-        return real(base, updates, *args, **kwargs)
-
-    monkeypatch.setattr(pyiceberg_table, "update_table_metadata", counting)
+    calls = _metadata_recomputes(monkeypatch)
     t.write("h/new", pa.table({"id": [1, 2], "v": ["a", "b"]}))
     assert len(calls) <= 2, f"the new table's metadata was recomputed {len(calls)} times for one write"
     assert t.describe("h/new").row_count == 2
@@ -132,14 +133,7 @@ def test_a_publish_computes_the_tables_metadata_at_most_once(trident: Trident, m
     t = trident
     _appends(t, "h/pub", 5)
     staged = t.write("h/pub", pa.table({"id": [5], "v": ["x5"]}), mode="append", stage=True)
-    calls: list[int] = []
-    real = pyiceberg_table.update_table_metadata
-
-    def counting(base: Any, updates: Any, *args: Any, **kwargs: Any) -> Any:
-        calls.append(len(updates))
-        return real(base, updates, *args, **kwargs)
-
-    monkeypatch.setattr(pyiceberg_table, "update_table_metadata", counting)
+    calls = _metadata_recomputes(monkeypatch)
     t.publish("h/pub", staged.txn_id)
     assert len(calls) <= 1, f"the table's metadata was recomputed {len(calls)} times for one publish"
     assert sorted(t.read("h/pub").column("id").to_pylist()) == list(range(6))
