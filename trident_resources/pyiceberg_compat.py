@@ -148,7 +148,7 @@ def transaction_io(txn: Transaction) -> FileIO:
     return transaction_table(txn).io
 
 
-class _MemoMetadata(Transaction):
+class _MemoTransaction(Transaction):
     """pyiceberg's ``Transaction`` whose ``table_metadata`` is computed once per staged state.
 
     pyiceberg 0.12 recomputes the property on every access: it replays the staged updates and
@@ -175,12 +175,8 @@ class _MemoMetadata(Transaction):
         return computed
 
 
-class _MemoTransaction(_MemoMetadata):
-    """``table.transaction()`` with ``_MemoMetadata``'s once-per-state metadata."""
-
-
-class _MemoCreateTableTransaction(_MemoMetadata, CreateTableTransaction):
-    """A staged table creation with ``_MemoMetadata``'s once-per-state metadata: its updates are
+class _MemoCreateTableTransaction(_MemoTransaction, CreateTableTransaction):
+    """A staged table creation with ``_MemoTransaction``'s once-per-state metadata: its updates are
     never empty (the creation itself), so pyiceberg's own deep-copied the new table's metadata
     ~16 times per first write (issue 12: every write of a new dataset, e.g. each dataset of a
     pipeline's first run, 0.1 s of its run)."""
