@@ -103,6 +103,7 @@ def compact(sink: IcebergSink, ds: DatasetRecord, table: Table, *, min_input_fil
                 target_file_bytes=sink.settings.target_file_bytes,
                 row_group_bytes=sink.settings.row_group_bytes,
                 parallelism=sink.settings.write_parallelism,
+                spread_last=False,  # fewer files is the point: a small partition stays one file
             )
             writers.append(writer)
             for f in sorted(group, key=order):

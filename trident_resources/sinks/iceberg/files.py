@@ -110,6 +110,10 @@ def identity_encoding(schema: pa.Schema) -> dict[str, str]:
     return {name: enc for name, enc in _IDENTITY_ENCODING.items() if name in schema.names}
 
 
+# The fewest rows a write's last row group is cut to so that its lanes encode it together: a row
+# group of fewer rows costs more in its own metadata and per-column overhead than a lane saves
+# (the dictionary trial reads this many, ``encoding.TRIAL_MAX_ROWS``)
+_MIN_PIECE_ROWS = 16_384
 _WHOLE_FILES = 8  # small whole files written by one pool task
 _DELETE_THREADS = 8  # deletions in flight at once (``delete_paths``)
 
@@ -255,6 +259,7 @@ class DataFileWriter(_TxnFileWriter):
         row_group_bytes: int,
         parallelism: int = 2,
         partition: Record | None = None,
+        spread_last: bool = True,
     ) -> None:
         super().__init__(
             io,
@@ -274,6 +279,9 @@ class DataFileWriter(_TxnFileWriter):
         self._partition = partition if partition is not None else Record()
         self._lanes: list[_Lane | None] = [None] * max(1, parallelism)
         self._turn = 0
+        # the last row group across the lanes (see ``_flush``); compaction, whose point is fewer
+        # files, keeps a small output in one
+        self._spread_last = spread_last
 
     def write(self, batch: pa.RecordBatch, *, clustered: bool = False) -> None:
         if batch.num_rows == 0:
@@ -289,7 +297,13 @@ class DataFileWriter(_TxnFileWriter):
         expiring = getattr(self._io, "expiring", None)
         return bool(expiring()) if callable(expiring) else False
 
-    def _flush(self) -> None:
+    def _flush(self, *, last: bool = False) -> None:
+        """Hand the buffered rows to the lanes as row groups of about ``row_group_bytes``; the
+        rows short of one stay buffered for the next batches. Cut at the budget, not at a batch's
+        end: a row group of two 15 MiB batches would keep one lane encoding twice as long as the
+        other. The ``last`` flush cuts what is left into one row group per lane (at least
+        ``_MIN_PIECE_ROWS`` rows each): nothing follows that the other lanes could encode
+        meanwhile, so a small write or a long write's tail would otherwise encode on one core."""
         if not self._buffer:
             return
         if self._credentials_expiring():
@@ -300,7 +314,27 @@ class DataFileWriter(_TxnFileWriter):
                     self._close_lane(open_lane)
                     self._lanes[j] = None
         table = pa.Table.from_batches(self._buffer, schema=self.arrow_schema)
+        nbytes = self._buffered_bytes
         self._buffer, self._buffered_bytes = [], 0
+        rows = table.num_rows
+        if last and self._spread_last:
+            step = -(-rows // (min(len(self._lanes), rows // _MIN_PIECE_ROWS) or 1))
+        elif last:
+            step = rows
+        else:
+            step = max(1, rows * self._row_group_bytes // max(nbytes, 1))
+        start = 0
+        while rows - start >= step or (last and start < rows):
+            self._submit(table.slice(start, step))
+            start += step
+        if start < rows:
+            rest = table.slice(start)
+            self._buffer = rest.to_batches()
+            self._buffered_bytes = nbytes * (rows - start) // rows
+        del table
+
+    def _submit(self, table: pa.Table) -> None:
+        """Hand one row group to the next lane in turn, once that lane's previous one is done."""
         i = self._turn
         self._turn = (self._turn + 1) % len(self._lanes)
         lane = self._lanes[i]
@@ -320,7 +354,7 @@ class DataFileWriter(_TxnFileWriter):
         self._finish(lane, self._partition)
 
     def close(self) -> list[DataFile]:
-        self._flush()
+        self._flush(last=True)
         for i, lane in enumerate(self._lanes):
             if lane is not None:
                 self._close_lane(lane)

@@ -1,0 +1,64 @@
+"""How a write cuts its rows into row groups and lanes (``sinks/iceberg/files.DataFileWriter``):
+row groups of the configured budget whatever the batch size, and a write's last rows encoded on
+every lane rather than on one while the others idle (issue 12: a small write, or a long write's
+tail, kept one core busy and the other waiting)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tests.conftest import make_settings
+from trident_resources import Trident
+
+# four int64 user columns and the identity columns (__row_id 16 bytes, __row_index and
+# __created_at 8 each): 64 bytes of Arrow per row, no validity buffers
+_BYTES_PER_ROW = 64
+_ROW_GROUP_ROWS = 10_000
+
+
+def _batch(start: int, rows: int) -> pa.RecordBatch:
+    values = np.arange(start, start + rows, dtype=np.int64)
+    return pa.record_batch({"a": values, "b": values * 2, "c": values * 3, "d": values * 4})
+
+
+def _row_groups(t: Trident, key: str) -> list[list[int]]:
+    """Per data file, the rows of each of its row groups."""
+    ds = t.control.dataset(t.workspace, key)
+    table = t.driver.sinks["iceberg_native"].table(ds)  # type: ignore[attr-defined]
+    groups = []
+    for task in table.scan().plan_files():
+        with table.io.new_input(task.file.file_path).open() as f:
+            md = pq.ParquetFile(f).metadata
+        groups.append([md.row_group(i).num_rows for i in range(md.num_row_groups)])
+    return groups
+
+
+def test_row_groups_are_cut_at_the_budget_not_at_a_batch_end(trident_home: Path, pg_dsn: str) -> None:
+    """Batches of three quarters of the budget: before, a row group ended only at a batch's end,
+    past the budget (22,500 rows here), so one lane encoded much more than the other; now none
+    is over it."""
+    settings = make_settings(trident_home, pg_dsn, row_group_bytes=_ROW_GROUP_ROWS * _BYTES_PER_ROW, write_parallelism=2)
+    batch_rows = _ROW_GROUP_ROWS * 3 // 4
+    batches = [_batch(i * batch_rows, batch_rows) for i in range(12)]
+    with Trident(settings) as t:
+        t.write("rg/budget", pa.RecordBatchReader.from_batches(batches[0].schema, batches))
+        groups = _row_groups(t, "rg/budget")
+        assert sum(map(sum, groups)) == 12 * batch_rows
+        assert max(max(g) for g in groups) <= _ROW_GROUP_ROWS, groups
+        assert t.read("rg/budget").sort_by("a")["a"].to_pylist() == list(range(12 * batch_rows))
+
+
+def test_a_write_smaller_than_a_row_group_is_encoded_on_every_lane(trident_home: Path, pg_dsn: str) -> None:
+    """40,000 rows under the default 16 MiB budget: two files of 20,000 rows (one per lane), not
+    one file encoded by one lane; a tiny write stays one file."""
+    with Trident(make_settings(trident_home, pg_dsn, write_parallelism=2)) as t:
+        t.write("rg/small", pa.Table.from_batches([_batch(0, 40_000)]))
+        assert sorted(_row_groups(t, "rg/small")) == [[20_000], [20_000]]
+        read = t.read("rg/small").sort_by("__row_index")
+        assert read["a"].to_pylist() == list(range(40_000))
+        t.write("rg/tiny", pa.Table.from_batches([_batch(0, 1_000)]))
+        assert _row_groups(t, "rg/tiny") == [[1_000]]
