@@ -175,6 +175,42 @@ def test_join_guard_estimates_from_the_data(settings: TridentSettings, trident: 
         session.close()
 
 
+class _CountingConnection:
+    """A DuckDB connection that records the SQL it is given (DuckDB's own class cannot be patched)."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+        self.con = con
+        self.queries: list[str] = []
+
+    def execute(self, sql: str, *args: object) -> duckdb.DuckDBPyConnection:
+        self.queries.append(sql)
+        return self.con.execute(sql, *args)
+
+
+def test_join_guard_scans_each_source_once_for_all_its_key_columns(settings: TridentSettings, trident: Trident) -> None:
+    """Issue 12: a distinct count per key column was a scan per column (TPC-H Q3: seven scans, four
+    of ``orders``); the guard now counts all of a source's key columns in one scan, same estimate."""
+    from trident_assets.compute import open_session
+    from trident_assets.join_guard import SourceStats, check_join
+    from trident_assets.strategies import replace
+
+    trident.write("src/orders", pa.table({"o_id": list(range(1000)), "cust": [i % 50 for i in range(1000)]}))
+    trident.write("src/lines", pa.table({"l_order": [i // 4 for i in range(4000)], "qty": list(range(4000))}))
+    trident.write("src/cust", pa.table({"c_id": list(range(50)), "seg": ["x"] * 50}))
+    names = {"o": "src/orders", "l": "src/lines", "c": "src/cust"}
+    session = open_session(trident, "out/x", names, replace())
+    stats = [SourceStats(n, k, trident.describe(k).row_count) for n, k in names.items()]
+    sql = "SELECT cust, count(*) FROM o JOIN l ON o.o_id = l.l_order JOIN c ON c.c_id = o.cust GROUP BY cust"
+    try:
+        counting = _CountingConnection(session.con)
+        estimate = check_join(counting, sql, stats, 10**12, "out/x")  # type: ignore[arg-type]
+        scans = [q for q in counting.queries if "approx_count_distinct" in q]
+        assert len(scans) == 3, scans  # o (o_id and cust), l, c
+        assert abs(estimate.rows - 4000) <= 200
+    finally:
+        session.close()
+
+
 def test_split_refuses_outputs_in_different_sinks(settings: TridentSettings, trident: Trident) -> None:
     trident.write("src/items", items(0, 10))
     trident.router.set_pin("out/low", "pg")
