@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dagster as dg
+import duckdb
 import pyarrow as pa
 import pytest
 
