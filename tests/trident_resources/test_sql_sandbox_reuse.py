@@ -133,3 +133,20 @@ def test_a_process_that_queried_and_exits_at_once_exits_cleanly(settings: Triden
     code = "from trident_resources import Trident\nt = Trident.from_env()\nprint(t.sql('select 41 + 1 as x').column(0)[0])"
     for _ in range(3):
         assert fresh_python(code, env=env) == "42"
+
+
+def test_checking_a_query_does_not_open_duckdbs_default_database(trident: Trident, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``duckdb.extract_statements`` parses on DuckDB's module-level default connection, opening
+    that in-memory database on first use (~15-20 ms of a run's first query, issue 12); the
+    statement check parses on the thread's parser connection, opened ahead like a sandbox's."""
+
+    def refuse(*_: object, **__: object) -> None:
+        raise AssertionError("the default DuckDB connection was used")
+
+    monkeypatch.setattr(duckdb, "extract_statements", refuse)
+    trident.write("r/p", pa.table({"a": [1, 2]}))
+    assert trident.sql('select sum(a) as s from "r/p"').column("s").to_pylist() == [3]
+    with pytest.raises(SqlNotAllowedError, match="exactly one statement"):
+        trident.sql("select 1; select 2")
+    with pytest.raises(SqlNotAllowedError, match="only SELECT"):
+        trident.sql('delete from "r/p"')
