@@ -115,14 +115,15 @@ class _Estimator:
     # -- the plan ---------------------------------------------------------------------------
     def estimate(self, sql: str, output: str) -> JoinEstimate:
         plan = self._plan(sql, output)
-        # Walked twice: first to list every key column whose distinct count the estimate uses
-        # (the walk's path depends on the plan alone, never on a count), which are then measured
-        # with one scan per source for all of its columns; then with the counts. A query per
-        # column cost a scan each: seven in TPC-H Q3, four of them over ``orders``.
+        # Walked twice: first to list every key column whose distinct count the estimate uses,
+        # and every source whose rows must be counted (the walk's path depends on the plan
+        # alone, never on a count), which are then measured with one scan per source; then with
+        # the counts. A query per column cost a scan each: seven in TPC-H Q3, four of them over
+        # ``orders``, and a delta slice's row count one more.
         self._wanted = {}
         for node in plan:
             self._walk(node)
-        self._measure_ndvs(self._wanted)
+        self._measure(self._wanted)
         self._wanted = None
         self.steps.clear()
         self._ctes.clear()
@@ -258,8 +259,12 @@ class _Estimator:
         if name not in self._rows:
             known = self.sources[name].rows
             if known is None:
-                known = int(self.con.execute(f"SELECT count(*) FROM {_quote(name)}").fetchall()[0][0])
-            self._rows[name] = float(known)
+                if self._wanted is not None:  # the first walk: counted with the source's key columns
+                    self._wanted.setdefault(name, [])
+                    return 1.0
+                self._measure({name: []})
+            else:
+                self._rows[name] = float(known)
         return self._rows[name]
 
     def _source_ndv(self, name: str, column: str) -> float:
@@ -269,18 +274,23 @@ class _Estimator:
                 columns.append(column)
             return 1.0
         if (name, column) not in self._ndv:
-            self._measure_ndvs({name: [column]})
+            self._measure({name: [column]})
         return self._ndv[(name, column)]
 
-    def _measure_ndvs(self, wanted: Mapping[str, Sequence[str]]) -> None:
-        """Each source's listed columns' distinct counts, in one scan of that source."""
+    def _measure(self, wanted: Mapping[str, Sequence[str]]) -> None:
+        """Each source's listed columns' distinct counts, and its rows when the control plane
+        has no count of them, in one scan of that source."""
         for name, columns in wanted.items():
             todo = [c for c in columns if (name, c) not in self._ndv]
-            if not todo:
+            count = name not in self._rows and self.sources[name].rows is None
+            if not todo and not count:
                 continue
-            counts = ", ".join(f"approx_count_distinct({_quote(c)})" for c in todo)
-            [row] = self.con.execute(f"SELECT {counts} FROM {_quote(name)}").fetchall()
-            for column, value in zip(todo, row, strict=True):
+            aggs = [*(["count(*)"] if count else []), *(f"approx_count_distinct({_quote(c)})" for c in todo)]
+            [row] = self.con.execute(f"SELECT {', '.join(aggs)} FROM {_quote(name)}").fetchall()
+            values = list(row)
+            if count:
+                self._rows[name] = float(values.pop(0))
+            for column, value in zip(todo, values, strict=True):
                 self._ndv[(name, column)] = float(value or 0)
 
 

@@ -190,7 +190,8 @@ class _CountingConnection:
 
 def test_join_guard_scans_each_source_once_for_all_its_key_columns(settings: TridentSettings, trident: Trident) -> None:
     """Issue 12: a distinct count per key column was a scan per column (TPC-H Q3: seven scans, four
-    of ``orders``); the guard now counts all of a source's key columns in one scan, same estimate."""
+    of ``orders``), and a source's unknown row count one more; the guard now counts all of a
+    source's key columns, and its rows when needed, in one scan, same estimate."""
     from trident_assets.compute import open_session
     from trident_assets.join_guard import SourceStats, check_join
     from trident_assets.strategies import replace
@@ -208,6 +209,12 @@ def test_join_guard_scans_each_source_once_for_all_its_key_columns(settings: Tri
         scans = [q for q in counting.queries if "approx_count_distinct" in q]
         assert len(scans) == 3, scans  # o (o_id and cust), l, c
         assert abs(estimate.rows - 4000) <= 200
+        # rows the control plane has no count of (a delta slice): counted in the same scan
+        counting = _CountingConnection(session.con)
+        unknown = [SourceStats(n, k, None) for n, k in names.items()]
+        assert check_join(counting, sql, unknown, 10**12, "out/x").rows == estimate.rows  # type: ignore[arg-type]
+        scans = [q for q in counting.queries if not q.startswith("DESCRIBE")]
+        assert len(scans) == 3 and all("count(*)" in q for q in scans), scans
     finally:
         session.close()
 
