@@ -1,5 +1,5 @@
 """How a write cuts its rows into row groups and lanes (``sinks/iceberg/files.DataFileWriter``):
-row groups of the configured budget whatever the batch size, and a write's last rows encoded on
+row groups that end before the configured budget is passed, and a write's last rows encoded on
 every lane rather than on one while the others idle (issue 12: a small write, or a long write's
 tail, kept one core busy and the other waiting)."""
 
@@ -17,7 +17,6 @@ from trident_resources import Trident
 # four int64 user columns and the identity columns (__row_id 16 bytes, __row_index and
 # __created_at 8 each): 64 bytes of Arrow per row, no validity buffers
 _BYTES_PER_ROW = 64
-_ROW_GROUP_ROWS = 10_000
 
 
 def _batch(start: int, rows: int) -> pa.RecordBatch:
@@ -37,19 +36,20 @@ def _row_groups(t: Trident, key: str) -> list[list[int]]:
     return groups
 
 
-def test_row_groups_are_cut_at_the_budget_not_at_a_batch_end(trident_home: Path, pg_dsn: str) -> None:
-    """Batches of three quarters of the budget: before, a row group ended only at a batch's end,
-    past the budget (22,500 rows here), so one lane encoded much more than the other; now none
-    is over it."""
-    settings = make_settings(trident_home, pg_dsn, row_group_bytes=_ROW_GROUP_ROWS * _BYTES_PER_ROW, write_parallelism=2)
-    batch_rows = _ROW_GROUP_ROWS * 3 // 4
-    batches = [_batch(i * batch_rows, batch_rows) for i in range(12)]
+def test_a_row_group_ends_before_the_budget_is_passed(trident_home: Path, pg_dsn: str) -> None:
+    """Batches of 65,536 rows (passed to the writer as they are) holding three quarters of the
+    budget each: before, a row group ended at the first batch end past the budget, two batches
+    (1.5x the budget), so one lane encoded half as much again as the other; now one batch each."""
+    batch_rows = 65_536
+    budget_rows = batch_rows * 4 // 3
+    settings = make_settings(trident_home, pg_dsn, row_group_bytes=budget_rows * _BYTES_PER_ROW, write_parallelism=2)
+    batches = [_batch(i * batch_rows, batch_rows) for i in range(6)]
     with Trident(settings) as t:
         t.write("rg/budget", pa.RecordBatchReader.from_batches(batches[0].schema, batches))
         groups = _row_groups(t, "rg/budget")
-        assert sum(map(sum, groups)) == 12 * batch_rows
-        assert max(max(g) for g in groups) <= _ROW_GROUP_ROWS, groups
-        assert t.read("rg/budget").sort_by("a")["a"].to_pylist() == list(range(12 * batch_rows))
+        assert sum(map(sum, groups)) == 6 * batch_rows
+        assert max(max(g) for g in groups) <= budget_rows, groups
+        assert sorted(t.read("rg/budget")["a"].to_pylist()) == list(range(6 * batch_rows))
 
 
 def test_a_write_smaller_than_a_row_group_is_encoded_on_every_lane(trident_home: Path, pg_dsn: str) -> None:

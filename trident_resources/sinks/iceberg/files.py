@@ -298,10 +298,11 @@ class DataFileWriter(_TxnFileWriter):
         return bool(expiring()) if callable(expiring) else False
 
     def _flush(self, *, last: bool = False) -> None:
-        """Hand the buffered rows to the lanes as row groups of about ``row_group_bytes``; the
-        rows short of one stay buffered for the next batches. Cut at the budget, not at a batch's
-        end: a row group of two 15 MiB batches would keep one lane encoding twice as long as the
-        other. The ``last`` flush cuts what is left into one row group per lane (at least
+        """Hand the buffered batches to the lanes as row groups of at most ``row_group_bytes``
+        (a batch alone over it is a row group of its own); the batches short of one stay
+        buffered. A row group used to end at the first batch end past the budget, so two 15 MiB
+        batches made one 30 MiB row group: one lane encoded twice what the other did. The
+        ``last`` flush cuts what is left into one row group per lane (at least
         ``_MIN_PIECE_ROWS`` rows each): nothing follows that the other lanes could encode
         meanwhile, so a small write or a long write's tail would otherwise encode on one core."""
         if not self._buffer:
@@ -313,25 +314,24 @@ class DataFileWriter(_TxnFileWriter):
                 if open_lane is not None:
                     self._close_lane(open_lane)
                     self._lanes[j] = None
-        table = pa.Table.from_batches(self._buffer, schema=self.arrow_schema)
-        nbytes = self._buffered_bytes
-        self._buffer, self._buffered_bytes = [], 0
-        rows = table.num_rows
-        if last and self._spread_last:
-            step = -(-rows // (min(len(self._lanes), rows // _MIN_PIECE_ROWS) or 1))
-        elif last:
-            step = rows
-        else:
-            step = max(1, rows * self._row_group_bytes // max(nbytes, 1))
-        start = 0
-        while rows - start >= step or (last and start < rows):
-            self._submit(table.slice(start, step))
-            start += step
-        if start < rows:
-            rest = table.slice(start)
-            self._buffer = rest.to_batches()
-            self._buffered_bytes = nbytes * (rows - start) // rows
-        del table
+        if last:
+            table = pa.Table.from_batches(self._buffer, schema=self.arrow_schema)
+            self._buffer, self._buffered_bytes = [], 0
+            rows = table.num_rows
+            pieces = (min(len(self._lanes), rows // _MIN_PIECE_ROWS) if self._spread_last else 1) or 1
+            step = -(-rows // pieces)
+            for start in range(0, rows, step):
+                self._submit(table.slice(start, step))
+            return
+        while self._buffered_bytes >= self._row_group_bytes:
+            take = size = 0
+            for batch in self._buffer:
+                if take and size + batch.nbytes > self._row_group_bytes:
+                    break
+                take, size = take + 1, size + batch.nbytes
+            group, self._buffer = self._buffer[:take], self._buffer[take:]
+            self._buffered_bytes -= size
+            self._submit(pa.Table.from_batches(group, schema=self.arrow_schema))
 
     def _submit(self, table: pa.Table) -> None:
         """Hand one row group to the next lane in turn, once that lane's previous one is done."""
