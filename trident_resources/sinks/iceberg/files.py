@@ -279,6 +279,7 @@ class DataFileWriter(_TxnFileWriter):
         self._partition = partition if partition is not None else Record()
         self._lanes: list[_Lane | None] = [None] * max(1, parallelism)
         self._turn = 0
+        self._row_groups = 0  # handed to the lanes so far
         # the last row group across the lanes (see ``_flush``); compaction, whose point is fewer
         # files, keeps a small output in one
         self._spread_last = spread_last
@@ -320,8 +321,17 @@ class DataFileWriter(_TxnFileWriter):
             rows = table.num_rows
             pieces = (min(len(self._lanes), rows // _MIN_PIECE_ROWS) if self._spread_last else 1) or 1
             step = -(-rows // pieces)
-            for start in range(0, rows, step):
-                self._submit(table.slice(start, step))
+            slices = [table.slice(start, step) for start in range(0, rows, step)]
+            if self._row_groups == 1 and len(slices) > 1:
+                # One row group so far, in lane 0's file: the first piece follows it there and
+                # the rest go to the next lanes' new files, so the files still hold the rows in
+                # the order they came (as they do when no row group came before). The idle lanes
+                # are handed theirs first: waiting for lane 0 must not leave them waiting too.
+                for j in sorted(range(len(slices)), key=lambda j: j == 0):
+                    self._submit(slices[j], lane=j)
+            else:
+                for piece in slices:
+                    self._submit(piece)
             return
         while self._buffered_bytes >= self._row_group_bytes:
             take = size = 0
@@ -333,20 +343,22 @@ class DataFileWriter(_TxnFileWriter):
             self._buffered_bytes -= size
             self._submit(pa.Table.from_batches(group, schema=self.arrow_schema))
 
-    def _submit(self, table: pa.Table) -> None:
-        """Hand one row group to the next lane in turn, once that lane's previous one is done."""
-        i = self._turn
-        self._turn = (self._turn + 1) % len(self._lanes)
-        lane = self._lanes[i]
-        if lane is not None:
-            lane.wait()  # bounds what is in flight, and keeps each file's row groups in order
-            if lane.bytes >= self._target_file_bytes:
-                self._close_lane(lane)
-                lane = None
-        if lane is None:
-            lane = self._lanes[i] = self._new_lane()
-        lane.bytes += table.nbytes
-        lane.pending = self._pool.submit(lane.write, table)
+    def _submit(self, table: pa.Table, *, lane: int | None = None) -> None:
+        """Hand one row group to the next lane in turn (or to ``lane``), once that lane's
+        previous one is done."""
+        i = self._turn if lane is None else lane
+        self._turn = (i + 1) % len(self._lanes)
+        self._row_groups += 1
+        target = self._lanes[i]
+        if target is not None:
+            target.wait()  # bounds what is in flight, and keeps each file's row groups in order
+            if target.bytes >= self._target_file_bytes:
+                self._close_lane(target)
+                target = None
+        if target is None:
+            target = self._lanes[i] = self._new_lane()
+        target.bytes += table.nbytes
+        target.pending = self._pool.submit(target.write, table)
         del table
         failpoint("write.file_flushed")
 
