@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import dagster as dg
 import duckdb
 import pyarrow as pa
@@ -22,6 +24,10 @@ from trident_assets import (
     upsert,
 )
 from trident_resources import DatasetNotFoundError, Trident, TridentSettings
+
+if TYPE_CHECKING:
+    from trident_assets.compute import Session
+    from trident_assets.join_guard import SourceStats
 
 
 def items(start: int, n: int, price: float = 1.0) -> pa.Table:
@@ -140,11 +146,11 @@ def test_join_guard_refuses_a_many_to_many_equi_join_before_writing(settings: Tr
         trident.history("out/m2m")  # refused before the write began: no ledger row, no dataset
 
 
-def test_join_guard_estimates_from_the_data(settings: TridentSettings, trident: Trident) -> None:
-    """Key joins, foreign-key fan-out, a renamed key, a grouped side and an IN-subquery, against the
-    true row counts (within the HyperLogLog error of the distinct counts)."""
+def _orders_lines_customers(trident: Trident) -> tuple[Session, list[SourceStats]]:
+    """Three sources of the join guard's tests (1,000 orders of 50 customers, 4 lines per order),
+    a node session over them as ``o``, ``l`` and ``c``, and their recorded row counts."""
     from trident_assets.compute import open_session
-    from trident_assets.join_guard import SourceStats, check_join
+    from trident_assets.join_guard import SourceStats
     from trident_assets.strategies import replace
 
     trident.write("src/orders", pa.table({"o_id": list(range(1000)), "cust": [i % 50 for i in range(1000)]}))
@@ -153,6 +159,15 @@ def test_join_guard_estimates_from_the_data(settings: TridentSettings, trident: 
     names = {"o": "src/orders", "l": "src/lines", "c": "src/cust"}
     session = open_session(trident, "out/x", names, replace())
     stats = [SourceStats(n, k, trident.describe(k).row_count) for n, k in names.items()]
+    return session, stats
+
+
+def test_join_guard_estimates_from_the_data(settings: TridentSettings, trident: Trident) -> None:
+    """Key joins, foreign-key fan-out, a renamed key, a grouped side and an IN-subquery, against the
+    true row counts (within the HyperLogLog error of the distinct counts)."""
+    from trident_assets.join_guard import check_join
+
+    session, stats = _orders_lines_customers(trident)
     try:
 
         def est(sql: str) -> int:
@@ -192,16 +207,9 @@ def test_join_guard_scans_each_source_once_for_all_its_key_columns(settings: Tri
     """Issue 12: a distinct count per key column was a scan per column (TPC-H Q3: seven scans, four
     of ``orders``), and a source's unknown row count one more; the guard now counts all of a
     source's key columns, and its rows when needed, in one scan, same estimate."""
-    from trident_assets.compute import open_session
     from trident_assets.join_guard import SourceStats, check_join
-    from trident_assets.strategies import replace
 
-    trident.write("src/orders", pa.table({"o_id": list(range(1000)), "cust": [i % 50 for i in range(1000)]}))
-    trident.write("src/lines", pa.table({"l_order": [i // 4 for i in range(4000)], "qty": list(range(4000))}))
-    trident.write("src/cust", pa.table({"c_id": list(range(50)), "seg": ["x"] * 50}))
-    names = {"o": "src/orders", "l": "src/lines", "c": "src/cust"}
-    session = open_session(trident, "out/x", names, replace())
-    stats = [SourceStats(n, k, trident.describe(k).row_count) for n, k in names.items()]
+    session, stats = _orders_lines_customers(trident)
     sql = "SELECT cust, count(*) FROM o JOIN l ON o.o_id = l.l_order JOIN c ON c.c_id = o.cust GROUP BY cust"
     try:
         counting = _CountingConnection(session.con)
@@ -211,7 +219,7 @@ def test_join_guard_scans_each_source_once_for_all_its_key_columns(settings: Tri
         assert abs(estimate.rows - 4000) <= 200
         # rows the control plane has no count of (a delta slice): counted in the same scan
         counting = _CountingConnection(session.con)
-        unknown = [SourceStats(n, k, None) for n, k in names.items()]
+        unknown = [SourceStats(known.name, known.key, None) for known in stats]
         assert check_join(counting, sql, unknown, 10**12, "out/x").rows == estimate.rows  # type: ignore[arg-type]
         scans = [q for q in counting.queries if not q.startswith("DESCRIBE")]
         assert len(scans) == 3 and all("count(*)" in q for q in scans), scans
