@@ -370,6 +370,15 @@ class ControlPlane:
                     log.warning("writer lock of %s was already gone at release: %s", dataset.key, exc)
 
     @contextmanager
+    def staged_decision_lock(self, txn_id: uuid.UUID) -> Iterator[None]:
+        """Wait for, then hold until the block ends, the one decision lock of staged transaction
+        ``txn_id`` (a transaction-level advisory lock: released by the commit, or by the
+        session's death if the process dies holding it)."""
+        with self.pool.connection() as conn, conn.transaction():
+            conn.execute(q.STAGED_DECISION_LOCK, (str(txn_id),))
+            yield
+
+    @contextmanager
     def partition_lock(
         self,
         dataset: DatasetRecord,

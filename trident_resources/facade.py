@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import pyarrow as pa
 
@@ -43,6 +43,7 @@ if TYPE_CHECKING:  # returned by ingest_stream / migrate
     from .streaming import IngestStream
 
 log = logging.getLogger("trident")
+R = TypeVar("R")
 
 
 class Trident:
@@ -328,6 +329,16 @@ class Trident:
             if ds is not None and ds.workspace == self.workspace and (key is None or ds.key == key):
                 out.append((ds.key, entry))
         return out
+
+    def decide_staged(self, txn_id: uuid.UUID, decide: Callable[[], R]) -> R:
+        """``decide()``, while no other process decides on staged transaction ``txn_id``.
+
+        Why: under the multiprocess executor several step processes of one run settle its gated
+        versions (each check step at teardown, each downstream step at setup). Each read the
+        run's events, found no decision reported yet, and reported one: a rejected version was
+        reported twice. Under this lock the second reads the first's report and stays quiet."""
+        with self.control.staged_decision_lock(txn_id):
+            return decide()
 
     def publish(
         self,

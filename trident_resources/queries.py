@@ -113,6 +113,9 @@ PARTITION_UNLOCKS = """SELECT count(*) FILTER (WHERE CASE WHEN u.shared
     AS released FROM unnest(%s::text[], %s::bool[]) AS u (key, shared)"""
 TRY_COMMIT_LOCK = "SELECT pg_try_advisory_lock(hashtextextended(%s, 9)) AS locked"
 COMMIT_UNLOCK = "SELECT pg_advisory_unlock(hashtextextended(%s, 9))"
+# one decision at a time on a staged transaction (the Dagster gate's read-decide-report), held to
+# the end of the deciding transaction
+STAGED_DECISION_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 10))"
 
 INSERT_SCHEMA_VERSION = "INSERT INTO trident_schema_versions (dataset_id, version, schema, txn_id) VALUES (%s, %s, %s::jsonb, %s)"
 INSERT_SYNC_LOG = """INSERT INTO trident_sync_log (dataset_id, txn_id, sink, snapshot_id, has_identity, rows_written, row_count)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from concurrent.futures import ThreadPoolExecutor
 from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,8 @@ from trident_assets import expectations as ex
 from trident_assets.factories import split_asset, transform_asset
 from trident_resources import PartitionFilter, Trident, TridentSettings
 from trident_resources.dagster import TridentResource
-from trident_resources.dagster.gate import GATE_META
+from trident_resources.dagster.gate import GATE_META, settle
+from trident_resources.failpoints import armed
 from trident_sensors.commits import trident_commits
 
 
@@ -286,6 +288,25 @@ def test_the_gate_under_the_multiprocess_executor(
         assert _ks(t, "gated_out", staged=staged.txn_id) == [5, 5]
         [rejected] = _observations(instance, run_id, "gated_out")
         assert rejected["trident/staged_txn"] == str(staged.txn_id) and rejected["trident/failed_checks"] == ["unique_k"]
+
+
+def test_two_processes_settling_one_rejected_version_report_it_once(settings: TridentSettings, trident: Trident) -> None:
+    """Under the multiprocess executor several step processes of a run settle its gated versions
+    (check steps at teardown, downstream steps at setup). Each read the run's events, found no
+    report and reported one: a rejection was reported twice (seen as a flaky
+    ``test_the_gate_under_the_multiprocess_executor``). The decision is now taken under the staged
+    version's lock. Here two threads settle at once, each on its own Postgres session, stalled
+    between reading the events and reporting."""
+    instance = dg.DagsterInstance.ephemeral()
+    with armed("gate.before_report"):  # the run's own settling stops before it reports
+        bad = _run(settings, _plain_defs([1, 2, 3, 3]), instance)
+    assert not bad.success
+    assert _observations(instance, bad.run_id, "gated_out") == []
+    with armed("gate.before_report", "sleep:0.5"), ThreadPoolExecutor(2) as pool:
+        decided = [f.result() for f in [pool.submit(settle, trident, instance, bad.run_id) for _ in range(2)]]
+    assert [[d.outcome for d in ds] for ds in decided] == [["rejected"], ["rejected"]]
+    [rejected] = _observations(instance, bad.run_id, "gated_out")
+    assert rejected["trident/failed_checks"] == ["unique_k"]
 
 
 def test_a_split_is_gated_and_its_halves_go_live_together(settings: TridentSettings, trident: Trident) -> None:

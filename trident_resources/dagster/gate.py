@@ -35,6 +35,7 @@ from dagster._core.events import AssetObservationData, DagsterEvent, DagsterEven
 from ..control_plane import LedgerEntry
 from ..errors import ChecksFailedError, DatasetNotFoundError, InvalidReadError, StagedVersionConflictError
 from ..facade import Trident
+from ..failpoints import failpoint
 
 RUN_ID = "dagster_run_id"  # ledger metadata key: the commit came from this Dagster run
 GATE_META = "trident.gate"  # ledger metadata of a gated staged write: the blocking checks that must pass
@@ -128,6 +129,9 @@ class Decision:
     failed: tuple[str, ...] = ()
 
 
+_GATE_EVENTS = {DagsterEventType.ASSET_CHECK_EVALUATION, DagsterEventType.ASSET_OBSERVATION, DagsterEventType.STEP_FAILURE}
+
+
 def settle(t: Trident, instance: dg.DagsterInstance, run_id: str) -> list[Decision]:
     """Publish or reject every gated version this run staged whose gate is decided (see module)."""
     pending = [(k, e) for k, e in t.staged() if (e.metadata or {}).get(RUN_ID) == run_id and (e.metadata or {}).get(GATE_META)]
@@ -135,13 +139,15 @@ def settle(t: Trident, instance: dg.DagsterInstance, run_id: str) -> list[Decisi
         with _pending_lock:
             _pending_runs.discard(run_id)
         return []
-    records = instance.all_logs(
-        run_id,
-        of_type={DagsterEventType.ASSET_CHECK_EVALUATION, DagsterEventType.ASSET_OBSERVATION, DagsterEventType.STEP_FAILURE},
-    )
     decisions = []
     for key, entry in pending:
-        decisions.append(_settle_one(t, instance, run_id, key, entry, records))
+        # the run's events are read under the staged version's decision lock: another step
+        # process of the run may be settling it too, and must find this one's report
+        def decide(key: str = key, entry: LedgerEntry = entry) -> Decision:
+            records = instance.all_logs(run_id, of_type=_GATE_EVENTS)
+            return _settle_one(t, instance, run_id, key, entry, records)
+
+        decisions.append(t.decide_staged(entry.txn_id, decide))
     if all(d.outcome != "waiting" for d in decisions):
         with _pending_lock:
             _pending_runs.discard(run_id)
@@ -260,6 +266,7 @@ def _report(
 ) -> None:
     """Record the gate's decision in the run's event log as an observation of the asset (what a
     check step cannot say: the staged txn, and whether readers now see it)."""
+    failpoint("gate.before_report")
     metadata = {**metadata, "trident/gate": list(gate)}
     run = instance.get_run_by_id(run_id)
     event = DagsterEvent(
