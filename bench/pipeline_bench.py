@@ -158,6 +158,8 @@ def main() -> None:
     )
     p.add_argument("--measure", choices=["trident", "duckdb"], help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.repeat < 1:
+        p.error("--repeat must be at least 1")
     if args.measure:
         fn = run_trident if args.measure == "trident" else run_duckdb
         print(json.dumps(fn(args.home, args.scale)))
