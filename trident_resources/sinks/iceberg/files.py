@@ -280,7 +280,7 @@ class DataFileWriter(_TxnFileWriter):
         self._lanes: list[_Lane | None] = [None] * max(1, parallelism)
         self._turn = 0
         self._row_groups = 0  # handed to the lanes so far
-        # the last row group across the lanes (see ``_flush``); compaction, whose point is fewer
+        # the last row group across the lanes (see ``_flush_last``); compaction, whose point is fewer
         # files, keeps a small output in one
         self._spread_last = spread_last
 
@@ -298,41 +298,14 @@ class DataFileWriter(_TxnFileWriter):
         expiring = getattr(self._io, "expiring", None)
         return bool(expiring()) if callable(expiring) else False
 
-    def _flush(self, *, last: bool = False) -> None:
+    def _flush(self) -> None:
         """Hand the buffered batches to the lanes as row groups of at most ``row_group_bytes``
         (a batch alone over it is a row group of its own); the batches short of one stay
         buffered. A row group used to end at the first batch end past the budget, so two 15 MiB
-        batches made one 30 MiB row group: one lane encoded twice what the other did. The
-        ``last`` flush cuts what is left into one row group per lane (at least
-        ``_MIN_PIECE_ROWS`` rows each): nothing follows that the other lanes could encode
-        meanwhile, so a small write or a long write's tail would otherwise encode on one core."""
+        batches made one 30 MiB row group: one lane encoded twice what the other did."""
         if not self._buffer:
             return
-        if self._credentials_expiring():
-            # Finish every open file while its upload's credentials are still valid; the next file
-            # opens on a filesystem built from freshly reloaded ones.
-            for j, open_lane in enumerate(self._lanes):
-                if open_lane is not None:
-                    self._close_lane(open_lane)
-                    self._lanes[j] = None
-        if last:
-            table = pa.Table.from_batches(self._buffer, schema=self.arrow_schema)
-            self._buffer, self._buffered_bytes = [], 0
-            rows = table.num_rows
-            pieces = (min(len(self._lanes), rows // _MIN_PIECE_ROWS) if self._spread_last else 1) or 1
-            step = -(-rows // pieces)
-            slices = [table.slice(start, step) for start in range(0, rows, step)]
-            if self._row_groups == 1 and len(slices) > 1:
-                # One row group so far, in lane 0's file: the first piece follows it there and
-                # the rest go to the next lanes' new files, so the files still hold the rows in
-                # the order they came (as they do when no row group came before). The idle lanes
-                # are handed theirs first: waiting for lane 0 must not leave them waiting too.
-                for j in sorted(range(len(slices)), key=lambda j: j == 0):
-                    self._submit(slices[j], lane=j)
-            else:
-                for piece in slices:
-                    self._submit(piece)
-            return
+        self._close_lanes_if_credentials_expire()
         while self._buffered_bytes >= self._row_group_bytes:
             take = size = 0
             for batch in self._buffer:
@@ -342,6 +315,39 @@ class DataFileWriter(_TxnFileWriter):
             group, self._buffer = self._buffer[:take], self._buffer[take:]
             self._buffered_bytes -= size
             self._submit(pa.Table.from_batches(group, schema=self.arrow_schema))
+
+    def _flush_last(self) -> None:
+        """Hand what is left to the lanes, cut into one row group per lane (at least
+        ``_MIN_PIECE_ROWS`` rows each): nothing follows that the other lanes could encode
+        meanwhile, so a small write or a long write's tail would otherwise encode on one core."""
+        if not self._buffer:
+            return
+        self._close_lanes_if_credentials_expire()
+        table = pa.Table.from_batches(self._buffer, schema=self.arrow_schema)
+        self._buffer, self._buffered_bytes = [], 0
+        rows = table.num_rows
+        pieces = (min(len(self._lanes), rows // _MIN_PIECE_ROWS) if self._spread_last else 1) or 1
+        step = -(-rows // pieces)
+        slices = [table.slice(start, step) for start in range(0, rows, step)]
+        if self._row_groups == 1 and len(slices) > 1:
+            # One row group so far, in lane 0's file: the first piece follows it there and the
+            # rest go to the next lanes' new files, so the files still hold the rows in the order
+            # they came (as they do when no row group came before). The idle lanes are handed
+            # theirs first: waiting for lane 0 must not leave them waiting too.
+            for j in sorted(range(len(slices)), key=lambda j: j == 0):
+                self._submit(slices[j], lane=j)
+        else:
+            for piece in slices:
+                self._submit(piece)
+
+    def _close_lanes_if_credentials_expire(self) -> None:
+        """Finish every open file while its upload's credentials are still valid; the next file
+        opens on a filesystem built from freshly reloaded ones."""
+        if self._credentials_expiring():
+            for j, open_lane in enumerate(self._lanes):
+                if open_lane is not None:
+                    self._close_lane(open_lane)
+                    self._lanes[j] = None
 
     def _submit(self, table: pa.Table, *, lane: int | None = None) -> None:
         """Hand one row group to the next lane in turn (or to ``lane``), once that lane's
@@ -366,7 +372,7 @@ class DataFileWriter(_TxnFileWriter):
         self._finish(lane, self._partition)
 
     def close(self) -> list[DataFile]:
-        self._flush(last=True)
+        self._flush_last()
         for i, lane in enumerate(self._lanes):
             if lane is not None:
                 self._close_lane(lane)
