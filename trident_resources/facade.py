@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from . import adoption, dataset_maintenance, door, range_locks, reading, validate, versions, write_records
 from . import queries as q
+from .arrow_memory import use_memory_pool
 from .control_plane import ControlPlane, DatasetRecord, LedgerEntry
 from .embedded_pg import ensure_embedded_postgres
 from .errors import (
@@ -57,6 +58,7 @@ class Trident:
         self.settings = settings or settings_from_env()
         s = self.settings
         usable_home(s.home)
+        use_memory_pool(s.arrow_memory_pool)
         dsn = (
             s.pg_dsn.get_secret_value()
             if s.pg_dsn

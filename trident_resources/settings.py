@@ -113,6 +113,11 @@ class TridentSettings(BaseSettings):
     )
     duckdb_memory_limit: str = Field("1GB", description="DuckDB memory cap for merges and SQL; it spills past it.")
     duckdb_threads: int = Field(2, ge=1)
+    arrow_memory_pool: Literal["jemalloc", "mimalloc", "system", "default"] = Field(
+        "jemalloc",
+        description="Arrow's allocator for this process, set when a Trident opens (see arrow_memory.py); "
+        "'default' keeps pyarrow's, as does an ARROW_DEFAULT_MEMORY_POOL in the environment.",
+    )
     flag_refresh_seconds: float = Field(5.0, ge=0, description="Router flag cache lifetime (flags apply within 2x this).")
     sql_timeout_seconds: float = Field(
         300.0, gt=0, description="Trident.sql / `trident sql`: a statement running longer is interrupted."

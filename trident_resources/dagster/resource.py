@@ -118,6 +118,9 @@ class TridentResource(dg.ConfigurableResource):
         default=None, description="TRIDENT_DUCKDB_MEMORY_LIMIT: DuckDB memory cap (it spills past it)."
     )
     duckdb_threads: int | None = Field(default=None, description="TRIDENT_DUCKDB_THREADS: DuckDB threads.")
+    arrow_memory_pool: str | None = Field(
+        default=None, description="TRIDENT_ARROW_MEMORY_POOL: Arrow's allocator for the process ('default': pyarrow's)."
+    )
     flag_refresh_seconds: float | None = Field(
         default=None, description="TRIDENT_FLAG_REFRESH_SECONDS: router flag cache lifetime."
     )
