@@ -31,35 +31,37 @@ from ...failpoints import failpoint
 from ...identity import CREATED_AT, ROW_ID, ROW_INDEX
 from ...partitions import Partitioner
 from ...pyiceberg_compat import parquet_writer_kwargs
-from .encoding import DictionaryChoice
+from .encoding import EncodingChoice
 from .stats import FileStats
 
 
 class _ParquetFile:
     """One Parquet data file, written with pyiceberg's writer settings and statistics, except for
-    dictionary encoding: only the columns where it makes the data smaller get a dictionary
-    (``encoding.DictionaryChoice``, decided from the first row group the transaction writes).
-    The Parquet writer opens with the first row group, so that choice can be made from it."""
+    the encodings: only the columns where it makes the data smaller get a dictionary, integers
+    without one are delta-encoded (``encoding.EncodingChoice``, decided from the first row group
+    the transaction writes). The Parquet writer opens with the first row group, so that choice
+    can be made from it."""
 
     def __init__(
-        self, io: FileIO, path: str, arrow_schema: pa.Schema, writer_kwargs: dict[str, Any], dictionary: DictionaryChoice
+        self, io: FileIO, path: str, arrow_schema: pa.Schema, writer_kwargs: dict[str, Any], encodings: EncodingChoice
     ) -> None:
         self._output = io.new_output(path)
         self._arrow_schema = arrow_schema
         self._writer_kwargs = writer_kwargs
-        self._dictionary = dictionary
+        self._encodings = encodings
         self._stream = self._output.create(overwrite=True)  # buffered by pyiceberg (write.buffer-size)
         self._writer: pq.ParquetWriter | None = None
 
     def _open(self, first: pa.Table) -> pq.ParquetWriter:
         if self._writer is None:
             try:
+                dictionary, encodings = self._encodings.choose(first)
                 self._writer = pq.ParquetWriter(
                     cast(IO[Any], self._stream),
                     schema=self._arrow_schema,
                     store_decimal_as_integer=True,
-                    use_dictionary=self._dictionary.columns(first),
-                    column_encoding=identity_encoding(self._arrow_schema),
+                    use_dictionary=dictionary,
+                    column_encoding=encodings,
                     **self._writer_kwargs,
                 )
             except Exception:
@@ -101,14 +103,6 @@ _FEW_VALUES = frozenset({CREATED_AT})
 # Parquet encodings that DuckDB, pyarrow (pyiceberg) and Iceberg's Java reader read; compaction
 # writes through this same writer, so it keeps them.
 _IDENTITY_ENCODING = {ROW_ID: "DELTA_BYTE_ARRAY", ROW_INDEX: "DELTA_BINARY_PACKED"}
-
-
-def identity_encoding(schema: pa.Schema) -> dict[str, str]:
-    """The ``column_encoding`` of a data file of ``schema``: the identity columns it has (pyarrow
-    refuses a column_encoding for a column the schema lacks, or one also dictionary-encoded, which
-    ``_NEVER_REPEATING`` rules out)."""
-    return {name: enc for name, enc in _IDENTITY_ENCODING.items() if name in schema.names}
-
 
 # The fewest rows a write's last row group is cut to so that its lanes encode it together: a row
 # group of fewer rows costs more in its own metadata and per-column overhead than a lane saves
@@ -178,7 +172,7 @@ class _TxnFileWriter(ABC):
         self._row_group_bytes = row_group_bytes
         self._stats = FileStats(schema, properties)  # worked out once for all its files
         self._writer_kwargs = parquet_writer_kwargs(properties)  # the same for every file: derived once
-        self._dictionary = DictionaryChoice(_NEVER_REPEATING, self._writer_kwargs, _FEW_VALUES)
+        self._encodings = EncodingChoice(_NEVER_REPEATING, self._writer_kwargs, _FEW_VALUES, _IDENTITY_ENCODING)
         self._pool = ThreadPoolExecutor(max_workers=max(1, parallelism), thread_name_prefix="trident-parquet")
         self._seq = 0
         self.paths: list[str] = []
@@ -202,7 +196,7 @@ class _TxnFileWriter(ABC):
         return _Lane(path, self._open_file)
 
     def _open_file(self, path: str) -> _ParquetFile:
-        return _ParquetFile(self._io, path, self.arrow_schema, self._writer_kwargs, self._dictionary)
+        return _ParquetFile(self._io, path, self.arrow_schema, self._writer_kwargs, self._encodings)
 
     def _finish(self, lane: _Lane, partition: Record) -> None:
         """Close ``lane``'s file and record it as a DataFile of ``partition``."""
