@@ -93,7 +93,7 @@ def integer_columns(schema: pa.Schema) -> list[str]:
     return [c.path for c in leaves if "." not in c.path and c.physical_type in ("INT32", "INT64")]
 
 
-def undictionaried(schema: pa.Schema, dictionary: Iterable[str], fixed: Mapping[str, str]) -> dict[str, str]:
+def column_encodings(schema: pa.Schema, dictionary: Iterable[str], fixed: Mapping[str, str]) -> dict[str, str]:
     """The ``column_encoding`` of a data file of ``schema``: ``fixed`` for the columns it names that
     the file has, DELTA_BINARY_PACKED for its other integer columns without a dictionary."""
     dictionary = frozenset(dictionary)
@@ -118,7 +118,7 @@ def dictionary_columns(
         return leaf_paths(table.schema, never)
     trial = table.select(candidates).slice(0, TRIAL_MAX_ROWS)
     with_dictionary = _leaf_bytes(_encode(trial, True, writer_kwargs))
-    without = _leaf_bytes(_encode(trial, False, writer_kwargs, undictionaried(trial.schema, (), {})))
+    without = _leaf_bytes(_encode(trial, False, writer_kwargs, column_encodings(trial.schema, (), {})))
     return kept + [path for path, size in with_dictionary.items() if size <= without.get(path, 0)]
 
 
@@ -147,7 +147,7 @@ class EncodingChoice:
         self._undecided: Encodings | None = None  # a dictionary on every leaf but ``never``: files too small to decide
 
     def _encodings(self, schema: pa.Schema, dictionary: list[str]) -> Encodings:
-        return dictionary, undictionaried(schema, dictionary, self._fixed)
+        return dictionary, column_encodings(schema, dictionary, self._fixed)
 
     def choose(self, first: pa.Table) -> Encodings:
         with self._lock:
