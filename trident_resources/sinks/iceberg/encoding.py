@@ -95,9 +95,10 @@ def integer_columns(schema: pa.Schema) -> list[str]:
 
 def column_encodings(schema: pa.Schema, dictionary: Iterable[str], fixed: Mapping[str, str]) -> dict[str, str]:
     """The ``column_encoding`` of a data file of ``schema``: ``fixed`` for the columns it names that
-    the file has, DELTA_BINARY_PACKED for its other integer columns without a dictionary."""
+    the file has, DELTA_BINARY_PACKED for its other integer columns without a dictionary (pyarrow
+    refuses a column_encoding for a column the schema lacks or one also dictionary-encoded)."""
     dictionary = frozenset(dictionary)
-    chosen = {name: enc for name, enc in fixed.items() if name in schema.names}
+    chosen = {name: enc for name, enc in fixed.items() if name in schema.names and name not in dictionary}
     return chosen | {c: DELTA for c in integer_columns(schema) if c not in dictionary and c not in chosen}
 
 
@@ -105,10 +106,10 @@ def dictionary_columns(
     table: pa.Table, never: Iterable[str], writer_kwargs: dict[str, Any], always: Iterable[str] = ()
 ) -> list[str]:
     """The leaf columns of ``table`` whose dictionary encoding is no larger than their encoding
-    without one (PLAIN, or DELTA_BINARY_PACKED for integers), both compressed as the table's properties say, judged on its first ``TRIAL_MAX_ROWS`` rows;
-    ``never`` columns (unique by construction) are out, ``always`` columns (a few values by
-    construction) are in without a trial. A table too small to tell keeps a dictionary everywhere
-    else (pyarrow's default)."""
+    without one (PLAIN, or DELTA_BINARY_PACKED for integers), both compressed as the table's
+    properties say, judged on its first ``TRIAL_MAX_ROWS`` rows; ``never`` columns (unique by
+    construction) are out, ``always`` columns (a few values by construction) are in without a
+    trial. A table too small to tell keeps a dictionary everywhere else (pyarrow's default)."""
     never, always = frozenset(never), frozenset(always)
     kept = [name for name in always if name in table.schema.names]
     candidates = [name for name in table.schema.names if name not in never and name not in always]
