@@ -3,7 +3,6 @@ the engine's, so that a row's ``__row_id`` means the same thing whoever wrote it
 
 from __future__ import annotations
 
-import itertools
 import os
 import threading
 import time
@@ -306,18 +305,22 @@ def ids_as_text(ids: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
         return pa.array([], type=ROW_ID_TEXT)
     raw = np.frombuffer(storage.buffers()[1], dtype=np.uint8, count=(storage.offset + n) * 16)[storage.offset * 16 :]
     rows = raw.reshape(n, 16)
-    out = np.empty((n, 36), dtype=np.uint8)
-    out32 = out.view(np.uint32)
     # runs of ids sharing their first 12 bytes (28 characters of text): compared in place, no copy
     halves = raw.view(np.uint64).reshape(n, 2)[:, 0]
     third = raw.view(np.uint32).reshape(n, 4)[:, 2]
     changes = np.flatnonzero((halves[1:] != halves[:-1]) | (third[1:] != third[:-1])) + 1
     if len(changes) < max(n // 256, 16):
-        bounds = [0, *changes.tolist(), n]
-        for a, b in itertools.pairwise(bounds):
-            head = str(uuid.UUID(bytes=rows[a].tobytes()))[:28].encode()
-            out32[a:b, :7] = np.frombuffer(head, dtype=np.uint32)
+        # each run's row of text (its head, the tail filled below) repeated down the run: a copy of
+        # whole 36-byte rows, ~20% faster than assigning the head's 7 words to every row
+        starts = np.concatenate(([0], changes))
+        heads = np.zeros((len(starts), 9), dtype=np.uint32)
+        for i, a in enumerate(starts.tolist()):
+            heads[i, :7] = np.frombuffer(str(uuid.UUID(bytes=rows[a].tobytes()))[:28].encode(), dtype=np.uint32)
+        out32 = np.repeat(heads, np.diff(np.append(starts, n)), axis=0)
+        out = out32.view(np.uint8)
     else:  # no runs (ids of many blocks interleaved): every head word converted
+        out = np.empty((n, 36), dtype=np.uint8)
+        out32 = out.view(np.uint32)
         words = raw.view(">u2").reshape(n, 8)
         for w, pos in enumerate(_WORD_AT[:6]):
             out[:, pos : pos + 4] = _HEX_BYTES[words[:, w].astype(np.intp)]
