@@ -31,7 +31,7 @@ from ...failpoints import failpoint
 from ...identity import CREATED_AT, ROW_ID, ROW_INDEX
 from ...partitions import Partitioner
 from ...pyiceberg_compat import parquet_writer_kwargs
-from .encoding import EncodingChoice
+from .encoding import DELTA, EncodingChoice
 from .stats import FileStats
 
 
@@ -102,7 +102,7 @@ _FEW_VALUES = frozenset({CREATED_AT})
 # DELTA_BINARY_PACKED stores 1M of them in ~6 KB instead of ~1 MB, ~4x faster. Both are standard
 # Parquet encodings that DuckDB, pyarrow (pyiceberg) and Iceberg's Java reader read; compaction
 # writes through this same writer, so it keeps them.
-_IDENTITY_ENCODING = {ROW_ID: "DELTA_BYTE_ARRAY", ROW_INDEX: "DELTA_BINARY_PACKED"}
+_IDENTITY_ENCODING = {ROW_ID: "DELTA_BYTE_ARRAY", ROW_INDEX: DELTA}
 
 # The fewest rows a write's last row group is cut to so that its lanes encode it together: a row
 # group of fewer rows costs more in its own metadata and per-column overhead than a lane saves
