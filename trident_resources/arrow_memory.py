@@ -35,10 +35,9 @@ _POOLS: dict[str, Callable[[], pa.MemoryPool]] = {
 
 def use_memory_pool(name: str) -> str:
     """Make ``name`` Arrow's default pool unless the environment chose one; the backend in use."""
-    if name == "default" or os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
-        pass
-    elif name not in pa.supported_memory_backends():
+    chosen_elsewhere = name == "default" or bool(os.environ.get("ARROW_DEFAULT_MEMORY_POOL"))
+    if not chosen_elsewhere and name not in pa.supported_memory_backends():
         log.debug("Arrow memory pool %r is not in this pyarrow build; keeping %r", name, pa.default_memory_pool().backend_name)
-    elif pa.default_memory_pool().backend_name != name:
+    elif not chosen_elsewhere and pa.default_memory_pool().backend_name != name:
         pa.set_memory_pool(_POOLS[name]())
     return pa.default_memory_pool().backend_name
