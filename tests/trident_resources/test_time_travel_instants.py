@@ -1,0 +1,91 @@
+"""Issue 28 item 4: a version's instant is when it became visible, the instant the Iceberg
+snapshot log gives it, so ``read(as_of=t)`` answers what pyiceberg's
+``snapshot_as_of_timestamp`` (and DuckDB's ``snapshot_from_timestamp``) answer at every t around
+every commit, staged-then-published included. The rows' ``__created_at`` stays the transaction's
+instant τ (when it began), which a staged version keeps through its publish."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timedelta
+
+import pyarrow as pa
+from pyiceberg.table import Table
+
+from trident_resources import Trident
+from trident_resources.sinks.iceberg.sink import IcebergSink
+
+MS = timedelta(milliseconds=1)
+
+
+def _table(t: Trident, key: str) -> Table:
+    sink = t.driver.sink("iceberg_native")
+    assert isinstance(sink, IcebergSink)
+    ds = t.control.dataset(t.workspace, key)
+    assert ds is not None
+    return sink.existing_table(ds)
+
+
+def _ms(when: datetime) -> int:
+    return int(when.timestamp() * 1000)
+
+
+def _iceberg_ks(table: Table, when: datetime) -> list[int] | None:
+    snap = table.snapshot_as_of_timestamp(_ms(when))
+    if snap is None:
+        return None
+    return sorted(table.scan(snapshot_id=snap.snapshot_id).to_arrow().column("k").to_pylist())
+
+
+def _trident_ks(t: Trident, key: str, when: datetime) -> list[int] | None:
+    try:
+        return sorted(t.read(key, as_of=when).column("k").to_pylist())
+    except Exception:  # no version at or before ``when``
+        return None
+
+
+def _agree_around(t: Trident, key: str, instants: list[datetime]) -> None:
+    table = _table(t, key)
+    for at in instants:
+        for when in (at - MS, at, at + MS):
+            assert _trident_ks(t, key, when) == _iceberg_ks(table, when), f"at {when.isoformat()}"
+
+
+def test_as_of_agrees_with_pyiceberg_around_every_commit(trident: Trident) -> None:
+    t = trident
+    r1 = t.write("tt/plain", pa.table({"k": [1]}))
+    r2 = t.write("tt/plain", pa.table({"k": [2]}), mode="append")
+    r3 = t.write("tt/plain", pa.table({"k": [3]}), mode="replace")
+    table = _table(t, "tt/plain")
+    logged = {e.snapshot_id: e.timestamp_ms for e in table.metadata.snapshot_log}
+    for r in (r1, r2, r3):
+        assert r.snapshot_id is not None
+        assert _ms(r.committed_at) == logged[r.snapshot_id], "committed_at is the snapshot log's instant"
+        assert r.created_at < r.committed_at  # τ: the transaction began before it became visible
+    _agree_around(t, "tt/plain", [r1.committed_at, r2.committed_at, r3.committed_at])
+    assert sorted(t.read("tt/plain", as_of=r2.committed_at).column("k").to_pylist()) == [1, 2]
+    assert sorted(t.read("tt/plain", as_of=r2.committed_at - MS).column("k").to_pylist()) == [1]
+    rows = t.read("tt/plain").to_pylist()
+    assert {r["__created_at"] for r in rows} == {r3.created_at}  # __created_at is τ, not the commit's instant
+
+
+def test_a_published_staged_version_is_visible_from_its_publish_not_its_staging(trident: Trident) -> None:
+    t = trident
+    base = t.write("tt/wap", pa.table({"k": [1]}))
+    staged = t.write("tt/wap", pa.table({"k": [2]}), mode="append", stage=True)
+    time.sleep(0.05)
+    middle = datetime.now().astimezone()
+    time.sleep(0.05)
+    t.publish("tt/wap", staged.txn_id)
+    entry = next(e for e in t.history("tt/wap") if e.txn_id == staged.txn_id)
+    assert entry.status == "committed" and entry.staged_at is not None and entry.committed_at is not None
+    assert entry.started_at < entry.staged_at < middle < entry.committed_at  # staging kept as its own instant
+    table = _table(t, "tt/wap")
+    assert _ms(entry.committed_at) == table.metadata.snapshot_log[-1].timestamp_ms
+    assert sorted(t.read("tt/wap", as_of=middle).column("k").to_pylist()) == [1], "the old version was visible then"
+    assert _iceberg_ks(table, middle) == [1]
+    assert sorted(t.read("tt/wap", as_of=entry.committed_at).column("k").to_pylist()) == [1, 2]
+    _agree_around(t, "tt/wap", [base.committed_at, entry.staged_at, middle, entry.committed_at])
+    new = [r for r in t.read("tt/wap").to_pylist() if r["k"] == 2]
+    assert [r["__created_at"] for r in new] == [entry.started_at]  # the staged rows keep their τ
+    assert t.describe("tt/wap").committed_at == entry.committed_at
