@@ -85,11 +85,12 @@ def still_needed(table: Table) -> set[int]:
     return needed
 
 
-def unreferenced_files(table: Table) -> list[str]:
+def unreferenced_files(table: Table) -> tuple[list[str], list[str]]:
     """Files this table's own metadata (current or logged) once referenced that nothing it keeps
     uses: data files no retained snapshot reads, manifests and manifest lists of no retained
     snapshot, metadata files that are neither current nor in the metadata log. Only files that
-    exist under the table's own data and metadata folders are returned (one listing each)."""
+    exist under the table's own data and metadata folders are returned (one listing each):
+    (data files, the others)."""
     chain = metadata_chain(table)
     known: dict[int, Snapshot] = {}
     for _, meta in chain:
@@ -101,7 +102,7 @@ def unreferenced_files(table: Table) -> list[str]:
     lists = {s.manifest_list for s in known.values()} - {s.manifest_list for s in retained}
     logged = {e.metadata_file for e in table.metadata.metadata_log} | {table.metadata_location}
     metadata = {loc for loc, _ in chain} | {e.metadata_file for _, meta in chain for e in meta.metadata_log}
-    return existing_under(table, once_data - kept_data) + existing_under(
+    return existing_under(table, once_data - kept_data), existing_under(
         table, (once_manifests - kept_manifests) | lists | (metadata - logged), folder=_metadata_folder(table)
     )
 

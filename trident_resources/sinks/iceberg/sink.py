@@ -864,12 +864,18 @@ class IcebergSink(Sink):
         if expire:
             table.maintenance.expire_snapshots().by_ids(expire).commit()
             table = table.refresh()
-        garbage = unreferenced_files(table)
-        delete_paths(table.io, garbage)
+        garbage, metadata = unreferenced_files(table)
+        delete_paths(table.io, garbage + metadata)
         uploads = 0
         if uploads_before is not None:
             uploads = abort_incomplete_uploads(table.io.properties, table.location(), initiated_before=uploads_before)
-        return Maintenance(key=ds.key, expired_snapshots=len(expire), deleted_files=len(garbage), aborted_uploads=uploads)
+        return Maintenance(
+            key=ds.key,
+            expired_snapshots=len(expire),
+            deleted_files=len(garbage),
+            deleted_metadata_files=len(metadata),
+            aborted_uploads=uploads,
+        )
 
     def drop(self, ds: DatasetRecord) -> None:
         self.read_caches.locations.pop(ds.dataset_id, None)
