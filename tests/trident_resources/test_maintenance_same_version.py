@@ -11,27 +11,15 @@ from datetime import date, timedelta
 
 import pyarrow as pa
 import pytest
-from pyiceberg.table import Table
 
+from tests.helpers import iceberg_table
 from trident_assets.strategies import Strategy, plan_output
 from trident_resources import PartitionFilter, StagedVersionConflictError, Trident
-from trident_resources.sinks.iceberg.sink import OWNER_PROPERTY, IcebergSink
+from trident_resources.sinks.iceberg.sink import OWNER_PROPERTY
 from trident_resources.sinks.iceberg.snapshots import DATA_VERSION_PROPERTY, data_version, is_maintenance
 
 D0 = date(2024, 1, 1)
 D1 = date(2024, 1, 2)
-
-
-def _sink(t: Trident) -> IcebergSink:
-    sink = t.driver.sink("iceberg_native")
-    assert isinstance(sink, IcebergSink)
-    return sink
-
-
-def _table(t: Trident, key: str) -> Table:
-    ds = t.control.dataset(t.workspace, key)
-    assert ds is not None
-    return _sink(t).existing_table(ds)
 
 
 def _six_small_writes(t: Trident, key: str) -> None:
@@ -44,7 +32,7 @@ def _compact(t: Trident, key: str) -> None:
     """``maintain`` that compacts (and keeps every snapshot), asserting a compaction snapshot landed."""
     report = t.maintain(key)
     assert report.compacted_files >= 5, report
-    head = _table(t, key).current_snapshot()
+    head = iceberg_table(t, key).current_snapshot()
     assert head is not None and is_maintenance(head)
 
 
@@ -57,7 +45,7 @@ def test_a_compaction_snapshot_records_the_data_version_it_holds(trident: Triden
     _six_small_writes(t, "mv/dv")
     last = t.describe("mv/dv").snapshot_id
     _compact(t, "mv/dv")
-    table = _table(t, "mv/dv")
+    table = iceberg_table(t, "mv/dv")
     head = table.current_snapshot()
     assert head is not None and head.summary is not None
     assert head.summary[DATA_VERSION_PROPERTY] == str(last)
@@ -67,7 +55,7 @@ def test_a_compaction_snapshot_records_the_data_version_it_holds(trident: Triden
         t.write("mv/dv", pa.table({"k": [i]}), mode="append")
     newest = t.describe("mv/dv").snapshot_id
     _compact(t, "mv/dv")
-    table = _table(t, "mv/dv")
+    table = iceberg_table(t, "mv/dv")
     head = table.current_snapshot()
     assert head is not None and data_version(table, head.snapshot_id) == newest
 
@@ -167,7 +155,7 @@ def test_describe_snapshot_id_still_reads_after_its_snapshot_is_expired(trident:
     report = t.maintain("mv/describe", older_than=timedelta(0), retain_last=1)
     assert report.compacted_files >= 5 and report.expired_snapshots >= 6
     assert t.describe("mv/describe").snapshot_id == d.snapshot_id
-    assert d.snapshot_id is not None and _table(t, "mv/describe").snapshot_by_id(d.snapshot_id) is None
+    assert d.snapshot_id is not None and iceberg_table(t, "mv/describe").snapshot_by_id(d.snapshot_id) is None
     assert _ks(t, "mv/describe", as_of=d.snapshot_id) == list(range(6))
     assert _ks(t, "mv/describe", as_of=d.last_txn_id) == list(range(6))
     assert t.stream("mv/describe", as_of=d.snapshot_id).read_all().num_rows == 6
@@ -180,7 +168,7 @@ def test_adopt_stamps_an_unowned_table_whose_head_is_a_compaction(trident: Tride
     t = trident
     _six_small_writes(t, "mv/adopt")
     _compact(t, "mv/adopt")
-    table = _table(t, "mv/adopt")
+    table = iceberg_table(t, "mv/adopt")
     with table.transaction() as txn:
         txn.remove_properties(OWNER_PROPERTY)
     d = t.adopt("mv/adopt")

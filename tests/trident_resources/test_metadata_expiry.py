@@ -14,17 +14,9 @@ import pytest
 from pyiceberg.table import Table
 
 from tests.conftest import backend_settings
+from tests.helpers import iceberg_table
 from trident_resources import PartitionFilter, Trident
 from trident_resources.sinks.iceberg.files import filesystem_for
-from trident_resources.sinks.iceberg.sink import IcebergSink
-
-
-def _table(t: Trident, key: str) -> Table:
-    sink = t.driver.sink("iceberg_native")
-    assert isinstance(sink, IcebergSink)
-    ds = t.control.dataset(t.workspace, key)
-    assert ds is not None
-    return sink.existing_table(ds)
 
 
 def stored(table: Table) -> set[str]:
@@ -80,9 +72,9 @@ def test_expiry_leaves_only_referenced_files(backend: Trident) -> None:
     t = backend
     key = "exp/leak"
     _small_writes(t, key, 20)
-    before = stored(_table(t, key))
+    before = stored(iceberg_table(t, key))
     report = t.maintain(key, older_than=timedelta(0), retain_last=2)
-    table = _table(t, key)
+    table = iceberg_table(t, key)
     after, uses = stored(table), referenced(table)
     print("\nfiles before", _kinds(before), "after", _kinds(after), report)
     assert after - uses == set(), "files nothing references any more"
@@ -101,13 +93,13 @@ def test_expiry_keeps_what_a_staged_version_needs_and_it_publishes(backend: Trid
     _small_writes(t, key, 20)
     staged = t.write(key, pa.table({"k": [100]}), mode="append", stage=True)
     t.maintain(key, older_than=timedelta(0), retain_last=1)
-    table = _table(t, key)
+    table = iceberg_table(t, key)
     assert stored(table) == referenced(table)
     assert sorted(t.read(key, staged=staged.txn_id).column("k").to_pylist()) == [*range(20), 100]
     t.publish(key, staged.txn_id)  # the staged version's branch and files survived
     assert sorted(t.read(key).column("k").to_pylist()) == [*range(20), 100]
     t.maintain(key, older_than=timedelta(0), retain_last=1)
-    table = _table(t, key)
+    table = iceberg_table(t, key)
     assert stored(table) == referenced(table)
     assert sorted(t.read(key).column("k").to_pylist()) == [*range(20), 100]
 
@@ -118,14 +110,14 @@ def test_a_table_from_before_the_metadata_properties_loses_its_old_metadata_file
     t = trident
     key = "exp/legacy"
     t.write(key, pa.table({"k": [0]}))
-    table = _table(t, key)
+    table = iceberg_table(t, key)
     with table.transaction() as txn:
         txn.remove_properties("write.metadata.delete-after-commit.enabled", "write.metadata.previous-versions-max")
     for i in range(1, 15):
         t.write(key, pa.table({"k": [i]}), mode="append")
-    assert _kinds(stored(_table(t, key)))["metadata.json"] >= 16
+    assert _kinds(stored(iceberg_table(t, key)))["metadata.json"] >= 16
     t.maintain(key, older_than=timedelta(0), retain_last=1)
-    table = _table(t, key)
+    table = iceberg_table(t, key)
     assert stored(table) == referenced(table)
     assert table.properties["write.metadata.delete-after-commit.enabled"] == "true"
     assert sorted(t.read(key).column("k").to_pylist()) == list(range(15))
@@ -148,10 +140,10 @@ def test_a_staged_partition_publishes_after_expiry_of_everything_old(trident: Tr
     for i in range(11, 15):
         t.write(key, pa.table({"d": [D1], "k": [i]}), mode="append", partition=_on(D1))
     t.maintain(key, older_than=timedelta(0), retain_last=1)
-    table = _table(t, key)
+    table = iceberg_table(t, key)
     assert stored(table) == referenced(table)
     t.publish(key, staged.txn_id)
     assert sorted(t.read(key).column("k").to_pylist()) == [5, 10, 11, 12, 13, 14]
     t.maintain(key, older_than=timedelta(0), retain_last=1)
-    table = _table(t, key)
+    table = iceberg_table(t, key)
     assert stored(table) == referenced(table)

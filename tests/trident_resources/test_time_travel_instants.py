@@ -12,18 +12,10 @@ from datetime import datetime, timedelta
 import pyarrow as pa
 from pyiceberg.table import Table
 
+from tests.helpers import iceberg_table
 from trident_resources import Trident
-from trident_resources.sinks.iceberg.sink import IcebergSink
 
 MS = timedelta(milliseconds=1)
-
-
-def _table(t: Trident, key: str) -> Table:
-    sink = t.driver.sink("iceberg_native")
-    assert isinstance(sink, IcebergSink)
-    ds = t.control.dataset(t.workspace, key)
-    assert ds is not None
-    return sink.existing_table(ds)
 
 
 def _ms(when: datetime) -> int:
@@ -45,7 +37,7 @@ def _trident_ks(t: Trident, key: str, when: datetime) -> list[int] | None:
 
 
 def _agree_around(t: Trident, key: str, instants: list[datetime]) -> None:
-    table = _table(t, key)
+    table = iceberg_table(t, key)
     for at in instants:
         for when in (at - MS, at, at + MS):
             assert _trident_ks(t, key, when) == _iceberg_ks(table, when), f"at {when.isoformat()}"
@@ -56,7 +48,7 @@ def test_as_of_agrees_with_pyiceberg_around_every_commit(trident: Trident) -> No
     r1 = t.write("tt/plain", pa.table({"k": [1]}))
     r2 = t.write("tt/plain", pa.table({"k": [2]}), mode="append")
     r3 = t.write("tt/plain", pa.table({"k": [3]}), mode="replace")
-    table = _table(t, "tt/plain")
+    table = iceberg_table(t, "tt/plain")
     logged = {e.snapshot_id: e.timestamp_ms for e in table.metadata.snapshot_log}
     for r in (r1, r2, r3):
         assert r.snapshot_id is not None
@@ -80,7 +72,7 @@ def test_a_published_staged_version_is_visible_from_its_publish_not_its_staging(
     entry = next(e for e in t.history("tt/wap") if e.txn_id == staged.txn_id)
     assert entry.status == "committed" and entry.staged_at is not None and entry.committed_at is not None
     assert entry.started_at < entry.staged_at < middle < entry.committed_at  # staging kept as its own instant
-    table = _table(t, "tt/wap")
+    table = iceberg_table(t, "tt/wap")
     assert _ms(entry.committed_at) == table.metadata.snapshot_log[-1].timestamp_ms
     assert sorted(t.read("tt/wap", as_of=middle).column("k").to_pylist()) == [1], "the old version was visible then"
     assert _iceberg_ks(table, middle) == [1]

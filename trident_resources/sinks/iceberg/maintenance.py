@@ -29,12 +29,6 @@ from .files import delete_paths, filesystem_for
 log = logging.getLogger("trident")
 
 
-def logged_metadata(table: Table) -> list[TableMetadata]:
-    """The table's current metadata and every earlier version its metadata log still names
-    (earlier versions whose files are gone are skipped: they cannot be read, so not trusted)."""
-    return [meta for _, meta in metadata_chain(table)]
-
-
 def metadata_chain(table: Table) -> list[tuple[str, TableMetadata]]:
     """(location, metadata) of the current metadata file and of every earlier one reachable
     through metadata logs: the log of the oldest one still readable names older ones, which a
@@ -111,17 +105,12 @@ def _metadata_folder(table: Table) -> str:
     return table.metadata_location.rsplit("/", 1)[0]
 
 
-def data_files_of(io: FileIO, snapshots: Iterable[Snapshot], *, live_only: bool) -> set[str]:
-    """Paths of the data files the snapshots' manifests list; ``live_only`` skips entries that
-    record a deletion (what a snapshot reads), else every file the manifests ever named.
-    Manifests shared by several snapshots are read once. For history (not ``live_only``), a
-    snapshot whose manifests are gone (a discarded staged version, an expired snapshot whose
-    files were removed) contributes nothing: its data files were removed with it."""
-    return _referenced(io, snapshots, live_only=live_only)[1]
-
-
 def _referenced(io: FileIO, snapshots: Iterable[Snapshot], *, live_only: bool) -> tuple[set[str], set[str]]:
-    """(manifest paths, data file paths) of ``data_files_of``: each manifest read once."""
+    """(manifest paths, data file paths) the snapshots' manifests list, each manifest read once
+    (manifests shared by several snapshots are). ``live_only`` skips entries that record a
+    deletion (what a snapshot reads), else every file the manifests ever named; for history (not
+    ``live_only``), a snapshot whose manifests are gone (a discarded staged version, an expired
+    snapshot whose files were removed) contributes nothing: its files were removed with it."""
     paths: set[str] = set()
     seen: set[str] = set()
     for snap in snapshots:
@@ -159,15 +148,6 @@ def purge_files(table: Table) -> None:
     lists = {s.manifest_list for s in snapshots}
     metadata = {e.metadata_file for e in table.metadata.metadata_log} | {table.metadata_location}
     delete_paths(table.io, [*data, *manifests, *lists, *metadata], best_effort=True)
-
-
-def once_referenced(table: Table) -> set[str]:
-    """Every data file any snapshot in the table's metadata (current or logged) ever listed."""
-    snapshots: dict[int, Snapshot] = {}
-    for meta in logged_metadata(table):
-        for snap in meta.snapshots:
-            snapshots.setdefault(snap.snapshot_id, snap)
-    return data_files_of(table.io, snapshots.values(), live_only=False)
 
 
 def existing_under(table: Table, paths: set[str], folder: str | None = None) -> list[str]:
