@@ -43,8 +43,8 @@ def _agree_around(t: Trident, key: str, instants: list[datetime]) -> None:
             assert _trident_ks(t, key, when) == _iceberg_ks(table, when), f"at {when.isoformat()}"
 
 
-def test_as_of_agrees_with_pyiceberg_around_every_commit(trident: Trident) -> None:
-    t = trident
+def test_as_of_agrees_with_pyiceberg_around_every_commit(any_trident: Trident) -> None:
+    t = any_trident
     r1 = t.write("tt/plain", pa.table({"k": [1]}))
     r2 = t.write("tt/plain", pa.table({"k": [2]}), mode="append")
     r3 = t.write("tt/plain", pa.table({"k": [3]}), mode="replace")
@@ -61,8 +61,8 @@ def test_as_of_agrees_with_pyiceberg_around_every_commit(trident: Trident) -> No
     assert {r["__created_at"] for r in rows} == {r3.created_at}  # __created_at is τ, not the commit's instant
 
 
-def test_a_published_staged_version_is_visible_from_its_publish_not_its_staging(trident: Trident) -> None:
-    t = trident
+def test_a_published_staged_version_is_visible_from_its_publish_not_its_staging(any_trident: Trident) -> None:
+    t = any_trident
     base = t.write("tt/wap", pa.table({"k": [1]}))
     staged = t.write("tt/wap", pa.table({"k": [2]}), mode="append", stage=True)
     time.sleep(0.05)
