@@ -15,6 +15,7 @@ import pytest
 from tests.helpers import iceberg_table
 from trident_assets.strategies import Strategy, plan_output
 from trident_resources import PartitionFilter, StagedVersionConflictError, Trident
+from trident_resources.failpoints import armed
 from trident_resources.sinks.iceberg.sink import OWNER_PROPERTY
 from trident_resources.sinks.iceberg.snapshots import DATA_VERSION_PROPERTY, data_version, is_maintenance
 
@@ -237,3 +238,32 @@ def test_maintenance_never_lands_inside_a_stream_ingest_session(trident: Trident
         assert skipped and skipped[0] is not None
     assert _ks(t, "mv/stream") == list(range(7))
     _compact(t, "mv/stream")
+
+
+def test_maintenance_never_lands_inside_a_partition_write(trident: Trident) -> None:
+    """A partition writer re-bases its commit onto other partitions' commits (``commits._rebased``);
+    a compaction cannot land meanwhile: partition writers hold the dataset's lock shared, and
+    maintain, which takes it exclusive without waiting, skips."""
+    t = trident
+    _partitioned(t, "mv/pw")
+    ds = t.control.dataset(t.workspace, "mv/pw")
+    assert ds is not None
+    errors: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            t.write("mv/pw", _day(D1, [30]), mode="append", partition=_on(D1))
+        except BaseException as exc:
+            errors.append(exc)
+
+    with armed("write.before_commit", "sleep:3"):
+        th = threading.Thread(target=write)
+        th.start()
+        deadline = time.monotonic() + 30
+        while not t.control.open_entries(ds.dataset_id) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert t.control.open_entries(ds.dataset_id)
+        report = t.maintain("mv/pw")
+        th.join()
+    assert not errors and report.skipped is not None
+    assert _rows(t, "mv/pw") == [(D0, i) for i in range(6)] + [(D1, 10), (D1, 30)]
