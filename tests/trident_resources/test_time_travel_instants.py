@@ -7,13 +7,14 @@ instant τ (when it began), which a staged version keeps through its publish."""
 from __future__ import annotations
 
 import time
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 
 import pyarrow as pa
 from pyiceberg.table import Table
 
 from tests.helpers import iceberg_table
-from trident_resources import Trident
+from trident_assets.strategies import Strategy, plan_output
+from trident_resources import PartitionFilter, Trident
 
 MS = timedelta(milliseconds=1)
 
@@ -81,3 +82,25 @@ def test_a_published_staged_version_is_visible_from_its_publish_not_its_staging(
     new = [r for r in t.read("tt/wap").to_pylist() if r["k"] == 2]
     assert [r["__created_at"] for r in new] == [entry.started_at]  # the staged rows keep their τ
     assert t.describe("tt/wap").committed_at == entry.committed_at
+
+
+def test_a_delta_rebuilds_when_a_commit_after_its_watermark_began_before_it(trident: Trident) -> None:
+    """Watermarks are visibility instants; a delta reads rows whose __created_at (τ) is after the
+    mark. A staged partition version published over a later commit became visible after the mark
+    but its rows are stamped before it: the plan rebuilds instead of missing them."""
+    t = trident
+    d0, d1 = date(2024, 1, 1), date(2024, 1, 2)
+
+    def on(d: date) -> PartitionFilter:
+        return PartitionFilter.time_window("d", d, d + timedelta(days=1), "day")
+
+    t.write("tt/src", pa.table({"d": [d0], "k": [1]}), partition=on(d0))
+    staged = t.write("tt/src", pa.table({"d": [d0], "k": [2]}), mode="append", partition=on(d0), stage=True)
+    t.write("tt/src", pa.table({"d": [d1], "k": [3]}), partition=on(d1))
+    src = t.describe("tt/src")
+    assert src.committed_at is not None
+    t.write("tt/out", pa.table({"k": [1, 3]}), watermarks={"tt/src": (src.committed_at, src.last_txn_id)})
+    assert plan_output(t, "tt/out", ["tt/src"], Strategy(kind="delta")).incremental
+    t.publish("tt/src", staged.txn_id)  # rebased onto d1's commit, visible now, stamped before the mark
+    plan = plan_output(t, "tt/out", ["tt/src"], Strategy(kind="delta"))
+    assert not plan.incremental and "began before the watermark" in plan.reason, plan.reason
