@@ -41,7 +41,7 @@ class WriteRequest:
     keys: tuple[str, ...]
     row_filter: str | None
     txn_id: uuid.UUID
-    tau: datetime  # the transaction's instant: ledger committed_at and every new row's __created_at
+    tau: datetime  # the transaction's instant (the ledger's started_at): every new row's __created_at
     reader: pa.RecordBatchReader | None  # None for a delete by row_filter
     spill_dir: Path
     note_location: Callable[[str], None]  # records where files go, for cleanup after a crash
