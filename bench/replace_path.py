@@ -115,7 +115,7 @@ def main() -> None:
     import pyarrow as pa
 
     from trident_resources import Trident, TridentSettings
-    from trident_resources.embedded_pg import stop_embedded_postgres
+    from trident_resources.control.embedded_pg import stop_embedded_postgres
 
     with tempfile.TemporaryDirectory(prefix="trident-replace-path-") as tmp:
         home = Path(tmp)
