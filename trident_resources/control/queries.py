@@ -1,0 +1,244 @@
+"""Every control-plane DML statement, named, in one place (the DDL is in ``migrations/``)."""
+
+CREATE_MIGRATIONS_TABLE = """
+CREATE TABLE IF NOT EXISTS trident_migrations (
+    version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())
+"""
+APPLIED_MIGRATIONS = "SELECT version FROM trident_migrations"
+RECORD_MIGRATION = "INSERT INTO trident_migrations (version, name) VALUES (%s, %s)"
+
+_DATASET_COLS = """dataset_id, workspace, key, sink, iceberg_identifier, row_count, next_row_index, schema,
+    schema_version, snapshot_id, last_txn_id, committed_at, created_at, updated_at"""
+GET_DATASET = f"SELECT {_DATASET_COLS} FROM trident_datasets WHERE workspace = %s AND key = %s"
+GET_DATASET_BY_ID = f"SELECT {_DATASET_COLS} FROM trident_datasets WHERE dataset_id = %s"
+# A writer that just took a dataset's lock: the record as it is now, and whether any transaction
+# of it is still open (only then are the open ones read, to be settled), in one round trip
+GET_DATASET_BY_ID_OPEN = f"""SELECT {_DATASET_COLS},
+    EXISTS (SELECT 1 FROM trident_ledger l WHERE l.dataset_id = d.dataset_id AND l.status = 'open') AS has_open
+    FROM trident_datasets d WHERE dataset_id = %s"""
+GET_DATASET_BY_ID_FOR_UPDATE = f"SELECT {_DATASET_COLS} FROM trident_datasets WHERE dataset_id = %s FOR UPDATE"
+LIST_DATASETS = f"""SELECT {_DATASET_COLS} FROM trident_datasets
+    WHERE workspace = %s AND last_txn_id IS NOT NULL ORDER BY key"""
+GET_DATASETS_BY_KEYS = f"SELECT {_DATASET_COLS} FROM trident_datasets WHERE workspace = %s AND key = ANY(%s)"
+INSERT_DATASET = f"""INSERT INTO trident_datasets (dataset_id, workspace, key, sink, iceberg_identifier)
+    VALUES (%s, %s, %s, %s, %s) ON CONFLICT (workspace, key) DO NOTHING RETURNING {_DATASET_COLS}"""
+SET_DATASET_SINK = "UPDATE trident_datasets SET sink = %s, iceberg_identifier = %s, updated_at = now() WHERE dataset_id = %s"
+UPDATE_DATASET_STATS = """UPDATE trident_datasets SET row_count = %s, next_row_index = %s, schema = %s::jsonb,
+    schema_version = %s, snapshot_id = %s, last_txn_id = %s, committed_at = %s, updated_at = now()
+    WHERE dataset_id = %s"""
+UPDATE_DATASET_STATS_PARTITION = """UPDATE trident_datasets SET row_count = %s,
+    next_row_index = GREATEST(next_row_index, %s), schema = %s::jsonb,
+    schema_version = %s, snapshot_id = %s, last_txn_id = %s, committed_at = %s, updated_at = now()
+    WHERE dataset_id = %s"""
+# Partition writers run side by side: each reserves the __row_index range of its new rows here,
+# atomically, so concurrent writers never stamp the same index (an aborted writer leaves a gap).
+RESERVE_ROW_INDEX = """UPDATE trident_datasets SET next_row_index = next_row_index + %s WHERE dataset_id = %s
+    RETURNING next_row_index - %s AS first"""
+DELETE_DATASET = "DELETE FROM trident_datasets WHERE dataset_id = %s"
+
+_LEDGER_COLS = """txn_id, dataset_id, status, mode, writer, sink, requested_sink, clamped, route_reason, started_at,
+    committed_at, ended_at, rows_written, row_count, skipped, preserved, snapshot_id, schema_version, source_refs,
+    metadata, error, location, pid, host, base_snapshot_id, staged_at, cleanup_pending"""
+GET_LEDGER = f"SELECT {_LEDGER_COLS} FROM trident_ledger WHERE txn_id = %s"
+# One round trip for what naming a staged version (or an ``as_of`` txn) of a key reads: the
+# dataset by key and the ledger entry by txn id, whichever dataset it belongs to (the caller
+# checks that it is this one's). The entry's columns come prefixed ``l_``; all NULL: no such txn.
+LEDGER_ENTRY_PREFIX = "l_"
+GET_DATASET_AND_LEDGER = f"""SELECT {", ".join(f"d.{c.strip()}" for c in _DATASET_COLS.split(","))},
+    {", ".join(f"l.{c.strip()} AS {LEDGER_ENTRY_PREFIX}{c.strip()}" for c in _LEDGER_COLS.split(","))}
+    FROM trident_datasets d LEFT JOIN trident_ledger l ON l.txn_id = %s
+    WHERE d.workspace = %s AND d.key = %s"""
+# A key's newest ledger entries without looking its dataset up first (no row: no entry, or no dataset)
+HISTORY_BY_KEY = f"""SELECT {", ".join(f"l.{c.strip()}" for c in _LEDGER_COLS.split(","))}
+    FROM trident_ledger l JOIN trident_datasets d ON d.dataset_id = l.dataset_id
+    WHERE d.workspace = %s AND d.key = %s ORDER BY l.started_at DESC, l.txn_id LIMIT %s"""
+HISTORY = f"SELECT {_LEDGER_COLS} FROM trident_ledger WHERE dataset_id = %s ORDER BY started_at DESC, txn_id LIMIT %s"
+OPEN_LEDGER = f"""SELECT {_LEDGER_COLS} FROM trident_ledger
+    WHERE status = 'open' AND (%s::uuid IS NULL OR dataset_id = %s::uuid) ORDER BY started_at"""
+# τ is Postgres' clock, truncated to what every part of the trident stores (microseconds).
+INSERT_OPEN_LEDGER = f"""
+INSERT INTO trident_ledger (txn_id, dataset_id, status, mode, writer, sink, requested_sink, clamped, route_reason,
+    started_at, source_refs, metadata, pid, host)
+VALUES (%s, %s, 'open', %s, %s, %s, %s, %s, %s, date_trunc('microseconds', clock_timestamp()), %s::jsonb, %s::jsonb, %s, %s)
+ON CONFLICT (txn_id) DO UPDATE SET status = 'open', started_at = EXCLUDED.started_at, ended_at = NULL,
+    error = NULL, mode = EXCLUDED.mode, writer = EXCLUDED.writer, sink = EXCLUDED.sink, pid = EXCLUDED.pid,
+    host = EXCLUDED.host
+    WHERE trident_ledger.status = 'aborted' AND trident_ledger.dataset_id = EXCLUDED.dataset_id
+      AND NOT trident_ledger.cleanup_pending
+RETURNING {_LEDGER_COLS}"""
+# committed_at is when the version became visible (the sink's instant for it, else this clock):
+# never τ, which is earlier, nor a staged version's staging instant (its ``staged_at``)
+COMMIT_LEDGER = f"""UPDATE trident_ledger SET status = 'committed',
+    committed_at = coalesce(%s::timestamptz, date_trunc('microseconds', clock_timestamp())), ended_at = clock_timestamp(),
+    rows_written = %s, row_count = %s, skipped = %s, preserved = %s, snapshot_id = %s, schema_version = %s
+    WHERE txn_id = %s AND status IN ('open', 'staged') RETURNING {_LEDGER_COLS}"""
+STAGE_LEDGER = f"""UPDATE trident_ledger SET status = 'staged', staged_at = clock_timestamp(),
+    rows_written = %s, row_count = %s, skipped = %s, preserved = %s, snapshot_id = %s, base_snapshot_id = %s
+    WHERE txn_id = %s AND status = 'open' RETURNING {_LEDGER_COLS}"""
+REJECT_LEDGER = "UPDATE trident_ledger SET status = 'rejected', ended_at = clock_timestamp(), error = %s WHERE txn_id = %s AND status = 'staged'"
+STAGED_LEDGER = f"""SELECT {_LEDGER_COLS} FROM trident_ledger
+    WHERE status = 'staged' AND (%s::uuid IS NULL OR dataset_id = %s::uuid) ORDER BY started_at"""
+# one key's staged versions without looking its dataset up first (no row: none, or no dataset)
+STAGED_LEDGER_BY_KEY = f"""SELECT {", ".join(f"l.{c.strip()}" for c in _LEDGER_COLS.split(","))}
+    FROM trident_ledger l JOIN trident_datasets d ON d.dataset_id = l.dataset_id
+    WHERE l.status = 'staged' AND d.workspace = %s AND d.key = %s ORDER BY l.started_at"""
+SET_LEDGER_LOCATION = "UPDATE trident_ledger SET location = %s WHERE txn_id = %s"
+# An abort owes a storage cleanup until CLEANUP_DONE says it ran (migrations/0003_ledger_cleanup.sql).
+ABORT_LEDGER = """UPDATE trident_ledger SET status = 'aborted', ended_at = clock_timestamp(), error = %s,
+    cleanup_pending = true WHERE txn_id = %s AND status = 'open'"""
+CLEANUP_DONE = "UPDATE trident_ledger SET cleanup_pending = false WHERE txn_id = %s AND status = 'aborted'"
+PENDING_CLEANUPS = f"""SELECT {_LEDGER_COLS} FROM trident_ledger
+    WHERE cleanup_pending AND status = 'aborted'
+      AND dataset_id IN (SELECT dataset_id FROM trident_datasets WHERE workspace = %s)
+      AND (%s::uuid IS NULL OR dataset_id = %s::uuid)
+    ORDER BY started_at"""
+
+TRY_WRITER_LOCK = "SELECT pg_try_advisory_lock(hashtextextended(%s, 7)) AS locked"
+WRITER_UNLOCK = "SELECT pg_advisory_unlock(hashtextextended(%s, 7))"
+# Partition writers hold the dataset lock SHARED (whole-dataset writers hold it exclusive), the
+# range locks of their slice (range_locks.py; key: dataset id | lock item, exclusive or shared) and,
+# around COMMIT only, the commit lock.
+TRY_WRITER_LOCK_SHARED = "SELECT pg_try_advisory_lock_shared(hashtextextended(%s, 7)) AS locked"
+WRITER_UNLOCK_SHARED = "SELECT pg_advisory_unlock_shared(hashtextextended(%s, 7))"
+# Take range locks %(keys)s in order with modes %(shared)s, starting at 1-based position %(start)s,
+# stopping at the first one held by another session: one round trip, and the count taken so far
+# is kept (the caller waits for the next one holding those, always in the same order).
+TRY_PARTITION_LOCKS = """WITH RECURSIVE step (i, ok) AS (
+    SELECT %(start)s::int - 1, true
+  UNION ALL
+    SELECT s.i + 1, CASE WHEN (%(shared)s::bool[])[s.i + 1]
+        THEN pg_try_advisory_lock_shared(hashtextextended((%(keys)s::text[])[s.i + 1], 8))
+        ELSE pg_try_advisory_lock(hashtextextended((%(keys)s::text[])[s.i + 1], 8)) END
+    FROM step s WHERE s.ok AND s.i < cardinality(%(keys)s::text[]))
+SELECT count(*) FILTER (WHERE ok)::int - 1 AS taken FROM step"""
+PARTITION_UNLOCKS = """SELECT count(*) FILTER (WHERE CASE WHEN u.shared
+    THEN pg_advisory_unlock_shared(hashtextextended(u.key, 8)) ELSE pg_advisory_unlock(hashtextextended(u.key, 8)) END)::int
+    AS released FROM unnest(%s::text[], %s::bool[]) AS u (key, shared)"""
+TRY_COMMIT_LOCK = "SELECT pg_try_advisory_lock(hashtextextended(%s, 9)) AS locked"
+COMMIT_UNLOCK = "SELECT pg_advisory_unlock(hashtextextended(%s, 9))"
+# one decision at a time on a staged transaction (the Dagster gate's read-decide-report), held to
+# the end of the deciding transaction
+STAGED_DECISION_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 10))"
+
+INSERT_SCHEMA_VERSION = "INSERT INTO trident_schema_versions (dataset_id, version, schema, txn_id) VALUES (%s, %s, %s::jsonb, %s)"
+INSERT_SYNC_LOG = """INSERT INTO trident_sync_log (dataset_id, txn_id, sink, snapshot_id, has_identity, rows_written, row_count)
+    VALUES (%s, %s, %s, %s, %s, %s, %s)"""
+
+GET_PROVENANCE = "SELECT provenance FROM trident_provenance WHERE dataset_id = %s"
+# describe/provenance: the dataset by key and its provenance in one round trip (no row: no dataset)
+GET_DATASET_WITH_PROVENANCE = f"""SELECT {", ".join(f"d.{c.strip()}" for c in _DATASET_COLS.split(","))},
+    p.provenance AS p_provenance
+    FROM trident_datasets d LEFT JOIN trident_provenance p ON p.dataset_id = d.dataset_id
+    WHERE d.workspace = %s AND d.key = %s"""
+UPSERT_PROVENANCE = """INSERT INTO trident_provenance (dataset_id, provenance) VALUES (%s, %s::jsonb)
+    ON CONFLICT (dataset_id) DO UPDATE SET provenance = EXCLUDED.provenance, updated_at = now()"""
+
+GET_WATERMARKS = """SELECT source_dataset_id, partition_key, watermark FROM trident_watermarks
+    WHERE output_dataset_id = %s AND partition_key = ANY(%s)"""
+UPSERT_WATERMARK = """INSERT INTO trident_watermarks (output_dataset_id, source_dataset_id, partition_key, watermark,
+    source_txn_id, txn_id) VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (output_dataset_id, source_dataset_id, partition_key)
+    DO UPDATE SET watermark = EXCLUDED.watermark, source_txn_id = EXCLUDED.source_txn_id, txn_id = EXCLUDED.txn_id,
+    updated_at = now()"""
+# A whole-output write makes every per-partition watermark stale, and a partition write the
+# whole-output one: each scope's marks describe rows the other scope's write has since changed.
+DROP_PARTITION_WATERMARKS = "DELETE FROM trident_watermarks WHERE output_dataset_id = %s AND partition_key <> ''"
+DROP_WHOLE_WATERMARKS = "DELETE FROM trident_watermarks WHERE output_dataset_id = %s AND partition_key = ''"
+
+LIST_FLAGS = "SELECT writer, sink FROM trident_writer_flags WHERE workspace = %s"
+UPSERT_FLAG = """INSERT INTO trident_writer_flags (workspace, writer, sink) VALUES (%s, %s, %s)
+    ON CONFLICT (workspace, writer) DO UPDATE SET sink = EXCLUDED.sink, updated_at = now()"""
+DELETE_FLAG = "DELETE FROM trident_writer_flags WHERE workspace = %s AND writer = %s RETURNING writer"
+LIST_PINS = "SELECT key, sink FROM trident_dataset_pins WHERE workspace = %s"
+UPSERT_PIN = """INSERT INTO trident_dataset_pins (workspace, key, sink) VALUES (%s, %s, %s)
+    ON CONFLICT (workspace, key) DO UPDATE SET sink = EXCLUDED.sink, updated_at = now()"""
+DELETE_PIN = "DELETE FROM trident_dataset_pins WHERE workspace = %s AND key = %s RETURNING key"
+
+# -- the pg sink (rows as jsonb; DDL in migrations/0002_pg_rows.sql) ------------------------------
+PG_LATEST_COMMIT = """SELECT seq, gen, arrow_schema, outcome, txn_id FROM trident_pg_commits
+    WHERE dataset_id = %s ORDER BY seq DESC LIMIT 1"""
+PG_LATEST_SEQ = "SELECT max(seq) AS seq FROM trident_pg_commits WHERE dataset_id = %s"
+PG_COMMIT_OF_TXN = "SELECT seq, gen, arrow_schema, outcome, txn_id FROM trident_pg_commits WHERE txn_id = %s"
+PG_NEXT_SEQ = "SELECT nextval(pg_get_serial_sequence('trident_pg_commits', 'seq')) AS seq"
+PG_INSERT_COMMIT = """INSERT INTO trident_pg_commits (seq, dataset_id, txn_id, gen, arrow_schema, outcome)
+    VALUES (%s, %s, %s, %s, %s, %s::jsonb)"""
+PG_DELETE_COMMIT = "DELETE FROM trident_pg_commits WHERE txn_id = %s"
+# Settled history is purged at the start of the next write (its writer lock proves every earlier
+# transaction has committed or been undone): old generations and the undo log.
+PG_PURGE_OLD_GENS = "DELETE FROM trident_rows WHERE dataset_id = %s AND gen <> %s"
+PG_PURGE_UNDO = "DELETE FROM trident_rows_undo WHERE dataset_id = %s"
+PG_COPY_ROWS = "COPY trident_rows (dataset_id, gen, row_id, row_index, created_at, txn_id, data) FROM STDIN"
+PG_CREATE_GONE = "CREATE TEMP TABLE trident_gone (row_id uuid PRIMARY KEY) ON COMMIT DROP"
+PG_COPY_GONE = "COPY trident_gone (row_id) FROM STDIN"
+PG_MOVE_GONE_TO_UNDO = """WITH gone AS (
+    DELETE FROM trident_rows r USING trident_gone g
+    WHERE r.dataset_id = %s AND r.gen = %s AND r.row_id = g.row_id
+    RETURNING r.dataset_id, r.gen, r.row_id, r.row_index, r.created_at, r.txn_id, r.data)
+INSERT INTO trident_rows_undo (undo_txn_id, dataset_id, gen, row_id, row_index, created_at, txn_id, data)
+SELECT %s, dataset_id, gen, row_id, row_index, created_at, txn_id, data FROM gone"""
+PG_UNDO_DELETE_WRITTEN = "DELETE FROM trident_rows WHERE dataset_id = %s AND txn_id = %s"
+PG_UNDO_RESTORE = """INSERT INTO trident_rows (dataset_id, gen, row_id, row_index, created_at, txn_id, data)
+    SELECT dataset_id, gen, row_id, row_index, created_at, txn_id, data FROM trident_rows_undo WHERE undo_txn_id = %s"""
+PG_UNDO_FORGET = "DELETE FROM trident_rows_undo WHERE undo_txn_id = %s"
+PG_SCAN_ROWS = """SELECT row_index, row_id::text, (extract(epoch FROM created_at) * 1000000)::bigint, data::text
+    FROM trident_rows WHERE dataset_id = %s AND gen = %s ORDER BY row_index"""
+# Bulk reads (sinks/pg/reader.py): the plan of a generation, then one binary COPY row per
+# row-index range whose fields are columns packed by Postgres (see the reader for why).
+PG_SCAN_PLAN = """SELECT count(*) AS rows, min(row_index) AS lo, max(row_index) AS hi,
+    (SELECT coalesce(sum(pg_column_size(data)), 0) FROM (SELECT data FROM trident_rows
+        WHERE dataset_id = %(ds)s AND gen = %(gen)s ORDER BY row_index LIMIT 1000) s)::bigint AS sample_bytes,
+    least(count(*), 1000) AS sample_rows
+    FROM trident_rows WHERE dataset_id = %(ds)s AND gen = %(gen)s"""
+# A range's user columns: ``{fields}`` is one ``string_agg(ROW(0, <member>, ..., 0)::text, E'\\n')``
+# per group of columns (sinks/pg/columns.py), each member PG_MEMBER_TEXT or PG_MEMBER_JSON of one key.
+PG_COPY_RANGE = """COPY (SELECT string_agg(int8send(row_index), ''::bytea), string_agg(row_id::text, ''),
+    string_agg(timestamptz_send(created_at), ''::bytea){fields}
+    FROM trident_rows WHERE dataset_id = %s AND gen = %s AND row_index >= %s AND row_index < %s)
+    TO STDOUT (FORMAT binary)"""
+PG_RANGE_GROUP = "string_agg(ROW(0, {members}, 0)::text, E'\\n')"
+PG_MEMBER_TEXT = "data->>{key}"  # a JSON string unescaped, a number's or boolean's text; SQL NULL for JSON null or no key
+PG_MEMBER_JSON = "data->{key}"  # the member's own JSON text (lists, structs, timestamps...); SQL NULL when absent
+# The read cache (sinks/pg/blocks.py; DDL and the triggers that keep it right in
+# migrations/0007_pg_row_blocks.sql). Purges and drops delete blocks by generation first, so the
+# triggers fired by the row DELETEs that follow find no block left to check.
+PG_INSERT_BLOCK = """INSERT INTO trident_row_blocks (dataset_id, gen, first_row_index, last_row_index, txn_id, n_rows, ipc)
+    VALUES (%s, %s, %s, %s, %s, %s, %s)"""
+PG_LIST_BLOCKS = """SELECT first_row_index, last_row_index, n_rows FROM trident_row_blocks
+    WHERE dataset_id = %s AND gen = %s ORDER BY first_row_index"""
+# The generation's lowest and highest row index: two probes of trident_rows_scan (min/max on an
+# index prefix), where PG_SCAN_PLAN's count visits every row.
+PG_ROW_INDEX_SPAN = """SELECT min(row_index) AS lo, max(row_index) AS hi FROM trident_rows
+    WHERE dataset_id = %s AND gen = %s"""
+PG_BLOCK_IPC = "SELECT n_rows, ipc FROM trident_row_blocks WHERE dataset_id = %s AND gen = %s AND first_row_index = %s"
+PG_PURGE_OLD_BLOCKS = "DELETE FROM trident_row_blocks WHERE dataset_id = %s AND gen <> %s"
+PG_UNDO_DELETE_BLOCKS = "DELETE FROM trident_row_blocks WHERE dataset_id = %s AND txn_id = %s"
+PG_DROP_BLOCKS = "DELETE FROM trident_row_blocks WHERE dataset_id = %s"
+# Maintenance's block rebuild: the runs of consecutive row indexes of the generation that no block
+# holds (gaps and islands: index minus rank is constant along a run), at least ``min_rows`` long.
+# Each row's covering block is the one with the greatest first index at or below it (one backward
+# index probe, blocks never overlap). FOR SHARE holds those rows until the blocks built from them
+# commit: a DELETE or UPDATE by hand waits, then its trigger sees the new blocks and drops them.
+PG_UNCOVERED_RUNS = """WITH uncovered AS (
+        SELECT r.row_index FROM trident_rows r
+        WHERE r.dataset_id = %(ds)s AND r.gen = %(gen)s AND NOT EXISTS (
+            SELECT 1 FROM (
+                SELECT b.last_row_index FROM trident_row_blocks b
+                WHERE b.dataset_id = r.dataset_id AND b.gen = r.gen AND b.first_row_index <= r.row_index
+                ORDER BY b.first_row_index DESC LIMIT 1
+            ) covering WHERE covering.last_row_index >= r.row_index)
+        FOR SHARE OF r
+    ), runs AS (
+        SELECT row_index, row_index - row_number() OVER (ORDER BY row_index) AS run FROM uncovered
+    )
+    SELECT min(row_index) AS first, max(row_index) AS last FROM runs
+    GROUP BY run HAVING count(*) >= %(min_rows)s ORDER BY 1"""
+PG_DROP_ROWS = "DELETE FROM trident_rows WHERE dataset_id = %s"
+PG_DROP_UNDO = "DELETE FROM trident_rows_undo WHERE dataset_id = %s"
+PG_DROP_COMMITS = "DELETE FROM trident_pg_commits WHERE dataset_id = %s"
+
+# -- commits as events (the Dagster ledger sensor): every committed transaction of a workspace in
+# commit order. The sync log's id is drawn in the COMMIT step, so it orders commits, not intents.
+COMMITS_SINCE = f"""SELECT s.id AS seq, d.key AS dataset_key, {", ".join("l." + c.strip() for c in _LEDGER_COLS.split(","))}
+    FROM trident_sync_log s
+    JOIN trident_ledger l ON l.txn_id = s.txn_id AND l.status = 'committed'
+    JOIN trident_datasets d ON d.dataset_id = s.dataset_id
+    WHERE d.workspace = %s AND s.id > %s ORDER BY s.id LIMIT %s"""
