@@ -29,9 +29,9 @@ from typing import Any
 
 import pytest
 import yaml
-from pydantic import SecretStr
 
 from tests.conftest import backend_settings
+from tests.support.helpers import settings_env
 from trident_assets.definitions import build_definitions
 from trident_cli.ui import ensure_database
 from trident_resources import Trident, TridentSettings
@@ -60,19 +60,6 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _env_of(settings: TridentSettings) -> dict[str, str]:
-    """The TRIDENT_* variables that give another process these settings."""
-    env = {}
-    for name in settings.model_fields_set:
-        value = getattr(settings, name)
-        if value is None:
-            continue
-        if isinstance(value, SecretStr):
-            value = value.get_secret_value()
-        env[f"TRIDENT_{name.upper()}"] = json.dumps(value) if isinstance(value, dict) else str(value)
-    return env
-
-
 class Deployment:
     def __init__(self, root: Path, settings: TridentSettings, pg_dsn: str) -> None:
         self.root, self.settings = root, settings
@@ -92,7 +79,7 @@ class Deployment:
         (root / "celery.yaml").write_text(yaml.safe_dump(config))
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(("TRIDENT_", "DAGSTER_"))}
         self.env.update(
-            _env_of(settings),
+            settings_env(settings),
             TRIDENT_DAGSTER_PG_URL=url,
             TRIDENT_CELERY_BROKER_URL=f"redis://127.0.0.1:{port}/0",
             TRIDENT_CELERY_BACKEND_URL=f"redis://127.0.0.1:{port}/1",

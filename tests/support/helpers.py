@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -9,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from pydantic import SecretStr
 from pyiceberg.table import Table
 
 from trident_resources import Trident, TridentSettings
@@ -80,3 +82,16 @@ def fresh_python(code: str, env: dict[str, str] | None = None) -> str:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+
+
+def settings_env(settings: TridentSettings) -> dict[str, str]:
+    """Every TRIDENT_* variable that gives another process exactly these settings."""
+    env = {}
+    for name in TridentSettings.model_fields:
+        value = getattr(settings, name)
+        if value is None:
+            continue
+        if isinstance(value, SecretStr):
+            value = value.get_secret_value()
+        env[f"TRIDENT_{name.upper()}"] = json.dumps(value) if isinstance(value, (dict, list, bool)) else str(value)
+    return env

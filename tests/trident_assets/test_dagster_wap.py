@@ -5,7 +5,6 @@ and waits for an operator's publish or discard."""
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -17,9 +16,9 @@ import dagster as dg
 import pyarrow as pa
 import pytest
 from dagster._core.events import DagsterEventType
-from pydantic import SecretStr
 
 from tests.support.dagster_helpers import materialize_nodes, materialized, resources_for, step_errors, succeeded
+from tests.support.helpers import settings_env
 from tests.trident_resources.transaction.test_transactions import _txn_files
 from trident_assets import expectations as ex
 from trident_assets.factories import split_asset, transform_asset
@@ -255,13 +254,8 @@ def gated_job() -> dg.JobDefinition:
 
 
 def _settings_env(settings: TridentSettings, monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in TridentSettings.model_fields:
-        value = getattr(settings, name)
-        if value is None:
-            continue
-        if isinstance(value, SecretStr):
-            value = value.get_secret_value()
-        monkeypatch.setenv(f"TRIDENT_{name.upper()}", json.dumps(value) if isinstance(value, (dict, list, bool)) else str(value))
+    for name, value in settings_env(settings).items():
+        monkeypatch.setenv(name, value)
 
 
 def test_the_gate_under_the_multiprocess_executor(
