@@ -28,11 +28,20 @@ from typing import Any
 
 import dagster as dg
 
-from trident_resources.dagster import TridentOutput, TridentResource, dataset_pool
-from trident_resources.dagster.gate import GATE_META, checks_failed, gate_checks, supersede
-from trident_resources.dagster.io_manager import AuditedVersion, asset_key_to_key, write_output
-from trident_resources.dagster.partitions import run_partition
-from trident_resources.keys import validate_key
+from trident_resources import validate_key
+from trident_resources.dagster import (
+    GATE_META,
+    AuditedVersion,
+    TridentOutput,
+    TridentResource,
+    asset_key_to_key,
+    checks_failed,
+    dataset_pool,
+    gate_checks,
+    run_partition,
+    supersede,
+    write_output,
+)
 
 from .expectations import Expectation, check_key, check_results, check_specs
 

@@ -1,5 +1,15 @@
-"""The trident: settings, control plane, lakehouse, pg sink, router, facade and IO manager."""
+"""The trident: settings, control plane, lakehouse, pg sink, router, facade and IO manager.
 
+Its public names are the client (``Trident``), its settings, its errors and result types, and what
+a library of asset factories (``trident_assets``) builds on: the ledger's entries and metadata key
+of a partition write (``LedgerEntry``, ``PARTITION_META``), a version's statistics
+(``VersionStats``), the engine's identity columns (``IDENTITY_COLUMNS``, ``ROW_INDEX``,
+``CREATED_AT``), dataset-key validation (``validate_key``) and the DuckDB SQL sandbox a node's
+compute runs in (``sandbox``, ``register_dataset``, ``native_paths``, ``check_reads_only``,
+``parser``, ``PARSER_DATABASE``, ``close_soon``). Everything else is internal.
+"""
+
+from .control_plane import LedgerEntry
 from .errors import (
     CatalogAuthenticationError,
     ChecksFailedError,
@@ -44,11 +54,22 @@ from .errors import (
     WriterLockLostError,
 )
 from .facade import Trident
+from .identity import CREATED_AT, IDENTITY_COLUMNS, ROW_INDEX
+from .keys import validate_key
 from .partitions import PartitionDim, PartitionFilter
 from .results import Description, ReconcileReport, WriteResult
 from .settings import TridentSettings
+from .sinks.base import VersionStats
+from .sql import PARSER_DATABASE, close_soon, native_paths, parser, register_dataset, sandbox
+from .sql_guard import check_reads_only
+from .transaction import PARTITION_META
 
 __all__ = [
+    "CREATED_AT",
+    "IDENTITY_COLUMNS",
+    "PARSER_DATABASE",
+    "PARTITION_META",
+    "ROW_INDEX",
     "CatalogAuthenticationError",
     "ChecksFailedError",
     "ConcurrentWriteError",
@@ -66,6 +87,7 @@ __all__ = [
     "InvalidSettingsError",
     "InvalidWriteError",
     "KeyNotFoundError",
+    "LedgerEntry",
     "MaintenanceFailedError",
     "MigrationError",
     "NullKeyError",
@@ -94,7 +116,15 @@ __all__ = [
     "TridentSettings",
     "UnreadableDataError",
     "UnsupportedBySinkError",
+    "VersionStats",
     "WriteFailedError",
     "WriteResult",
     "WriterLockLostError",
+    "check_reads_only",
+    "close_soon",
+    "native_paths",
+    "parser",
+    "register_dataset",
+    "sandbox",
+    "validate_key",
 ]
