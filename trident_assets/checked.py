@@ -68,7 +68,7 @@ def gates(context: dg.AssetExecutionContext, trident: TridentResource, expectati
     """Write-audit-publish applies to this step's outputs: a selected blocking check on one of
     them and sinks that can hold a staged version. Partition runs are gated too: a staged
     partition is published by re-basing its change onto whatever other partitions committed
-    meanwhile (refused only when its own partition changed; README "Write-audit-publish")."""
+    meanwhile (refused only when its own partition changed; docs/python-api.md "Write-audit-publish")."""
     selected = context.selected_asset_check_keys
     blocking = any(e.blocking and check_key(k, e) in selected for k, exps in expectations.items() for e in exps)
     if not blocking:

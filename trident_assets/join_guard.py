@@ -1,6 +1,6 @@
 """The join guard: refuse, before anything is written, a join whose data says it could explode.
 
-How the estimate is made, and what it can and cannot promise (the README says the same):
+How the estimate is made, and what it can and cannot promise (docs/dagster.md, "The join guard", says the same):
 
 1. **Which source each scan reads** comes from DuckDB's plan of the node's SQL, planned (never run)
    over empty stand-in tables named exactly as the SQL names its sources, so every scan names its
