@@ -9,8 +9,9 @@ compute runs in (``sandbox``, ``register_dataset``, ``native_paths``, ``check_re
 ``parser``, ``PARSER_DATABASE``, ``close_soon``). Everything else is internal.
 """
 
-from .control_plane import LedgerEntry
-from .errors import (
+from .client import Trident
+from .control.plane import LedgerEntry
+from .core.errors import (
     CatalogAuthenticationError,
     ChecksFailedError,
     ConcurrentWriteError,
@@ -53,16 +54,15 @@ from .errors import (
     WriteFailedError,
     WriterLockLostError,
 )
-from .facade import Trident
-from .identity import CREATED_AT, IDENTITY_COLUMNS, ROW_INDEX
-from .keys import validate_key
-from .partitions import PartitionDim, PartitionFilter
-from .results import Description, ReconcileReport, WriteResult
-from .settings import TridentSettings
-from .sinks.base import VersionStats
-from .sql import PARSER_DATABASE, close_soon, native_paths, parser, register_dataset, sandbox
-from .sql_guard import check_reads_only
-from .transaction import PARTITION_META
+from .core.identity import CREATED_AT, IDENTITY_COLUMNS, ROW_INDEX
+from .core.keys import validate_key
+from .core.partitions import PartitionDim, PartitionFilter
+from .core.results import Description, ReconcileReport, WriteResult
+from .core.settings import TridentSettings
+from .read.sql import PARSER_DATABASE, close_soon, native_paths, parser, register_dataset, sandbox
+from .read.sql_guard import check_reads_only
+from .sinks.contract import VersionStats
+from .transaction.driver import PARTITION_META
 
 __all__ = [
     "CREATED_AT",

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.dagster_support import step_errors
+from tests.support.dagster_helpers import step_errors
 from trident_resources import Trident, TridentSettings
 
 ROOT = Path(__file__).resolve().parents[2]

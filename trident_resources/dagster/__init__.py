@@ -19,7 +19,7 @@ from .io_manager import (
     asset_key_to_key,
     write_output,
 )
-from .partitions import declared, run_partition
+from .partition_mapping import declared, run_partition
 from .pools import dataset_pool
 from .provenance import lineage_entry, merge_provenance
 from .resource import TridentResource
