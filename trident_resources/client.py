@@ -136,7 +136,7 @@ class Trident:
         stage: bool = False,
         partition: PartitionFilter | None = None,
     ) -> WriteResult:
-        """Write ``data`` to dataset ``key`` as one transaction; see DESIGN.md "Write modes".
+        """Write ``data`` to dataset ``key`` as one transaction; see docs/python-api.md "Write modes".
 
         ``txn_id`` makes a retry idempotent: a transaction id that already committed is a no-op.
         ``watermarks`` (source key -> (committed_at, source txn)) and ``provenance`` are recorded
@@ -243,7 +243,7 @@ class Trident:
         not create (a rebuilt control plane, a table written by another tool with Trident's identity
         columns). The table is stamped with the dataset's id and recorded as one ledger
         transaction; ``__row_index`` continues from the table's max + 1. Refused (TableOwnershipError)
-        when the table belongs to another dataset or lacks the identity columns; see README.
+        when the table belongs to another dataset or lacks the identity columns; see docs/operations.md, "Table ownership".
 
         The upgrade path: a table that a Trident older than the ``trident.dataset-id`` property
         created belongs to an existing dataset of the same key but carries no owner, so every write
