@@ -473,6 +473,7 @@ def maintain(keys: tuple[str, ...], older_than_days: float, retain_last: int) ->
                         f"{r.compacted_files} small files compacted into {r.compaction_files_written}, "
                         f"{r.repaired_files} files with lossy bounds rewritten, "
                         f"{r.expired_snapshots} snapshots expired, {r.deleted_files} files deleted, "
+                        f"{r.deleted_metadata_files} metadata files deleted, "
                         f"{r.aborted_uploads} incomplete uploads aborted"
                         + (f", {r.cleanup_pending} cleanups still pending" if r.cleanup_pending else ""),
                     )
