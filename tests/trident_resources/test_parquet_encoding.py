@@ -130,7 +130,8 @@ def test_identity_columns_are_in_encodings_every_reader_decodes(trident_home: Pa
         scanned = t.driver.sinks["iceberg_native"].table(ds).scan(selected_fields=("__row_index", "__row_id")).to_arrow()  # type: ignore[attr-defined]
         # pyiceberg reads the uuid column as ``pa.uuid()`` (16 bytes): the same ids
         assert [str(u) for u in scanned.sort_by("__row_index")["__row_id"].to_pylist()] == ids["__row_id"].to_pylist()
-        polars = pl.read_parquet([p.removeprefix("file://") for p, _ in files], columns=["__row_index", "__row_id"]).sort("__row_index")
+        local = [p.removeprefix("file://") for p, _ in files]
+        polars = pl.read_parquet(local, columns=["__row_index", "__row_id"]).sort("__row_index")
         assert [str(uuid.UUID(bytes=b)) for b in polars["__row_id"].to_list()] == ids["__row_id"].to_pylist()
 
         assert t.maintain("enc/ids").compacted_files == len(files)

@@ -12,11 +12,11 @@ from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Transaction
 from pyiceberg.table.refs import MAIN_BRANCH
-from pyiceberg.table.snapshots import Snapshot
+from pyiceberg.table.snapshots import Operation, Snapshot
 
 from ...errors import TransactionConflictError
 from ...failpoints import failpoint
-from ...pyiceberg_compat import added_manifests_in_groups, name_commit_files, transaction
+from ...pyiceberg_compat import added_manifests_in_groups, name_commit_files, overwrite_as, transaction
 from ..base import WriteRequest
 from .scans import remember_committed
 from .snapshots import BOUNDS_PROPERTY, EXACT_BOUNDS, TXN_PROPERTY, audit_branch, has_column, published_schema
@@ -77,7 +77,9 @@ def commit_snapshot(
         # every file added here came from Trident's file writers: exact bounds (``stats.py``)
         update = txn.update_snapshot(snapshot_properties={**props, BOUNDS_PROPERTY: EXACT_BOUNDS}, branch=branch)
         # named after the txn, so discard finds them if the commit never lands
-        snapshot_id = commit_files(txn, update, to_delete, files, name_for=req.txn_id)
+        # a keyed delete adds files too: the rows of the files it touched that stay, unchanged
+        operation = snapshot_operation(deleted=bool(to_delete), added=bool(files), removes_rows_only=req.mode == "delete")
+        snapshot_id = commit_files(txn, update, to_delete, files, name_for=req.txn_id, operation=operation)
         failpoint("commit.before_catalog")
         req.fence()
         committed = txn.commit_transaction()
@@ -129,13 +131,31 @@ def _rebased(
 
 
 def commit_files(
-    txn: Any, update: Any, deleted: Iterable[DataFile], added: Iterable[DataFile], *, name_for: uuid.UUID | None = None
+    txn: Any,
+    update: Any,
+    deleted: Iterable[DataFile],
+    added: Iterable[DataFile],
+    *,
+    name_for: uuid.UUID | None = None,
+    operation: Operation | None = None,
 ) -> int:
-    """One snapshot of ``update`` that deletes and adds exactly these data files (an overwrite when
-    anything goes, a fast append otherwise); a partitioned table's new files go into manifests of
-    partition ranges, so one-partition scans prune the rest. Returns the snapshot id."""
-    deleted = list(deleted)
-    producer = update.overwrite() if deleted else update.fast_append()
+    """One snapshot of ``update`` that deletes and adds exactly these data files; a partitioned
+    table's new files go into manifests of partition ranges, so one-partition scans prune the
+    rest. Returns the snapshot id.
+
+    The snapshot records ``operation`` (Iceberg's word for what the commit did to the rows, which
+    streaming and incremental readers act on), by default what the files say
+    (``snapshot_operation``): a commit that only adds is an ``append`` (a fast append), one that
+    only removes a ``delete``. A caller that knows more says so: compaction rewrites rows without
+    changing them (``replace``); a keyed delete rewrites files with the rows that stay (``delete``)."""
+    deleted, added = list(deleted), list(added)
+    operation = operation or snapshot_operation(deleted=bool(deleted), added=bool(added))
+    if not deleted:
+        producer = update.fast_append()
+    elif operation == Operation.OVERWRITE:
+        producer = update.overwrite()
+    else:
+        producer = overwrite_as(update, operation)
     if name_for is not None:
         name_commit_files(producer, name_for)
     if txn.table_metadata.spec().fields:
@@ -146,3 +166,16 @@ def commit_files(
         for f in added:
             p.append_data_file(f)
     return int(producer.snapshot_id)
+
+
+def snapshot_operation(*, deleted: bool, added: bool, removes_rows_only: bool = False) -> Operation:
+    """The Iceberg operation of a commit that deletes and/or adds data files: ``append`` when it
+    only adds, ``delete`` when it only removes rows (no file added, or ``removes_rows_only``: the
+    files it adds hold rows that were already there, minus the removed ones), ``overwrite`` when
+    rows are both removed and added. (``replace``, rows rewritten without change, is compaction's
+    to claim.)"""
+    if not deleted:
+        return Operation.APPEND
+    if not added or removes_rows_only:
+        return Operation.DELETE
+    return Operation.OVERWRITE

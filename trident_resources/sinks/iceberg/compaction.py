@@ -28,6 +28,7 @@ from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.manifest import DataFile
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table, Transaction
+from pyiceberg.table.snapshots import Operation
 from pyiceberg.types import LongType
 
 from ...errors import StorageUnavailableError, TransactionConflictError
@@ -192,7 +193,8 @@ def _commit(txn: Transaction, inputs: list[DataFile], outputs: list[DataFile], p
         "trident.compacted-from": str(parent),
         "trident.rewritten-files": str(len(inputs)),
     }
-    commit_files(txn, txn.update_snapshot(snapshot_properties=props), inputs, outputs)
+    # the same rows in other files: Iceberg's ``replace``, which streaming readers skip
+    commit_files(txn, txn.update_snapshot(snapshot_properties=props), inputs, outputs, operation=Operation.REPLACE)
     txn.commit_transaction()
 
 
