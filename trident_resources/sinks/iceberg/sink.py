@@ -56,7 +56,7 @@ from ...pyiceberg_compat import (
     transaction_io,
     transaction_table,
 )
-from ...schemas import compatible, conform, describe_schema, to_iceberg, with_identity
+from ...schemas import compatible, conform, describe_schema, promotable, to_iceberg, widened, with_identity
 from ...settings import TridentSettings
 from ..base import (
     AsOf,
@@ -482,15 +482,19 @@ class IcebergSink(Sink):
                 # created by the same commit as the staged snapshot (one catalog commit, not two)
                 create_branch_in(txn, head.snapshot_id, audit_branch(req.txn_id))
             current = schema_to_pyarrow(table.schema(), include_field_ids=False)
-            if replace:
+            if replace:  # a column whose type changes is dropped and added again, unless Iceberg
+                # can promote it (int -> long...): ``union_by_name`` does that in place, same field id
                 gone = [
-                    f.name for f in current if f.name not in target.names or not compatible(target.field(f.name).type, f.type)
+                    f.name
+                    for f in current
+                    if f.name not in target.names
+                    or not (compatible(target.field(f.name).type, f.type) or promotable(f.type, target.field(f.name).type))
                 ]
                 if gone:
                     with txn.update_schema(allow_incompatible_changes=True) as upd:
                         for name in gone:
                             upd.delete_column(name)
-            if any(f.name not in current.names for f in target) or replace:
+            if any(f.name not in current.names for f in target) or widened(current, target) or replace:
                 with txn.update_schema() as upd:
                     upd.union_by_name(to_iceberg(target))
             if replace:
