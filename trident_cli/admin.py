@@ -132,6 +132,7 @@ def describe(key: str, max_partitions: int) -> None:
                 ("committed at", d.committed_at),
                 ("updated at", d.updated_at),
                 ("iceberg identifier", d.iceberg_identifier),
+                ("metadata location", d.metadata_location),
                 ("pin", t.router.pins().get(key)),
                 ("provenance", json.dumps(d.provenance, default=str) if d.provenance else None),
                 ("partitioning", ", ".join(d.partitioning) if d.partitioning else "none"),

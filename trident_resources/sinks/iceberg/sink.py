@@ -67,6 +67,7 @@ from ..base import (
     ScanPlan,
     Sink,
     SinkWrite,
+    StorageInfo,
     StoredVersion,
     VersionStats,
     WriteCounts,
@@ -617,11 +618,12 @@ class IcebergSink(Sink):
     def partition_stats(self, ds: DatasetRecord) -> list[dict[str, Any]]:
         return self._partition_stats(self._described_table(ds))
 
-    def partition_info(self, ds: DatasetRecord) -> tuple[tuple[tuple[str, str], ...] | None, list[dict[str, Any]]]:
-        """Both from ONE look-up of the table (each costs a catalog query even when the parsed
+    def storage_info(self, ds: DatasetRecord) -> StorageInfo:
+        """All from ONE look-up of the table (each costs a catalog query even when the parsed
         table is reused)."""
         table = self._described_table(ds)
-        return self._partitioning(table), self._partition_stats(table)
+        location = table.metadata_location if table is not None else None
+        return StorageInfo(self._partitioning(table), self._partition_stats(table), location)
 
     def _partitioning(self, table: Table | None) -> tuple[tuple[str, str], ...] | None:
         if table is None:
