@@ -279,3 +279,32 @@ def test_duckdb_iceberg_reads_what_trident_reads(trident: Trident) -> None:
     ours = _arrow_rows(t.read(KEY))
     theirs = _arrow_rows(con.execute("SELECT * FROM iceberg_scan(?)", [location]).to_arrow_table())
     assert [{c: r[c] for c in ours[0]} for r in theirs] == ours
+
+
+def test_duckdb_lts_iceberg_reads_what_trident_reads(trident: Trident) -> None:
+    """DuckDB 1.4 LTS (which refused the DELTA_BYTE_ARRAY ``__row_id``), when a Python with it and
+    its Iceberg extension is named by ``DUCKDB_LTS_PYTHON`` (the project pins DuckDB 2, so
+    the two cannot share an environment: ``pip install duckdb==1.4.4 duckdb-ext-iceberg==1.4.4.*
+    duckdb-ext-avro==1.4.4.*`` into another venv). Skipped otherwise."""
+    import json
+    import os
+    import subprocess
+
+    python = os.environ.get("DUCKDB_LTS_PYTHON")
+    if not python:
+        pytest.skip("DUCKDB_LTS_PYTHON names no Python with DuckDB 1.4 and its Iceberg extension")
+    t = trident
+    _upsert(t)
+    location = t.describe(KEY).metadata_location
+    script = (
+        "import duckdb, json, os, sys\n"
+        "import duckdb_ext\n"
+        "ext = os.path.join(list(duckdb_ext.__path__)[0], 'extensions')\n"
+        "con = duckdb.connect(config={'extension_directory': ext, 'autoinstall_known_extensions': False})\n"
+        "con.execute('LOAD avro'); con.execute('LOAD iceberg')\n"
+        "q = 'SELECT __row_index, __row_id::VARCHAR, k, s FROM iceberg_scan(?) ORDER BY __row_index'\n"
+        "print(json.dumps(con.execute(q, [sys.argv[1]]).fetchall()))\n"
+    )
+    out = subprocess.run([python, "-c", script, str(location)], capture_output=True, text=True, check=True, timeout=120)
+    ours = [[r["__row_index"], r["__row_id"], r["k"], r["s"]] for r in _arrow_rows(t.read(KEY))]
+    assert json.loads(out.stdout) == ours
