@@ -137,3 +137,100 @@ def test_the_pg_sink_widens_the_same_way(trident: Trident) -> None:
     t.router.clear_pin(key)
     assert t.migrate(key).flipped
     assert t.read(key).sort_by("k").column("v").to_pylist() == [5, 2**40]
+
+
+def test_a_staged_partition_write_that_widens_publishes_onto_other_partitions_commits(trident: Trident) -> None:
+    """The re-based publish of a staged partition write (another partition committed meanwhile)
+    carries its promotion onto main's schema, field id kept, instead of committing files of the
+    wider type under the narrower column."""
+    from datetime import date, timedelta
+
+    from trident_resources import PartitionFilter
+
+    def day(d: date) -> PartitionFilter:
+        return PartitionFilter.time_window("d", d, d + timedelta(days=1), "day")
+
+    t = trident
+    key = "widen/staged"
+    d1, d2, d3 = date(2024, 1, 1), date(2024, 1, 2), date(2024, 1, 3)
+    t.write(
+        key,
+        pa.table({"d": [d1, d2], "v": pa.array([1, 2], pa.int32())}),
+        partition=PartitionFilter.time_window("d", d1, d3, "day"),
+    )
+    before = _field_ids(t, key)
+    staged = t.write(key, pa.table({"d": [d1], "v": pa.array([2**40], pa.int64())}), partition=day(d1), stage=True)
+    t.write(key, pa.table({"d": [d3], "v": pa.array([3], pa.int32())}), partition=day(d3))
+    published = t.publish(key, staged.txn_id)
+    assert published.snapshot_id != staged.snapshot_id  # re-based onto d3's commit
+    assert _field_ids(t, key) == before
+    static = StaticTable.from_metadata(_live(t, key).metadata_location)
+    assert static.schema().find_field("v").field_type == _live(t, key).schema().find_field("v").field_type
+    assert str(static.schema().find_field("v").field_type) == "long"
+    ours = t.read(key).sort_by("d")
+    assert ours.schema.field("v").type == pa.int64() and ours.column("v").to_pylist() == [2**40, 2, 3]
+    polars = pl.scan_iceberg(static, reader_override="native").sort("d").collect()
+    assert polars["v"].to_list() == [2**40, 2, 3]
+
+
+@pytest.mark.parametrize("who_widens", ["this write", "the other partition's write"])
+def test_a_partition_write_rebased_onto_another_partitions_commit_keeps_a_promotion(
+    trident: Trident, monkeypatch: pytest.MonkeyPatch, who_widens: str
+) -> None:
+    """A partition write re-bases onto commits of other partitions that landed while it wrote: a
+    promotion on either side is carried onto the new parent (field id kept) instead of being
+    refused as a schema change (``commits._rebased``). The other writer is another process,
+    run while this write's files are written and its commit not yet made."""
+    import os
+    import subprocess
+    import sys
+    from datetime import date, timedelta
+    from pathlib import Path
+
+    from trident_resources import PartitionFilter
+    from trident_resources.sinks.iceberg import sink as iceberg_sink
+
+    def day(d: date) -> PartitionFilter:
+        return PartitionFilter.time_window("d", d, d + timedelta(days=1), "day")
+
+    t = trident
+    key = "widen/rebase"
+    d1, d3 = date(2024, 1, 1), date(2024, 1, 3)
+    ours_type, theirs_type = ("int64", "int32") if who_widens == "this write" else ("int32", "int64")
+    window = PartitionFilter.time_window("d", d1, d3 + timedelta(days=1), "day")
+    t.write(key, pa.table({"d": [d1, d3], "v": pa.array([1, 2], pa.int32())}), partition=window)
+    before = _field_ids(t, key)
+    s = t.settings
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRIDENT_")} | {
+        "TRIDENT_HOME": str(s.home),
+        "TRIDENT_PG_DSN": s.pg_dsn.get_secret_value() if s.pg_dsn else "",
+        "TRIDENT_WORKSPACE": s.workspace,
+        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+    }
+    other = (
+        "import pyarrow as pa\nfrom datetime import date\nfrom trident_resources import PartitionFilter, Trident\n"
+        "with Trident.from_env() as t:\n"
+        f"    t.write({key!r}, pa.table({{'d': [date(2024, 1, 3)], 'v': pa.array([3], pa.{theirs_type}())}}),"
+        " partition=PartitionFilter.time_window('d', date(2024, 1, 3), date(2024, 1, 4), 'day'))\n"
+    )
+    real = iceberg_sink.failpoint
+    landed: list[int] = []
+
+    def meanwhile(name: str) -> None:
+        real(name)
+        if name == "write.before_commit" and not landed:
+            child = subprocess.run([sys.executable, "-c", other], env=env, capture_output=True, text=True, timeout=120)
+            assert child.returncode == 0, child.stderr[-3000:]
+            landed.append(child.returncode)
+
+    monkeypatch.setattr(iceberg_sink, "failpoint", meanwhile)
+    mine = 2**40 if ours_type == "int64" else 10
+    t.write(key, pa.table({"d": [d1], "v": pa.array([mine], getattr(pa, ours_type)())}), partition=day(d1))
+    monkeypatch.setattr(iceberg_sink, "failpoint", real)
+    assert landed and _field_ids(t, key) == before
+    static = StaticTable.from_metadata(_live(t, key).metadata_location)
+    assert str(static.schema().find_field("v").field_type) == "long"
+    expected = [mine, 3]
+    assert t.read(key).sort_by("d").column("v").to_pylist() == expected
+    assert static.scan().to_arrow().sort_by("d").column("v").to_pylist() == expected
+    assert pl.scan_iceberg(static, reader_override="native").sort("d").collect()["v"].to_list() == expected

@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Transaction
 from pyiceberg.table.refs import MAIN_BRANCH
@@ -17,6 +18,7 @@ from pyiceberg.table.snapshots import Operation, Snapshot
 from ...errors import TransactionConflictError
 from ...failpoints import failpoint
 from ...pyiceberg_compat import added_manifests_in_groups, name_commit_files, overwrite_as, transaction
+from ...schemas import promotable, widened
 from ..base import WriteRequest
 from .scans import remember_committed
 from .snapshots import BOUNDS_PROPERTY, EXACT_BOUNDS, TXN_PROPERTY, audit_branch, has_column, published_schema
@@ -104,13 +106,20 @@ def _rebased(
     ours = txn.table_metadata
     new = transaction(fresh)
     current = new.table_metadata.schema()
-    if any(not has_column(current, f.name) for f in ours.schema().fields):
+    # columns this write added or promoted (int -> long...) are added or promoted on the new parent too
+    if any(not has_column(current, f.name) for f in ours.schema().fields) or widened(
+        schema_to_pyarrow(current, include_field_ids=False), schema_to_pyarrow(ours.schema(), include_field_ids=False)
+    ):
         with new.update_schema() as upd:
             upd.union_by_name(ours.schema())
     theirs = new.table_metadata
     for f in ours.schema().fields:
         other = theirs.schema().find_field(f.name) if has_column(theirs.schema(), f.name) else None
-        if other is None or other.field_id != f.field_id or other.field_type != f.field_type:
+        # files of a narrower type under a column the other writer promoted read as its type
+        same_type = other is not None and (
+            other.field_type == f.field_type or promotable(schema_to_pyarrow(f.field_type), schema_to_pyarrow(other.field_type))
+        )
+        if other is None or other.field_id != f.field_id or not same_type:
             raise TransactionConflictError(
                 f"the schema of {req.dataset.key!r} changed while this partition was being written "
                 f"(column {f.name!r}); nothing was committed, retry the write"
