@@ -233,6 +233,15 @@ def _partitions(t: Trident) -> None:
     t.publish(KEY, staged.txn_id)  # re-based onto the other partition's commit
 
 
+def _string_row_ids(t: Trident) -> None:
+    """A table created before uuid ids (``__row_id`` a string), written on by this Trident."""
+    from tests.trident_resources.test_row_id_uuid import _legacy
+
+    _legacy(t, KEY, _data(0, 2000).drop_columns(["l", "st"]))
+    t.write(KEY, _data(2000, 500).drop_columns(["l", "st"]), mode="append")
+    t.write(KEY, _data(1900, 200).drop_columns(["l", "st"]), mode="upsert", keys="k")
+
+
 SCENARIOS: dict[str, Callable[[Trident], None]] = {
     "replace": _replace,
     "replace_keys": _replace_keys,
@@ -248,6 +257,7 @@ SCENARIOS: dict[str, Callable[[Trident], None]] = {
     "expiry": _expired,
     "publish": _published,
     "partitions": _partitions,
+    "string_row_ids": _string_row_ids,
 }
 
 
