@@ -473,7 +473,8 @@ def maintain(keys: tuple[str, ...], older_than_days: float, retain_last: int) ->
                         key,
                         f"{r.compacted_files} small files compacted into {r.compaction_files_written}, "
                         f"{r.repaired_files} files with lossy bounds rewritten, "
-                        f"{r.expired_snapshots} snapshots expired, {r.deleted_files} files deleted, "
+                        + (f"{r.reencoded_files} files re-encoded for other readers, " if r.reencoded_files else "")
+                        + f"{r.expired_snapshots} snapshots expired, {r.deleted_files} files deleted, "
                         f"{r.aborted_uploads} incomplete uploads aborted"
                         + (f", {r.cleanup_pending} cleanups still pending" if r.cleanup_pending else ""),
                     )

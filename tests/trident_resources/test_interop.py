@@ -318,3 +318,48 @@ def test_duckdb_lts_iceberg_reads_what_trident_reads(trident: Trident) -> None:
     out = subprocess.run([python, "-c", script, str(location)], capture_output=True, text=True, check=True, timeout=120)
     ours = [[r["__row_index"], r["__row_id"], r["k"], r["s"]] for r in _arrow_rows(t.read(KEY))]
     assert json.loads(out.stdout) == ours
+
+
+def _as_an_older_trident_wrote_it(t: Trident, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Writes as a Trident before issue 28 did: ``__row_id`` DELTA_BYTE_ARRAY, and snapshots that
+    do not say their files use the standard encodings."""
+    from trident_resources.sinks.iceberg import commits, files, reencoding
+
+    with monkeypatch.context() as m:
+        m.setitem(files._IDENTITY_ENCODING, "__row_id", "DELTA_BYTE_ARRAY")
+        m.setattr(commits, "STANDARD_ENCODINGS", "v0")
+        t.write(KEY, _data(0, 3000))
+        t.write(KEY, _data(2500, 1000), mode="upsert", keys="k")
+        t.write(KEY, _data(4000, 2000), mode="append")
+    assert reencoding.STANDARD_ENCODINGS == "v1"
+
+
+def test_maintain_rewrites_files_an_older_trident_encoded_for_no_other_reader(
+    trident: Trident, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tables written before the encoding fix stay unreadable by polars' native reader (and DuckDB
+    1.4, Velox) until their files are rewritten: ``maintain`` does that once, whatever their size,
+    identity unchanged; the next pass opens no footer."""
+    from trident_resources.sinks.iceberg import reencoding
+
+    t = trident
+    _as_an_older_trident_wrote_it(t, monkeypatch)
+    static = StaticTable.from_metadata(t.describe(KEY).metadata_location)
+    with pytest.raises(pl.exceptions.ComputeError, match="DeltaByteArray"):
+        pl.scan_iceberg(static, reader_override="native").collect()
+    before = _arrow_rows(t.read(KEY))
+
+    report = t.maintain(KEY)
+    assert report.reencoded_files == len(_data_files(static)) >= 1
+    assert _arrow_rows(t.read(KEY)) == before
+    assert check_readers(t, KEY) == before
+    snap = StaticTable.from_metadata(t.describe(KEY).metadata_location).current_snapshot()
+    assert snap is not None and snap.summary is not None and snap.summary.operation.value == "replace"
+
+    opened: list[str] = []
+    real = reencoding._unreadable
+    monkeypatch.setattr(reencoding, "_unreadable", lambda table, f: opened.append(f.file_path) or real(table, f))
+    t.write(KEY, _data(9000, 10), mode="append")  # this tree's write: marked, never opened
+    again = t.maintain(KEY)
+    assert again.reencoded_files == 0 and opened == []
+    check_readers(t, KEY)

@@ -95,6 +95,8 @@ class Maintenance:
     data_files_after: int | None = None
     # data files rewritten because their manifest bounds lost rows (a row group without min/max)
     repaired_files: int = 0
+    # data files an older Trident wrote in encodings some readers cannot decode, rewritten
+    reencoded_files: int = 0
     # pg sink: row blocks (its read cache) rebuilt over rows whose blocks keyed writes dropped
     rebuilt_blocks: int = 0
 

@@ -20,6 +20,7 @@ from ...failpoints import failpoint
 from ...pyiceberg_compat import added_manifests_in_groups, name_commit_files, overwrite_as, transaction
 from ...schemas import promotable, widened
 from ..base import WriteRequest
+from .reencoding import ENCODINGS_PROPERTY, STANDARD_ENCODINGS
 from .scans import remember_committed
 from .snapshots import BOUNDS_PROPERTY, EXACT_BOUNDS, TXN_PROPERTY, audit_branch, has_column, published_schema
 
@@ -77,7 +78,9 @@ def commit_snapshot(
         if req.stage:  # an audit branch; a table with no version yet takes an unreferenced snapshot
             branch = audit_branch(req.txn_id) if txn.table_metadata.current_snapshot() is not None else None
         # every file added here came from Trident's file writers: exact bounds (``stats.py``)
-        update = txn.update_snapshot(snapshot_properties={**props, BOUNDS_PROPERTY: EXACT_BOUNDS}, branch=branch)
+        # ... and in encodings every mainstream reader decodes (``reencoding.py``)
+        marks = {BOUNDS_PROPERTY: EXACT_BOUNDS, ENCODINGS_PROPERTY: STANDARD_ENCODINGS}
+        update = txn.update_snapshot(snapshot_properties={**props, **marks}, branch=branch)
         # named after the txn, so discard finds them if the commit never lands
         # a keyed delete adds files too: the rows of the files it touched that stay, unchanged
         operation = snapshot_operation(deleted=bool(to_delete), added=bool(files), removes_rows_only=req.mode == "delete")

@@ -39,6 +39,8 @@ from ...schemas import conform
 from .bounds_repair import checked_marker, files_with_missing_bounds, record_checked
 from .commits import commit_files
 from .files import DataFileWriter
+from .reencoding import ENCODINGS_PROPERTY, STANDARD_ENCODINGS, files_to_reencode
+from .reencoding import checked_marker as reencoding_marker
 from .snapshots import BOUNDS_PROPERTY, EXACT_BOUNDS, has_column
 
 if TYPE_CHECKING:
@@ -58,6 +60,7 @@ class Compaction:
     written: int  # target-size files written for them
     snapshot_id: int | None  # the compaction snapshot, None when nothing was worth rewriting
     repaired: int = 0  # of ``rewritten``: files rewritten because their bounds lost rows
+    reencoded: int = 0  # of ``rewritten``: files rewritten because some readers cannot decode them
 
 
 def small_file_bytes(target_file_bytes: int) -> int:
@@ -77,8 +80,12 @@ def compact(sink: IcebergSink, ds: DatasetRecord, table: Table, *, min_input_fil
         return Compaction(len(files), len(files), 0, 0, None)
     # a missing or corrupt footer raises as compaction's reads do: ``dataset_maintenance`` names it
     repaired = {f.file_path for f in files_with_missing_bounds(table)}
+    # files of an older Trident whose __row_id encoding some readers cannot decode (``reencoding.py``)
+    reencode = {f.file_path for f in files_to_reencode(table)} - repaired
+    # recorded only once the broken files are rewritten
+    checked = {**checked_marker(table), **reencoding_marker(table)}
+    repaired |= reencode
     broken = [f for f in files if f.file_path in repaired]
-    checked = checked_marker(table)  # recorded only once the broken files are rewritten
     groups = _groups([f for f in small if f.file_path not in repaired], broken, min_input_files)
     if not groups:
         record_checked(table, checked)
@@ -134,7 +141,8 @@ def compact(sink: IcebergSink, ds: DatasetRecord, table: Table, *, min_input_fil
         len(inputs),
         len(written),
         None if snap is None else snap.snapshot_id,
-        len(broken),
+        len(broken) - len(reencode),
+        len(reencode),
     )
 
 
@@ -188,6 +196,7 @@ def _commit(txn: Transaction, inputs: list[DataFile], outputs: list[DataFile], p
     marked as having exact bounds, so ``bounds_repair`` never reads them)."""
     props = {
         BOUNDS_PROPERTY: EXACT_BOUNDS,
+        ENCODINGS_PROPERTY: STANDARD_ENCODINGS,
         OPERATION_PROPERTY: "compaction",
         "trident.compaction-id": str(compaction_id),
         "trident.compacted-from": str(parent),

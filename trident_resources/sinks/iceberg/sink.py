@@ -828,9 +828,10 @@ class IcebergSink(Sink):
             key=ds.key,
             expired_snapshots=0,
             deleted_files=0,
-            compacted_files=done.rewritten - done.repaired,
+            compacted_files=done.rewritten - done.repaired - done.reencoded,
             compaction_files_written=done.written,
             repaired_files=done.repaired,
+            reencoded_files=done.reencoded,
             data_files_before=done.files_before,
             data_files_after=done.files_after,
         )
