@@ -89,7 +89,7 @@ def main() -> None:
     import polars as pl
 
     from trident_resources import Trident, TridentSettings
-    from trident_resources.embedded_pg import ensure_embedded_postgres
+    from trident_resources.control.embedded_pg import ensure_embedded_postgres
     from trident_resources.sinks.iceberg import files as data_files
 
     path = lineitem(args.sf)

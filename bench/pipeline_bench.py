@@ -54,7 +54,7 @@ def run_trident(home: str, scale: str) -> dict:
     from trident_assets.definitions import defs
     from trident_cli.check import QUIET
     from trident_resources import Trident, TridentSettings
-    from trident_resources.embedded_pg import ensure_embedded_postgres
+    from trident_resources.control.embedded_pg import ensure_embedded_postgres
 
     job = defs.resolve_job_def("tpch_pipeline")
     # The environment the run executes in, set up before the clock starts as DuckDB's connection
@@ -176,7 +176,7 @@ def main() -> None:
         return
 
     from trident_assets.tpch import ensure_tpch
-    from trident_resources.embedded_pg import leave_as_found
+    from trident_resources.control.embedded_pg import leave_as_found
 
     t0 = time.perf_counter()
     sources = ensure_tpch(Path(args.home), args.scale)

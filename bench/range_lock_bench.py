@@ -54,7 +54,7 @@ def main() -> None:
     import pyarrow as pa
 
     from trident_resources import ConcurrentWriteError, PartitionFilter, Trident, TridentSettings
-    from trident_resources.range_locks import claim
+    from trident_resources.control.range_locks import claim
 
     home = Path(args.home or tempfile.mkdtemp(prefix="range-lock-bench-"))
     with Trident(TridentSettings(home=home, workspace=f"b_{uuid.uuid4().hex[:8]}")) as t:

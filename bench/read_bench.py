@@ -42,8 +42,8 @@ ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT.parent))
 
 from trident_resources import Trident, TridentSettings  # noqa: E402
-from trident_resources.embedded_pg import ensure_embedded_postgres  # noqa: E402
-from trident_resources.identity import IDENTITY_COLUMNS  # noqa: E402
+from trident_resources.control.embedded_pg import ensure_embedded_postgres  # noqa: E402
+from trident_resources.core.identity import IDENTITY_COLUMNS  # noqa: E402
 
 Q1 = """SELECT l_returnflag, l_linestatus, sum(l_quantity) AS sum_qty, sum(l_extendedprice) AS sum_base_price,
   sum(l_extendedprice * (1 - l_discount)) AS sum_disc_price,

@@ -58,7 +58,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     from trident_resources import Trident, TridentSettings
-    from trident_resources.embedded_pg import ensure_embedded_postgres
+    from trident_resources.control.embedded_pg import ensure_embedded_postgres
 
     path = ROOT / "data" / f"sf{args.sf.replace('.', '_')}" / "lineitem.parquet"
     if not path.exists():

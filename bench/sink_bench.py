@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT.parent))
 
 from trident_resources import Trident, TridentSettings  # noqa: E402
-from trident_resources.embedded_pg import ensure_embedded_postgres, leave_as_found  # noqa: E402
+from trident_resources.control.embedded_pg import ensure_embedded_postgres, leave_as_found  # noqa: E402
 
 
 def lineitem(sf: str) -> Path:

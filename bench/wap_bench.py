@@ -70,7 +70,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--home", default=str(DATA / "wap-home"))
     args = parser.parse_args()
-    from trident_resources.embedded_pg import leave_as_found
+    from trident_resources.control.embedded_pg import leave_as_found
 
     home = Path(args.home)
     with leave_as_found(home / "pg"):

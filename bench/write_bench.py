@@ -163,7 +163,7 @@ def _prepare_s(args: argparse.Namespace) -> Any:
     import pyarrow.parquet as pq
 
     from trident_resources import Trident
-    from trident_resources.keys import iceberg_identifier
+    from trident_resources.core.keys import iceberg_identifier
 
     t = Trident(_settings(args, args.workspace))
 
@@ -187,7 +187,7 @@ def _prepare_r(args: argparse.Namespace) -> Any:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from trident_resources.identity import IDENTITY_FIELDS, stamp
+    from trident_resources.core.identity import IDENTITY_FIELDS, stamp
     from trident_resources.sinks.iceberg.credentials import apply_checksum_policy
 
     # The same wire protocol as Trident's (plain signed PUTs), so only the writers differ.
@@ -245,7 +245,7 @@ def _prepare_b(args: argparse.Namespace) -> Any:
     import pyarrow.parquet as pq
     from pyiceberg.catalog.sql import SqlCatalog
 
-    from trident_resources.embedded_pg import ensure_embedded_postgres
+    from trident_resources.control.embedded_pg import ensure_embedded_postgres
     from trident_resources.sinks.iceberg.catalog import sqlalchemy_url
 
     dsn = _raw_dsn(ensure_embedded_postgres(Path(args.home) / "pg"))
@@ -285,7 +285,7 @@ def _prepare_c(args: argparse.Namespace) -> Any:
     import psycopg
     import pyarrow.parquet as pq
 
-    from trident_resources.embedded_pg import ensure_embedded_postgres
+    from trident_resources.control.embedded_pg import ensure_embedded_postgres
 
     dsn = ensure_embedded_postgres(Path(args.home) / "pg")
     table = f"bench_rows_{args.workspace}"
@@ -461,7 +461,7 @@ def cleanup(mode: str, args: argparse.Namespace, workspace: str) -> None:
         elif mode == "b":
             import psycopg
 
-            from trident_resources.embedded_pg import ensure_embedded_postgres
+            from trident_resources.control.embedded_pg import ensure_embedded_postgres
 
             shutil.rmtree(Path(args.home) / "raw_warehouse" / workspace, ignore_errors=True)
             with psycopg.connect(_raw_dsn(ensure_embedded_postgres(Path(args.home) / "pg")), autocommit=True) as c:
@@ -469,7 +469,7 @@ def cleanup(mode: str, args: argparse.Namespace, workspace: str) -> None:
         elif mode == "c":
             import psycopg
 
-            from trident_resources.embedded_pg import ensure_embedded_postgres
+            from trident_resources.control.embedded_pg import ensure_embedded_postgres
 
             with psycopg.connect(ensure_embedded_postgres(Path(args.home) / "pg"), autocommit=True) as c:
                 c.execute(f"DROP TABLE IF EXISTS bench_rows_{workspace}")
@@ -483,7 +483,7 @@ def prepare_postgres(args: argparse.Namespace) -> None:
     """Start the embedded Postgres once (not timed) and create (b)'s catalog database."""
     import psycopg
 
-    from trident_resources.embedded_pg import ensure_embedded_postgres
+    from trident_resources.control.embedded_pg import ensure_embedded_postgres
 
     dsn = ensure_embedded_postgres(Path(args.home) / "pg")
     with psycopg.connect(dsn, autocommit=True) as c:
@@ -820,12 +820,12 @@ def main() -> None:
     if args.child:
         child_main(args)
     elif args.s3:
-        from trident_resources.embedded_pg import leave_as_found
+        from trident_resources.control.embedded_pg import leave_as_found
 
         with leave_as_found(args.home / "pg"):
             s3_main(args)
     else:
-        from trident_resources.embedded_pg import leave_as_found
+        from trident_resources.control.embedded_pg import leave_as_found
 
         with leave_as_found(args.home / "pg"):  # stop the embedded Postgres if this run started it
             parent_main(args)

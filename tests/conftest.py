@@ -19,7 +19,7 @@ from trident_resources import Trident, TridentSettings
 if TYPE_CHECKING:
     from tests.support.rest_catalog import RestCatalogServer
     from tests.support.s3_server import S3Server
-from trident_resources.embedded_pg import ensure_embedded_postgres, stop_embedded_postgres
+from trident_resources.control.embedded_pg import ensure_embedded_postgres, stop_embedded_postgres
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -28,11 +28,11 @@ from typing import Any
 
 import dagster as dg
 
+from trident_resources.core.keys import validate_key
 from trident_resources.dagster import TridentOutput, TridentResource, dataset_pool
 from trident_resources.dagster.gate import GATE_META, checks_failed, gate_checks, supersede
 from trident_resources.dagster.io_manager import AuditedVersion, asset_key_to_key, write_output
-from trident_resources.dagster.partitions import run_partition
-from trident_resources.keys import validate_key
+from trident_resources.dagster.partition_mapping import run_partition
 
 from .expectations import Expectation, check_key, check_results, check_specs
 

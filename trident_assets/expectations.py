@@ -17,7 +17,7 @@ import duckdb
 from trident_resources import Trident, TridentError
 from trident_resources.dagster import TridentResource
 from trident_resources.dagster.gate import staged_in_run
-from trident_resources.sinks.base import VersionStats
+from trident_resources.sinks.contract import VersionStats
 
 from .key_bitmap import no_repeated_key
 

@@ -24,10 +24,10 @@ import dagster as dg
 import pyarrow as pa
 
 from trident_resources import Trident, TridentError
+from trident_resources.core.keys import validate_key
 from trident_resources.dagster import TridentOutput, TridentResource, dataset_pool
 from trident_resources.dagster.io_manager import AuditedVersion
-from trident_resources.dagster.partitions import declared, run_partition
-from trident_resources.keys import validate_key
+from trident_resources.dagster.partition_mapping import declared, run_partition
 
 from .checked import audit_and_publish, checked_asset, checked_results, gates, staged_write  # issue 13: in-step checks
 from .compute import DEFAULT_BATCH_ROWS, SOURCE_ROW_INDEX, Session, open_session

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from trident_resources import TridentError
-from trident_resources.identity import IDENTITY_COLUMNS
+from trident_resources.core.identity import IDENTITY_COLUMNS
 
 from .compute import SOURCE_ROW_INDEX
 

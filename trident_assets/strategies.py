@@ -35,10 +35,10 @@ from datetime import datetime
 from typing import Literal
 
 from trident_resources import PartitionFilter, Trident, TridentError
-from trident_resources.control_plane import LedgerEntry
+from trident_resources.control.plane import LedgerEntry
+from trident_resources.core.results import Description
 from trident_resources.dagster import WriteMode
-from trident_resources.results import Description
-from trident_resources.transaction import PARTITION_META
+from trident_resources.transaction.driver import PARTITION_META
 
 StrategyKind = Literal["replace", "append_always", "append_new", "upsert", "snapshot_replace", "delta"]
 APPEND_ONLY_MODES: tuple[WriteMode, ...] = ("append", "append_new")

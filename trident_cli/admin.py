@@ -27,7 +27,7 @@ from rich.table import Table
 from rich.text import Text
 
 from trident_resources import InvalidFilterError, Trident
-from trident_resources.router import SINKS, WRITERS
+from trident_resources.control.router import SINKS, WRITERS
 
 from .render import console, print_table
 

@@ -24,15 +24,15 @@ import psycopg
 from rich.markup import escape
 from rich.table import Table
 
-from trident_resources.embedded_pg import (
+from trident_resources.control.embedded_pg import (
     DATABASE,
     EmbeddedStatus,
     embedded_status,
     ensure_embedded_postgres,
     stop_embedded_postgres,
 )
-from trident_resources.errors import EmbeddedPostgresBusyError, NotEmbeddedPostgresError
-from trident_resources.settings import TridentSettings, settings_from_env
+from trident_resources.core.errors import EmbeddedPostgresBusyError, NotEmbeddedPostgresError
+from trident_resources.core.settings import TridentSettings, settings_from_env
 
 from .render import console
 

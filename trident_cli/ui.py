@@ -32,7 +32,7 @@ from typing import Any
 import click
 
 from trident_resources import TridentError
-from trident_resources.settings import TridentSettings, settings_from_env
+from trident_resources.core.settings import TridentSettings, settings_from_env
 
 DAGSTER_DATABASE = "dagster"
 URL_VARIABLE = "TRIDENT_DAGSTER_PG_URL"  # Dagster reads it from dagster.yaml ({env: ...}); we only provide it
@@ -147,7 +147,7 @@ def instance_storage_url(settings: TridentSettings, environ: dict[str, str] | No
         return with_driver(environ[URL_VARIABLE]), URL_VARIABLE
     if settings.pg_dsn is not None:
         return ensure_database(settings.pg_dsn.get_secret_value()), "TRIDENT_PG_DSN's server, database 'dagster'"
-    from trident_resources.embedded_pg import ensure_embedded_postgres
+    from trident_resources.control.embedded_pg import ensure_embedded_postgres
 
     dsn = ensure_embedded_postgres(Path(settings.home) / "pg")
     return ensure_database(dsn), "the embedded Postgres, database 'dagster'"

@@ -1,6 +1,7 @@
 """The trident: settings, control plane, lakehouse, pg sink, router, facade and IO manager."""
 
-from .errors import (
+from .client import Trident
+from .core.errors import (
     CatalogAuthenticationError,
     ChecksFailedError,
     ConcurrentWriteError,
@@ -43,10 +44,9 @@ from .errors import (
     WriteFailedError,
     WriterLockLostError,
 )
-from .facade import Trident
-from .partitions import PartitionDim, PartitionFilter
-from .results import Description, ReconcileReport, WriteResult
-from .settings import TridentSettings
+from .core.partitions import PartitionDim, PartitionFilter
+from .core.results import Description, ReconcileReport, WriteResult
+from .core.settings import TridentSettings
 
 __all__ = [
     "CatalogAuthenticationError",

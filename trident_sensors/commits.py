@@ -28,7 +28,7 @@ from typing import Any
 import dagster as dg
 
 from trident_resources import Trident
-from trident_resources.control_plane import LedgerEntry
+from trident_resources.control.plane import LedgerEntry
 from trident_resources.dagster import TridentResource
 from trident_resources.dagster.io_manager import RUN_ID
 

@@ -13,11 +13,11 @@ import dagster as dg
 import pyarrow as pa
 import pytest
 
-from tests.dagster_support import materialize_nodes, step_errors
+from tests.support.dagster_helpers import materialize_nodes, step_errors
 from trident_assets import expectations as ex
 from trident_assets import transform_asset
 from trident_resources import Trident, TridentSettings
-from trident_resources import sql as trident_sql
+from trident_resources.read import sql as trident_sql
 
 ROWS = {
     "k": [1, 2, 3, 4, 5, 5],

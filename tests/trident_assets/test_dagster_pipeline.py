@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from tests.conftest import make_settings
-from tests.dagster_support import materialized
+from tests.support.dagster_helpers import materialized
 from trident_assets.definitions import build_definitions
 from trident_assets.pipeline import Q3_SQL
 from trident_assets.tpch import ensure_tpch

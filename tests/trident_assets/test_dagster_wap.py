@@ -19,14 +19,14 @@ import pytest
 from dagster._core.events import DagsterEventType
 from pydantic import SecretStr
 
-from tests.dagster_support import materialize_nodes, materialized, resources_for, step_errors, succeeded
-from tests.trident_resources.test_transactions import _txn_files
+from tests.support.dagster_helpers import materialize_nodes, materialized, resources_for, step_errors, succeeded
+from tests.trident_resources.transaction.test_transactions import _txn_files
 from trident_assets import expectations as ex
 from trident_assets.factories import split_asset, transform_asset
 from trident_resources import PartitionFilter, Trident, TridentSettings
+from trident_resources.core.failpoints import armed
 from trident_resources.dagster import TridentResource
 from trident_resources.dagster.gate import GATE_META, settle
-from trident_resources.failpoints import armed
 from trident_sensors.commits import trident_commits
 
 

@@ -3,7 +3,7 @@ full collections during a run skip those long-lived objects instead of walking t
 
 from __future__ import annotations
 
-from tests.helpers import fresh_python
+from tests.support.helpers import fresh_python
 
 
 def test_importing_the_definitions_root_freezes_its_objects() -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from tests.helpers import cli_env
+from tests.support.helpers import cli_env
 from trident_resources import Trident, TridentSettings
 
 REPO = Path(__file__).resolve().parents[2]

@@ -9,7 +9,7 @@ from datetime import date, timedelta
 import pyarrow as pa
 from click.testing import CliRunner
 
-from tests.helpers import cli_env
+from tests.support.helpers import cli_env
 from trident_cli.main import cli
 from trident_resources import PartitionFilter, Trident, TridentSettings
 

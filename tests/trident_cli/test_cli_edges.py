@@ -18,10 +18,10 @@ import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 
-from tests.helpers import cli_env
+from tests.support.helpers import cli_env
 from trident_cli.main import cli
 from trident_resources import Trident, TridentError, TridentSettings
-from trident_resources.errors import SqlError
+from trident_resources.core.errors import SqlError
 
 REPO = Path(__file__).resolve().parents[2]
 

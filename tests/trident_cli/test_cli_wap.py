@@ -7,7 +7,7 @@ from __future__ import annotations
 import pyarrow as pa
 from click.testing import CliRunner
 
-from tests.helpers import cli_env
+from tests.support.helpers import cli_env
 from trident_cli.main import cli
 from trident_resources import Trident, TridentSettings
 

@@ -19,7 +19,7 @@ import psycopg
 import pytest
 
 from trident_cli.pg import writer_holds
-from trident_resources.embedded_pg import embedded_status, stop_embedded_postgres
+from trident_resources.control.embedded_pg import embedded_status, stop_embedded_postgres
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -262,7 +262,7 @@ def test_stop_works_when_the_cluster_owner_lost_its_way_to_the_data_dir(tmp_path
     cannot reach the data dir. Stopping must still work."""
     fenced = tmp_path / "fenced"
     data_dir = fenced / "pg"
-    from trident_resources.embedded_pg import ensure_embedded_postgres
+    from trident_resources.control.embedded_pg import ensure_embedded_postgres
 
     dsn = ensure_embedded_postgres(data_dir, idle_minutes=float("inf"))
     try:

@@ -34,7 +34,7 @@ from typing import Any
 import pytest
 
 from trident_resources import Trident, TridentSettings
-from trident_resources.embedded_pg import stop_embedded_postgres
+from trident_resources.control.embedded_pg import stop_embedded_postgres
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts" / "test_ui_browser"

@@ -10,26 +10,26 @@ from pathlib import Path
 
 ENGINE_MODULES = [
     "trident_resources",
-    "trident_resources.facade",
-    "trident_resources.adoption",
-    "trident_resources.versions",
-    "trident_resources.write_records",
-    "trident_resources.dataset_maintenance",
-    "trident_resources.transaction",
-    "trident_resources.planner",
-    "trident_resources.canary",
-    "trident_resources.streaming",
-    "trident_resources.row_edit",
-    "trident_resources.manifest",
-    "trident_resources.sql",
+    "trident_resources.client",
+    "trident_resources.ops.adopt",
+    "trident_resources.read.versions",
+    "trident_resources.ops.write",
+    "trident_resources.ops.maintain",
+    "trident_resources.transaction.driver",
+    "trident_resources.planning.planner",
+    "trident_resources.ops.migrate",
+    "trident_resources.ops.stream_ingest",
+    "trident_resources.ops.edits",
+    "trident_resources.ops.manifest",
+    "trident_resources.read.sql",
     "trident_resources.sinks.iceberg.sink",
     "trident_resources.sinks.iceberg.scans",
     "trident_resources.sinks.iceberg.wap",
-    "trident_resources.sinks.iceberg.commits",
+    "trident_resources.sinks.iceberg.committer",
     "trident_resources.sinks.iceberg.snapshots",
     "trident_resources.sinks.pg.sink",
-    "trident_resources.control_plane",
-    "trident_resources.embedded_pg",
+    "trident_resources.control.plane",
+    "trident_resources.control.embedded_pg",
 ]
 
 
@@ -51,13 +51,13 @@ def test_the_dagster_adapter_is_where_dagster_lives() -> None:
 
 
 def test_pyiceberg_internals_we_rely_on_still_exist() -> None:
-    """If this fails after a pyiceberg upgrade, fix ``trident_resources/pyiceberg_compat.py``
+    """If this fails after a pyiceberg upgrade, fix ``trident_resources/core/pyiceberg_compat.py``
     (and only it): each helper wraps one pyiceberg internal that has no public equivalent."""
     import pyarrow as pa
     from pyiceberg.table import Transaction
 
     try:
-        from trident_resources import pyiceberg_compat as compat
+        from trident_resources.core import pyiceberg_compat as compat
     except ImportError as exc:  # pragma: no cover - the message is the point
         raise AssertionError(f"pyiceberg removed an internal that pyiceberg_compat imports: {exc}") from exc
     schema = compat.arrow_to_iceberg_without_ids(pa.schema([pa.field("a", pa.int64())]))
@@ -98,7 +98,7 @@ def test_pyiceberg_internals_for_history_costs_still_exist() -> None:
     from pyiceberg.table import DataScan, Transaction
     from pyiceberg.table.update import update_table_metadata
 
-    from trident_resources import pyiceberg_compat as compat
+    from trident_resources.core import pyiceberg_compat as compat
 
     assert "update_table_metadata(self._table.metadata, self._updates)" in inspect.getsource(
         Transaction.table_metadata.fget  # type: ignore[attr-defined]
@@ -123,7 +123,7 @@ def test_pyiceberg_internals_for_storage_access_still_exist() -> None:
     from pyiceberg.io.fsspec import FsspecFileIO
     from pyiceberg.io.pyarrow import PyArrowFileIO
 
-    from trident_resources import pyiceberg_compat as compat
+    from trident_resources.core import pyiceberg_compat as compat
 
     assert "X-Iceberg-Access-Delegation" in inspect.getsource(RestCatalog._config_headers), (
         "pyiceberg no longer sets the delegation header in _config_headers: update RestCatalogWithExplicitDelegation"

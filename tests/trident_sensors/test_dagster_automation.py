@@ -12,10 +12,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from tests.dagster_support import materialized, resources_for, step_errors
+from tests.support.dagster_helpers import materialized, resources_for, step_errors
 from trident_assets import delta, transform_asset
 from trident_resources import Trident, TridentSettings
-from trident_resources.control_plane import LedgerEntry
+from trident_resources.control.plane import LedgerEntry
 from trident_resources.dagster import TridentResource
 from trident_sensors.commits import LedgerCursor, commit_events, trident_commits
 

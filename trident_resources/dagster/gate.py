@@ -32,10 +32,10 @@ import dagster as dg
 from dagster._core.errors import DagsterInvariantViolationError
 from dagster._core.events import AssetObservationData, DagsterEvent, DagsterEventType
 
-from ..control_plane import LedgerEntry
-from ..errors import ChecksFailedError, DatasetNotFoundError, InvalidReadError, StagedVersionConflictError
-from ..facade import Trident
-from ..failpoints import failpoint
+from ..client import Trident
+from ..control.plane import LedgerEntry
+from ..core.errors import ChecksFailedError, DatasetNotFoundError, InvalidReadError, StagedVersionConflictError
+from ..core.failpoints import failpoint
 
 RUN_ID = "dagster_run_id"  # ledger metadata key: the commit came from this Dagster run
 GATE_META = "trident.gate"  # ledger metadata of a gated staged write: the blocking checks that must pass

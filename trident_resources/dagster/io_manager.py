@@ -40,15 +40,15 @@ from typing import Any, cast
 import dagster as dg
 import pyarrow as pa
 
-from ..errors import DatasetNotFoundError, InvalidDatasetKeyError, InvalidWriteError, TridentError
-from ..facade import Trident
-from ..identity import IDENTITY_COLUMNS
-from ..keys import iceberg_identifier, validate_key
-from ..results import Description, WriteResult
-from ..schemas import describe_schema
-from ..sinks.base import WriteMode
+from ..client import Trident
+from ..core.errors import DatasetNotFoundError, InvalidDatasetKeyError, InvalidWriteError, TridentError
+from ..core.identity import IDENTITY_COLUMNS
+from ..core.keys import iceberg_identifier, validate_key
+from ..core.results import Description, WriteResult
+from ..core.schemas import describe_schema
+from ..sinks.contract import WriteMode
 from .gate import GATE_META, GATE_STEPS_META, RUN_ID, audits, gate_checks, note_pending, staged_in_run, step_of, supersede
-from .partitions import input_partition, output_partition, partition_metadata
+from .partition_mapping import input_partition, output_partition, partition_metadata
 from .provenance import lineage_entry, merge_provenance
 from .resource import TridentResource
 
@@ -149,7 +149,7 @@ class TridentIOManager(dg.ConfigurableIOManager):
             self._report(context, t, key, obj.result, obj.provenance, obj.metadata, partition=output_partition(context))
             return
         out = obj if isinstance(obj, TridentOutput) else TridentOutput(data=obj)
-        partition = output_partition(context)  # partitions hook: PartitionError unless declared (partitions.py)
+        partition = output_partition(context)  # partitions hook: PartitionError unless declared (partition_mapping.py)
         gate = gate_checks(step_of(context), context.asset_key) if out.stage_txn is None else {}
         if gate and not self._gateable(context, t, key, list(gate)):
             gate = {}

@@ -23,7 +23,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..results import Description
+from ..core.results import Description
 
 RESERVED = ("upstream", "lineage", "conflicts")
 

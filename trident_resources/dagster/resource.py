@@ -27,8 +27,8 @@ import dagster as dg
 from dagster._config.field_utils import IntEnvVar  # the type of dg.EnvVar.int(...), not exported by name
 from pydantic import Field, PrivateAttr, SecretStr
 
-from ..facade import Trident
-from ..settings import TridentSettings, settings_from_env
+from ..client import Trident
+from ..core.settings import TridentSettings, settings_from_env
 from .gate import is_pending, settle
 
 

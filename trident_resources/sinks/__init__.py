@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..control_plane import ControlPlane
-    from ..settings import TridentSettings
-    from .base import Sink
+    from ..control.plane import ControlPlane
+    from ..core.settings import TridentSettings
+    from .contract import Sink
 
 SINK_NAMES: tuple[str, ...] = ("pg", "iceberg_native")  # ordered by capability: a clamp moves left
 

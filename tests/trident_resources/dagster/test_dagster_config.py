@@ -9,7 +9,7 @@ import dagster as dg
 import pyarrow as pa
 import pytest
 
-from tests.helpers import fresh_python
+from tests.support.helpers import fresh_python
 from trident_resources import Trident, TridentSettings
 from trident_resources.dagster import TridentResource
 
@@ -76,7 +76,7 @@ def test_the_engine_never_imports_dagster() -> None:
         f"import importlib, sys\nfor n in {names!r}: importlib.import_module(n)\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'dagster'))\n"
     )
-    assert len(names) > 20 and "trident_resources.facade" in names
+    assert len(names) > 20 and "trident_resources.client" in names
     assert fresh_python(code, env={"PATH": "/usr/bin:/bin", "HOME": "/tmp"}) == "[]"
 
 
@@ -95,7 +95,7 @@ def test_a_run_opens_one_client_shared_by_the_io_manager_and_closes_it(settings:
     """Issue 12: the IO manager nests the resource the assets get, and Dagster initialises the
     nested copy on its own; both copies now hand out the same client (one pool, one catalog, one
     set of read caches per run), closed once the run ends. Another configuration keeps its own."""
-    from tests.dagster_support import resources_for, succeeded
+    from tests.support.dagster_helpers import resources_for, succeeded
 
     seen: dict[str, Trident] = {}
     other = TridentResource.from_settings(settings.model_copy(update={"join_max_rows": 11}))

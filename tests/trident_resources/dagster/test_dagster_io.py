@@ -10,7 +10,7 @@ import pandas as pd
 import polars as pl
 import pyarrow as pa
 
-from tests.dagster_support import materialize_nodes, materialized, resources_for, step_errors, succeeded
+from tests.support.dagster_helpers import materialize_nodes, materialized, resources_for, step_errors, succeeded
 from trident_assets import merge_provenance, transform_asset
 from trident_resources import Trident, TridentSettings
 from trident_resources.dagster.io_manager import json_safe

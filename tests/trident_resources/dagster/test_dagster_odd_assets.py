@@ -7,7 +7,7 @@ import dagster as dg
 import pandas as pd
 import pyarrow as pa
 
-from tests.dagster_support import resources_for, step_errors, succeeded
+from tests.support.dagster_helpers import resources_for, step_errors, succeeded
 from trident_resources import Trident, TridentSettings
 
 

@@ -9,7 +9,7 @@ from typing import cast
 import dagster as dg
 import pyarrow as pa
 
-from tests.dagster_support import cli_env, materialized, resources_for, step_errors, succeeded
+from tests.support.dagster_helpers import cli_env, materialized, resources_for, step_errors, succeeded
 from trident_resources import PartitionFilter, Trident, TridentSettings
 from trident_resources.sinks.iceberg.sink import IcebergSink
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from tests.dagster_support import cli_env
+from tests.support.dagster_helpers import cli_env
 from trident_resources import PartitionFilter, Trident, TridentSettings
 
 REPO = Path(__file__).resolve().parents[3]

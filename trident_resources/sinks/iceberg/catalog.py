@@ -14,9 +14,9 @@ from pyiceberg.exceptions import ForbiddenError, NamespaceAlreadyExistsError, OA
 from pyiceberg.typedef import Identifier
 from requests import RequestException
 
-from ...errors import CatalogAuthenticationError, StorageUnavailableError
-from ...pyiceberg_compat import RestCatalogWithExplicitDelegation, SqlCatalogReusingMetadata
-from ...settings import TridentSettings
+from ...core.errors import CatalogAuthenticationError, StorageUnavailableError
+from ...core.pyiceberg_compat import RestCatalogWithExplicitDelegation, SqlCatalogReusingMetadata
+from ...core.settings import TridentSettings
 from . import credentials
 
 CATALOG_NAME = "trident"

@@ -31,20 +31,20 @@ from pyiceberg.table import Table, Transaction
 from pyiceberg.table.snapshots import Operation
 from pyiceberg.types import LongType
 
-from ...errors import StorageUnavailableError, TransactionConflictError
-from ...failpoints import failpoint
-from ...identity import ROW_INDEX
-from ...pyiceberg_compat import transaction, transaction_io
-from ...schemas import conform
+from ...core.errors import StorageUnavailableError, TransactionConflictError
+from ...core.failpoints import failpoint
+from ...core.identity import ROW_INDEX
+from ...core.pyiceberg_compat import transaction, transaction_io
+from ...core.schemas import conform
 from .bounds_repair import checked_marker, files_with_missing_bounds, record_checked
-from .commits import commit_files
+from .committer import commit_files
 from .files import DataFileWriter
 from .reencoding import ENCODINGS_PROPERTY, STANDARD_ENCODINGS, files_to_reencode
 from .reencoding import checked_marker as reencoding_marker
 from .snapshots import BOUNDS_PROPERTY, EXACT_BOUNDS, has_column
 
 if TYPE_CHECKING:
-    from ...control_plane import DatasetRecord
+    from ...control.plane import DatasetRecord
     from .sink import IcebergSink
 
 # Iceberg's own rewrite_data_files default: fewer small files than this are not worth a snapshot.

@@ -29,9 +29,9 @@ from pyiceberg.table import Table
 from pyiceberg.typedef import Properties
 from pyiceberg.utils.properties import property_as_bool
 
-from ...errors import StorageCredentialsError, TridentError
-from ...pyiceberg_compat import ACCESS_DELEGATION_HEADER, fresh_pyarrow_filesystems
-from ...settings import CredentialMode, TridentSettings
+from ...core.errors import StorageCredentialsError, TridentError
+from ...core.pyiceberg_compat import ACCESS_DELEGATION_HEADER, fresh_pyarrow_filesystems
+from ...core.settings import CredentialMode, TridentSettings
 from .signing import CHECKSUM_PROPERTY, REMOTE_SIGNING_ENABLED, SignedS3FileIO
 
 log = logging.getLogger("trident")

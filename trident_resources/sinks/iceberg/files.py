@@ -26,11 +26,11 @@ from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.schema import Schema
 from pyiceberg.typedef import Record
 
-from ...errors import StorageCredentialsError
-from ...failpoints import failpoint
-from ...identity import CREATED_AT, ROW_ID, ROW_INDEX
-from ...partitions import Partitioner
-from ...pyiceberg_compat import parquet_writer_kwargs
+from ...core.errors import StorageCredentialsError
+from ...core.failpoints import failpoint
+from ...core.identity import CREATED_AT, ROW_ID, ROW_INDEX
+from ...core.partitions import Partitioner
+from ...core.pyiceberg_compat import parquet_writer_kwargs
 from .encoding import DELTA, EncodingChoice
 from .stats import FileStats
 

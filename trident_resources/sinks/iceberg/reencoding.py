@@ -20,7 +20,7 @@ from pyiceberg.manifest import DataFile, DataFileContent, ManifestContent
 from pyiceberg.table import Table
 from pyiceberg.types import UUIDType
 
-from ...identity import ROW_ID
+from ...core.identity import ROW_ID
 from .snapshots import has_column
 
 ENCODINGS_PROPERTY = "trident.encodings"  # snapshot summary: every file it added uses...

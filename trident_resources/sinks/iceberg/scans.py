@@ -19,14 +19,14 @@ from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.table import Table
 from pyiceberg.types import IntegerType, LongType
 
-from ...control_plane import DatasetRecord
-from ...errors import InvalidReadError
-from ...filters import arrow_filter, check_columns, filter_schema
-from ...identity import ROW_ID, is_row_id_bytes
-from ...partitions import BoundPartition
-from ...pyiceberg_compat import is_sql_catalog, sql_catalog_metadata_location
-from ...schemas import conform
-from ..base import AsOf, ScanPath, ScanPlan, VersionStats
+from ...control.plane import DatasetRecord
+from ...core.errors import InvalidReadError
+from ...core.filters import arrow_filter, check_columns, filter_schema
+from ...core.identity import ROW_ID, is_row_id_bytes
+from ...core.partitions import BoundPartition
+from ...core.pyiceberg_compat import is_sql_catalog, sql_catalog_metadata_location
+from ...core.schemas import conform
+from ..contract import AsOf, ScanPath, ScanPlan, VersionStats
 from .snapshots import published_iceberg_schema, published_schema, without_metadata
 
 if TYPE_CHECKING:

@@ -28,7 +28,7 @@ from pyiceberg.io.fsspec import S3V4RestSigner
 from pyiceberg.typedef import Properties
 from pyiceberg.utils.properties import property_as_bool
 
-from ...pyiceberg_compat import FsspecFileIOBase, register_fsspec_scheme
+from ...core.pyiceberg_compat import FsspecFileIOBase, register_fsspec_scheme
 
 REMOTE_SIGNING_ENABLED = "s3.remote-signing-enabled"
 CHECKSUM_PROPERTY = "trident.s3.checksum"

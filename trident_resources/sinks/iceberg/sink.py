@@ -26,19 +26,18 @@ from pyiceberg.table.snapshots import Snapshot, ancestors_of
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import DateType, TimestampType, TimestamptzType
 
-from ...control_plane import DatasetRecord, Outcome
-from ...errors import (
+from ...control.plane import DatasetRecord, Outcome
+from ...core.errors import (
     DatasetNotFoundError,
     PartitionError,
     StorageUnavailableError,
     TableOwnershipError,
 )
-from ...failpoints import failpoint
-from ...filters import filter_schema
-from ...identity import CREATED_AT, ROW_ID, ROW_ID_STORED, ROW_INDEX, convert_ids
-from ...keys import iceberg_identifier
-from ...merge import FILE_COLUMN
-from ...partitions import (
+from ...core.failpoints import failpoint
+from ...core.filters import filter_schema
+from ...core.identity import CREATED_AT, ROW_ID, ROW_ID_STORED, ROW_INDEX, convert_ids
+from ...core.keys import iceberg_identifier
+from ...core.partitions import (
     BoundPartition,
     Partitioner,
     PartitionFilter,
@@ -47,7 +46,7 @@ from ...partitions import (
     matches_spec,
     transform_name,
 )
-from ...pyiceberg_compat import (
+from ...core.pyiceberg_compat import (
     create_branch_in,
     manage_snapshots,
     memoized_creation,
@@ -56,9 +55,10 @@ from ...pyiceberg_compat import (
     transaction_io,
     transaction_table,
 )
-from ...schemas import compatible, conform, describe_schema, promotable, to_iceberg, widened, with_identity
-from ...settings import TridentSettings
-from ..base import (
+from ...core.schemas import compatible, conform, describe_schema, promotable, to_iceberg, widened, with_identity
+from ...core.settings import TridentSettings
+from ...planning.merge import FILE_COLUMN
+from ..contract import (
     AsOf,
     Discarded,
     Maintenance,
@@ -73,11 +73,11 @@ from ..base import (
     WriteCounts,
     WriteRequest,
 )
-from . import commits, scans, wap
+from . import committer, scans, wap
 from .catalog import ensure_namespace
 from .credentials import StorageAccess
 from .files import DataFileWriter, PartitionedDataFileWriter, delete_paths, filesystem_for, list_txn_files, list_txn_metadata
-from .maintenance import data_files_of, existing_under, once_referenced, purge_files
+from .purge import data_files_of, existing_under, once_referenced, purge_files
 from .s3_housekeeping import abort_incomplete_uploads
 from .scans import PARQUET_FORMAT, scan_batches
 from .snapshots import (
@@ -716,8 +716,8 @@ class IcebergSink(Sink):
         *,
         base_snapshot_id: int | None = None,
     ) -> Snapshot:
-        """Commit ONE snapshot (``commits.py``: re-based onto other partitions' commits when needed)."""
-        return commits.commit_snapshot(self, req, txn, files, to_delete, props, base_snapshot_id=base_snapshot_id)
+        """Commit ONE snapshot (``committer.py``: re-based onto other partitions' commits when needed)."""
+        return committer.commit_snapshot(self, req, txn, files, to_delete, props, base_snapshot_id=base_snapshot_id)
 
     # -- recovery ---------------------------------------------------------------------------
     def _txn_snapshot(self, table: Table, txn_id: uuid.UUID) -> Snapshot | None:
@@ -843,7 +843,7 @@ class IcebergSink(Sink):
         the current one), then delete the data files this table's own metadata once referenced and
         no remaining snapshot reads, and abort the incomplete multipart uploads under the table
         started before ``uploads_before``. Never "every unused file in the folder": a folder may
-        hold another dataset's files (see ``maintenance.py``). The caller holds the dataset's
+        hold another dataset's files (see ``purge.py``). The caller holds the dataset's
         writer lock, so no Trident write has files in flight."""
         table = self.existing_table(ds)
         keep = {s.snapshot_id for s in sorted(table.snapshots(), key=lambda s: s.timestamp_ms)[-max(retain_last, 1) :]}

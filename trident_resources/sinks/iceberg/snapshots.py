@@ -13,8 +13,8 @@ from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
-from ...control_plane import Outcome
-from ...schemas import describe_schema
+from ...control.plane import Outcome
+from ...core.schemas import describe_schema
 
 TXN_PROPERTY = "trident.txn-id"
 # The data files a snapshot ADDED have bounds from ``stats.py``, which leaves a column unbounded

@@ -16,7 +16,7 @@ read then prunes a file that holds matching rows (``test_stats_missing_bounds.py
 Otherwise what it produces is, by construction, pyiceberg's meaning: the same plan
 (``compute_statistics_plan``), the same type check (a ``StatsAggregator`` built once per column and
 physical type), the same conversions (``unscaled_to_decimal``, ``TruncateTransform``,
-``truncate_upper_bound_*``, ``to_bytes``). ``tests/trident_resources/test_file_stats.py`` compares
+``truncate_upper_bound_*``, ``to_bytes``). ``tests/trident_resources/sinks/iceberg/test_file_stats.py`` compares
 both on files of every kind of column so that the two cannot drift apart.
 """
 

@@ -13,11 +13,11 @@ from pyiceberg.table import Table
 from pyiceberg.table.refs import MAIN_BRANCH
 from pyiceberg.table.snapshots import Snapshot
 
-from ...control_plane import DatasetRecord, Outcome
-from ...errors import InvalidWriteError, StagedVersionConflictError
-from ...partitions import PartitionFilter
-from ...pyiceberg_compat import manage_snapshots, remove_branch_in, transaction
-from .commits import commit_files
+from ...control.plane import DatasetRecord, Outcome
+from ...core.errors import InvalidWriteError, StagedVersionConflictError
+from ...core.partitions import PartitionFilter
+from ...core.pyiceberg_compat import manage_snapshots, remove_branch_in, transaction
+from .committer import commit_files
 from .scans import last_known_table, remember_committed, snapshot_iceberg_schema, snapshot_schema
 from .snapshots import TXN_PROPERTY, audit_branch, carries_txn, has_column, published_schema, summary_outcome
 

@@ -8,7 +8,7 @@ stream (identity + user columns, zstd buffers) in ``trident_row_blocks``, in the
 transaction as its rows. A read takes each block's rows from the block (one TOAST fetch and a
 zstd decode) and only the rows between blocks from jsonb.
 
-Correctness rests on one invariant (``migrations/0007_pg_row_blocks.sql``): every row of the
+Correctness rests on one invariant (``control/migrations/0007_pg_row_blocks.sql``): every row of the
 generation whose row index lies in a block's [first, last] is exactly that block's row. A block
 is dense (last - first + 1 = rows), row indexes are unique in a generation, and every later
 change of such a row (a keyed write's removal, ``undo``, a DELETE/UPDATE/TRUNCATE by hand) goes
@@ -32,9 +32,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from ...errors import StorageUnavailableError
-from ...identity import ROW_INDEX
-from ...schemas import conform
+from ...core.errors import StorageUnavailableError
+from ...core.identity import ROW_INDEX
+from ...core.schemas import conform
 
 # ``maintain`` rebuilds blocks only over runs of at least this many consecutive row indexes: a
 # shorter run (between rows a delete removed) reads from jsonb about as fast as from a block.

@@ -17,10 +17,10 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from ...errors import SchemaMismatchError
-from ...identity import CREATED_AT, ROW_ID, ROW_INDEX
-from ...merge import quote
-from ...schemas import user_fields
+from ...core.errors import SchemaMismatchError
+from ...core.identity import CREATED_AT, ROW_ID, ROW_INDEX
+from ...core.schemas import user_fields
+from ...planning.merge import quote
 from .blocks import decode_block
 from .columns import ColumnReader
 from .reader import RangeQuery

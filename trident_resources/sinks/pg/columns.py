@@ -44,11 +44,11 @@ import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 from psycopg import sql
 
-from ... import queries as q
-from ...errors import SchemaMismatchError, StorageUnavailableError
-from ...identity import CREATED_AT, ROW_ID, ROW_INDEX
-from ...merge import quote
-from ...schemas import conform
+from ...control import queries as q
+from ...core.errors import SchemaMismatchError, StorageUnavailableError
+from ...core.identity import CREATED_AT, ROW_ID, ROW_INDEX
+from ...core.schemas import conform
+from ...planning.merge import quote
 from .reader import RawChunk
 
 GROUP_COLUMNS = 1000  # members per ROW(...) (a row type holds at most 1664 columns)

@@ -41,9 +41,9 @@ import pyarrow as pa
 from psycopg import sql
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
-from ... import queries as q
-from ...errors import DatasetChangedError, StorageUnavailableError
-from ...identity import TIMESTAMP_TYPE
+from ...control import queries as q
+from ...core.errors import DatasetChangedError, StorageUnavailableError
+from ...core.identity import TIMESTAMP_TYPE
 from .blocks import Block, segments
 
 CHUNK_BYTES = 8 << 20  # stored jsonb bytes per range (one COPY row); the text is about as large

@@ -33,22 +33,22 @@ import pyarrow.ipc as ipc
 from psycopg.rows import DictRow
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 
-from ... import queries as q
-from ...control_plane import ControlPlane, DatasetRecord, Outcome
-from ...errors import (
+from ...control import queries as q
+from ...control.plane import ControlPlane, DatasetRecord, Outcome
+from ...core.errors import (
     DatasetChangedError,
     DatasetNotFoundError,
     SchemaMismatchError,
     StorageUnavailableError,
     UnsupportedBySinkError,
 )
-from ...failpoints import failpoint
-from ...filters import arrow_filter, check_columns
-from ...identity import CREATED_AT, ROW_ID, ROW_ID_TEXT, ROW_INDEX
-from ...partitions import PartitionFilter
-from ...schemas import conform, describe_schema, to_iceberg, with_identity
-from ...settings import TridentSettings
-from ..base import AsOf, Discarded, Maintenance, Removal, Sink, SinkWrite, StoredVersion, WriteCounts, WriteRequest
+from ...core.failpoints import failpoint
+from ...core.filters import arrow_filter, check_columns
+from ...core.identity import CREATED_AT, ROW_ID, ROW_ID_TEXT, ROW_INDEX
+from ...core.partitions import PartitionFilter
+from ...core.schemas import conform, describe_schema, to_iceberg, with_identity
+from ...core.settings import TridentSettings
+from ..contract import AsOf, Discarded, Maintenance, Removal, Sink, SinkWrite, StoredVersion, WriteCounts, WriteRequest
 from . import blocks as block_cache
 from .blocks import block_slices
 from .codec import JsonCodec

@@ -1,0 +1,72 @@
+"""Small assertions shared by the core tests."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from trident_resources import Trident, TridentSettings
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def rows_by(t: Trident, key: str, col: str) -> dict[Any, dict[str, Any]]:
+    """The dataset's rows keyed by one column, for identity comparisons."""
+    return {r[col]: r for r in t.read(key).to_pylist()}
+
+
+def user_rows(t: Trident, key: str, order_by: str) -> list[dict[str, Any]]:
+    """Rows without the identity columns, sorted: what the producer sees of its data."""
+    table = t.read(key)
+    table = table.select([c for c in table.column_names if not c.startswith("__")])
+    return sorted(table.to_pylist(), key=lambda r: r[order_by])
+
+
+def table(**cols: list[Any]) -> pa.Table:
+    return pa.table(cols)
+
+
+def counted_table_loads(t: Trident, monkeypatch: Any) -> list[Any]:
+    """The identifiers the Iceberg catalog loads a table for from now on (the real loads still
+    happen): a test of a cache asserts the list stays empty."""
+    catalog = t.driver.sinks["iceberg_native"].catalog  # type: ignore[attr-defined]
+    loads: list[Any] = []
+    real = catalog.load_table
+
+    def counting(identifier: Any) -> Any:
+        loads.append(identifier)
+        return real(identifier)
+
+    monkeypatch.setattr(catalog, "load_table", counting)
+    return loads
+
+
+def cli_env(settings: TridentSettings) -> dict[str, str]:
+    """The TRIDENT_* variables that point a CLI invocation at a test's workspace."""
+    assert settings.pg_dsn is not None
+    return {
+        "TRIDENT_HOME": str(settings.home),
+        "TRIDENT_PG_DSN": settings.pg_dsn.get_secret_value(),
+        "TRIDENT_WORKSPACE": settings.workspace,
+    }
+
+
+def fresh_python(code: str, env: dict[str, str] | None = None) -> str:
+    """Run ``code`` in a new interpreter with this checkout first on the path (what a process
+    imports at start-up cannot be observed in the test's own, long-warmed one); its last line of
+    output. ``env`` replaces the inherited environment (PYTHONPATH is always set)."""
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**(os.environ if env is None else env), "PYTHONPATH": str(ROOT)},
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""

@@ -1,0 +1,650 @@
+"""The Postgres control plane: a connection pool, versioned migrations, and the dataset and ledger
+records every sink shares. All control-plane SQL is in ``migrations/`` (DDL) and ``queries.py`` (DML)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from importlib import resources
+from typing import Any, cast
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+from psycopg.rows import DictRow, dict_row
+from psycopg_pool import ConnectionPool
+
+from ..core.errors import (
+    ConcurrentWriteError,
+    ControlPlaneUnavailableError,
+    StorageUnavailableError,
+    TridentClosedError,
+    WriterLockLostError,
+)
+from . import queries as q
+
+log = logging.getLogger("trident")
+
+MIGRATION_LOCK = 0x7472_6964_656E_7401  # 'trident\x01': serialises migrations across processes
+# One watermark a COMMIT records: (source dataset, output partition key ('' = whole output), mark, source txn)
+WatermarkRow = tuple[uuid.UUID, str, datetime, "uuid.UUID | None"]
+
+
+@dataclass(frozen=True)
+class DatasetRecord:
+    dataset_id: uuid.UUID
+    workspace: str
+    key: str
+    sink: str
+    iceberg_identifier: str | None
+    row_count: int
+    next_row_index: int
+    schema: list[dict[str, Any]] | None
+    schema_version: int
+    snapshot_id: int | None
+    last_txn_id: uuid.UUID | None
+    committed_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+
+    @property
+    def exists(self) -> bool:
+        """A dataset exists once a transaction has committed; an aborted first write leaves none."""
+        return self.last_txn_id is not None
+
+
+@dataclass
+class LedgerEntry:
+    txn_id: uuid.UUID
+    dataset_id: uuid.UUID
+    status: str
+    mode: str
+    writer: str
+    sink: str
+    started_at: datetime
+    requested_sink: str | None = None
+    clamped: bool = False
+    route_reason: str | None = None
+    committed_at: datetime | None = None
+    ended_at: datetime | None = None
+    rows_written: int | None = None
+    row_count: int | None = None
+    skipped: int | None = None
+    preserved: int | None = None
+    snapshot_id: int | None = None
+    schema_version: int | None = None
+    source_refs: list[str] = field(default_factory=list)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+    location: str | None = None
+    pid: int | None = None
+    host: str | None = None
+    base_snapshot_id: int | None = None  # a staged version's base: the published snapshot it was staged on
+    staged_at: datetime | None = None
+    cleanup_pending: bool = False  # aborted, and its storage leftovers are not removed yet
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a sink's WRITE step produced; the COMMIT step records exactly this."""
+
+    rows_written: int
+    row_count: int
+    next_row_index: int
+    snapshot_id: int | None
+    schema: list[dict[str, Any]]
+    skipped: int = 0
+    preserved: int = 0
+    deleted: int = 0
+
+
+_AUTH_FAILURES = ("authentication failed", "no pg_hba.conf entry", "role ", "password")
+
+
+def probe_connection(dsn: str, timeout_s: int = 10) -> None:
+    """Connect once, directly, before the pool does: a fault is then named at once, with its reason.
+
+    The pool retries a failing connection in the background until its 30 s timeout, then reports a
+    PoolTimeout that hides why (a wrong password looked like an unreachable server, 30 s later).
+    The server's reason is kept (it never contains the password, which is also masked here, in
+    case a driver message ever echoed the DSN) and the driver's error is chained as the cause.
+    """
+    try:
+        psycopg.connect(dsn, connect_timeout=timeout_s).close()
+    except psycopg.OperationalError as exc:
+        reason = _masked(" ".join(str(exc).split()), dsn)  # libpq's hint is on a line of its own: one line here
+        if any(marker in reason for marker in _AUTH_FAILURES):
+            raise ControlPlaneUnavailableError(
+                f"authentication failed for the control-plane Postgres: {reason}. Check the user and "
+                "password in TRIDENT_PG_DSN (and the server's pg_hba.conf)"
+            ) from exc
+        raise ControlPlaneUnavailableError(
+            f"cannot reach the control-plane Postgres: {reason}. Check TRIDENT_PG_DSN (host, port, "
+            "database) and that the server is running"
+        ) from exc
+    except psycopg.ProgrammingError:  # a malformed DSN: its text may hold the password, so not shown
+        raise ControlPlaneUnavailableError(
+            "the control-plane DSN (TRIDENT_PG_DSN) is malformed; use postgresql://user:password@host:port/db"
+        ) from None
+
+
+def _masked(text: str, dsn: str) -> str:
+    try:
+        password = conninfo_to_dict(dsn).get("password")
+    except psycopg.Error:
+        return text
+    return text.replace(str(password), "***") if password else text
+
+
+def migration_files() -> list[tuple[int, str, str]]:
+    """The versioned migrations shipped in ``trident_resources/control/migrations``, in order:
+    ``(version, file name, SQL)``."""
+    files = sorted(
+        (p for p in resources.files("trident_resources.control.migrations").iterdir() if p.name.endswith(".sql")),
+        key=lambda p: p.name,
+    )
+    return [(int(p.name.split("_", 1)[0]), p.name, p.read_text()) for p in files]
+
+
+class _Pool(ConnectionPool[psycopg.Connection[DictRow]]):
+    """The control plane's pool; a connection asked of it after ``close()`` is a named error (a
+    ``Trident`` used after its ``with`` block raised psycopg_pool's raw ``PoolClosed``)."""
+
+    @contextmanager
+    def connection(self, timeout: float | None = None) -> Iterator[psycopg.Connection[DictRow]]:
+        if self.closed:
+            raise TridentClosedError(
+                "this Trident was closed (close(), or the end of its with-block); open a new one, e.g. Trident.from_env()"
+            )
+        with super().connection(timeout) as conn:
+            yield conn
+
+
+class ControlPlane:
+    """Owns the pool. Short transactions only: nothing here holds a lock across a data write,
+    except the per-dataset writer lock, which lives on its own dedicated connection."""
+
+    def __init__(self, dsn: str, *, pool_max: int = 8) -> None:
+        self._dsn = dsn
+        probe_connection(dsn)
+        try:
+            self.pool: ConnectionPool[psycopg.Connection[DictRow]] = _Pool(
+                dsn,
+                connection_class=psycopg.Connection[DictRow],
+                min_size=1,
+                max_size=pool_max,
+                open=True,
+                timeout=30,
+                kwargs={"autocommit": True, "row_factory": dict_row},
+                name="trident",
+            )
+            self.pool.wait(timeout=30)
+        except Exception as exc:  # psycopg_pool.PoolTimeout, OperationalError
+            raise StorageUnavailableError(f"cannot reach the control-plane Postgres: {type(exc).__name__}") from exc
+        self.migrate()
+
+    def close(self) -> None:
+        self.pool.close()
+
+    @contextmanager
+    def _tx_on(self, conn: psycopg.Connection[Any] | None) -> Iterator[psycopg.Connection[Any]]:
+        if conn is None:
+            with self.tx() as pooled:
+                yield pooled
+            return
+        try:
+            with conn.transaction():
+                yield conn
+        except psycopg.OperationalError as exc:
+            raise _lock_lost(exc) from exc
+
+    @contextmanager
+    def _single_on(self, conn: psycopg.Connection[Any] | None) -> Iterator[psycopg.Connection[Any]]:
+        """A connection for ONE statement that is a whole change by itself (autocommit: atomic
+        on its own): ``_tx_on`` without BEGIN and COMMIT, two round trips less (issue 12)."""
+        if conn is None:
+            with self.pool.connection() as pooled:
+                yield pooled
+            return
+        try:
+            yield conn
+        except psycopg.OperationalError as exc:
+            raise _lock_lost(exc) from exc
+
+    @contextmanager
+    def tx(self) -> Iterator[psycopg.Connection[Any]]:
+        """One short Postgres transaction."""
+        with self.pool.connection() as conn, conn.transaction():
+            yield conn
+
+    def migrate(self) -> list[str]:
+        """Apply pending migration files in order; a second process waits on the lock, then finds
+        nothing left to do, so concurrent starts are harmless."""
+        applied: list[str] = []
+        with self.tx() as conn:
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+            conn.execute(q.CREATE_MIGRATIONS_TABLE)
+            done = {r["version"] for r in conn.execute(q.APPLIED_MIGRATIONS)}
+            for version, name, sql in migration_files():
+                if version in done:
+                    continue
+                conn.execute(sql)
+                conn.execute(q.RECORD_MIGRATION, (version, name))
+                applied.append(name)
+        return applied
+
+    # -- datasets ---------------------------------------------------------------------------
+    def dataset(self, workspace: str, key: str) -> DatasetRecord | None:
+        with self.pool.connection() as conn:
+            row = conn.execute(q.GET_DATASET, (workspace, key)).fetchone()
+        return DatasetRecord(**row) if row else None
+
+    def dataset_by_id(self, dataset_id: uuid.UUID) -> DatasetRecord | None:
+        with self.pool.connection() as conn:
+            row = conn.execute(q.GET_DATASET_BY_ID, (dataset_id,)).fetchone()
+        return DatasetRecord(**row) if row else None
+
+    def dataset_if_settled(self, dataset_id: uuid.UUID) -> tuple[DatasetRecord | None, bool]:
+        """``dataset_by_id`` and whether the dataset has an open transaction, in ONE query: what a
+        writer that just took the lock asks (the open entries are read only when there are some)."""
+        with self.pool.connection() as conn:
+            row = conn.execute(q.GET_DATASET_BY_ID_OPEN, (dataset_id,)).fetchone()
+        if row is None:
+            return None, True  # no record: let the caller look for open entries as before
+        has_open = bool(row.pop("has_open"))
+        return DatasetRecord(**row), has_open
+
+    def dataset_with_provenance(self, workspace: str, key: str) -> tuple[DatasetRecord | None, dict[str, Any]]:
+        """``dataset(workspace, key)`` and its ``provenance`` in ONE query ({} when none is set)."""
+        with self.pool.connection() as conn:
+            row = conn.execute(q.GET_DATASET_WITH_PROVENANCE, (workspace, key)).fetchone()
+        if row is None:
+            return None, {}
+        provenance = row.pop("p_provenance")
+        return DatasetRecord(**row), provenance or {}
+
+    def datasets_by_keys(self, workspace: str, keys: Iterable[str]) -> dict[str, DatasetRecord]:
+        """The records of several keys in one query (a key with no record is absent)."""
+        with self.pool.connection() as conn:
+            rows = conn.execute(q.GET_DATASETS_BY_KEYS, (workspace, list(keys))).fetchall()
+        return {r["key"]: DatasetRecord(**r) for r in rows}
+
+    def dataset_and_entry(self, workspace: str, key: str, txn_id: uuid.UUID) -> tuple[DatasetRecord | None, LedgerEntry | None]:
+        """``dataset(workspace, key)`` and ``ledger_entry(txn_id)`` in ONE query (the entry may be
+        another dataset's: the caller checks). What naming a staged version read in two."""
+        with self.pool.connection() as conn:
+            row = conn.execute(q.GET_DATASET_AND_LEDGER, (txn_id, workspace, key)).fetchone()
+        if row is None:
+            return None, None
+        n = len(q.LEDGER_ENTRY_PREFIX)
+        entry = {k[n:]: v for k, v in row.items() if k.startswith(q.LEDGER_ENTRY_PREFIX)}
+        ds = DatasetRecord(**{k: v for k, v in row.items() if not k.startswith(q.LEDGER_ENTRY_PREFIX)})
+        return ds, LedgerEntry(**entry) if entry["txn_id"] is not None else None
+
+    def history_by_key(self, workspace: str, key: str, limit: int | None = None) -> list[LedgerEntry] | None:
+        """``history`` of the dataset ``key`` names, ``None`` when there is no such dataset: one
+        query when it has entries (every dataset written once has), two otherwise."""
+        with self.pool.connection() as conn:
+            rows = conn.execute(q.HISTORY_BY_KEY, (workspace, key, limit)).fetchall()
+        if rows:
+            return [LedgerEntry(**r) for r in rows]
+        ds = self.dataset(workspace, key)
+        return None if ds is None else self.history(ds.dataset_id, limit)
+
+    def datasets(self, workspace: str) -> list[DatasetRecord]:
+        with self.pool.connection() as conn:
+            return [DatasetRecord(**r) for r in conn.execute(q.LIST_DATASETS, (workspace,))]
+
+    def ensure_dataset(self, workspace: str, key: str, sink: str, identifier: str | None) -> DatasetRecord:
+        with self.pool.connection() as conn:  # the inserted row comes back; someone else's only on a lost race
+            row = conn.execute(q.INSERT_DATASET, (uuid.uuid4(), workspace, key, sink, identifier)).fetchone()
+            if row is None:
+                row = conn.execute(q.GET_DATASET, (workspace, key)).fetchone()
+        assert row is not None
+        return DatasetRecord(**row)
+
+    def set_dataset_sink(self, dataset_id: uuid.UUID, sink: str, identifier: str | None) -> None:
+        with self.tx() as conn:
+            conn.execute(q.SET_DATASET_SINK, (sink, identifier, dataset_id))
+
+    def provenance(self, dataset_id: uuid.UUID) -> dict[str, Any]:
+        with self.pool.connection() as conn:
+            row = conn.execute(q.GET_PROVENANCE, (dataset_id,)).fetchone()
+        return row["provenance"] if row else {}
+
+    def set_provenance(self, dataset_id: uuid.UUID, provenance: dict[str, Any]) -> None:
+        with self.tx() as conn:
+            conn.execute(q.UPSERT_PROVENANCE, (dataset_id, json.dumps(provenance, default=str)))
+
+    # -- ledger -----------------------------------------------------------------------------
+    def ledger_entry(self, txn_id: uuid.UUID) -> LedgerEntry | None:
+        with self.pool.connection() as conn:
+            row = conn.execute(q.GET_LEDGER, (txn_id,)).fetchone()
+        return LedgerEntry(**row) if row else None
+
+    def history(self, dataset_id: uuid.UUID, limit: int | None = None) -> list[LedgerEntry]:
+        with self.pool.connection() as conn:
+            return [LedgerEntry(**r) for r in conn.execute(q.HISTORY, (dataset_id, limit))]
+
+    def open_entries(self, dataset_id: uuid.UUID | None = None) -> list[LedgerEntry]:
+        with self.pool.connection() as conn:
+            return [LedgerEntry(**r) for r in conn.execute(q.OPEN_LEDGER, (dataset_id, dataset_id))]
+
+    @contextmanager
+    def writer_lock(self, dataset: DatasetRecord, wait_s: float) -> Iterator[psycopg.Connection[Any]]:
+        """Hold the dataset's writer lock (a session advisory lock) for the life of a write.
+
+        The lock dies with the process's connection, which is how the reconciler tells an open
+        transaction whose writer crashed from one still running.
+        """
+        with self.pool.connection() as conn:
+            deadline = time.monotonic() + wait_s
+            delay = 0.02
+            while not cast(DictRow, conn.execute(q.TRY_WRITER_LOCK, (str(dataset.dataset_id),)).fetchone())["locked"]:
+                if time.monotonic() >= deadline:
+                    holder = self.open_entries(dataset.dataset_id)
+                    who = (
+                        f"transaction {holder[0].txn_id} (writer {holder[0].writer}, pid {holder[0].pid} on "
+                        f"{holder[0].host}, open since {holder[0].started_at:%Y-%m-%d %H:%M:%S%z})"
+                        if holder
+                        else "another writer"
+                    )
+                    raise ConcurrentWriteError(
+                        f"dataset {dataset.key!r} is being written by {who}; waited {wait_s:.0f}s. "
+                        "Retry when it finishes, or raise TRIDENT_WRITER_WAIT_SECONDS"
+                    )
+                time.sleep(delay)
+                delay = min(delay * 2, 0.5)
+            try:
+                yield conn
+            finally:
+                try:
+                    conn.execute(q.WRITER_UNLOCK, (str(dataset.dataset_id),))
+                except psycopg.Error as exc:  # the session died, and its lock with it
+                    log.warning("writer lock of %s was already gone at release: %s", dataset.key, exc)
+
+    @contextmanager
+    def staged_decision_lock(self, txn_id: uuid.UUID) -> Iterator[None]:
+        """Wait for, then hold until the block ends, the one decision lock of staged transaction
+        ``txn_id`` (a transaction-level advisory lock: released by the commit, or by the
+        session's death if the process dies holding it)."""
+        with self.pool.connection() as conn, conn.transaction():
+            conn.execute(q.STAGED_DECISION_LOCK, (str(txn_id),))
+            yield
+
+    @contextmanager
+    def partition_lock(
+        self,
+        dataset: DatasetRecord,
+        items: Sequence[tuple[str, bool]],
+        wait_s: float,
+        *,
+        what: str = "its partitions",
+        overlapping: Callable[[LedgerEntry], bool] | None = None,
+    ) -> Iterator[psycopg.Connection[Any]]:
+        """Hold the dataset's writer lock SHARED plus the range locks ``items`` ((key, shared) in
+        the order every writer takes them, see ``range_locks``), on one session that dies with the
+        process.
+
+        Writers of non-overlapping slices proceed side by side; a writer of an overlapping slice
+        waits, and so does a whole-dataset writer (it takes the dataset lock exclusive). While
+        waiting, the locks already taken are kept: all writers take them in one order, so no two
+        wait on each other. ``overlapping`` picks, for the timeout's message, the open
+        transactions that may be the ones in the way."""
+        ds_key = str(dataset.dataset_id)
+        keys = [f"{ds_key}|{key}" for key, _ in items]
+        modes = [shared for _, shared in items]
+        taken = 0
+        with self.pool.connection() as conn:
+            deadline = time.monotonic() + wait_s
+            shared_held = False
+            try:
+                self._acquire(conn, q.TRY_WRITER_LOCK_SHARED, ds_key, deadline, dataset, wait_s, "the whole dataset")
+                shared_held = True
+                delay = 0.02
+                while True:
+                    row = conn.execute(q.TRY_PARTITION_LOCKS, {"start": taken + 1, "keys": keys, "shared": modes}).fetchone()
+                    taken += int(cast(DictRow, row)["taken"])
+                    if taken >= len(keys):
+                        break
+                    if time.monotonic() >= deadline:
+                        raise ConcurrentWriteError(
+                            f"dataset {dataset.key!r}: {what} overlap a write in progress by "
+                            f"{self._holders(dataset, overlapping)}; waited {wait_s:.0f}s. "
+                            "Retry when it finishes, or raise TRIDENT_WRITER_WAIT_SECONDS"
+                        )
+                    time.sleep(delay)
+                    delay = min(delay * 2, 0.25)
+                yield conn
+            finally:
+                try:
+                    if taken:
+                        conn.execute(q.PARTITION_UNLOCKS, (keys[:taken], modes[:taken]))
+                    if shared_held:
+                        conn.execute(q.WRITER_UNLOCK_SHARED, (ds_key,))
+                except psycopg.Error as exc:  # the session died, and its locks with it
+                    log.warning("partition locks of %s were already gone at release: %s", dataset.key, exc)
+
+    def _holders(self, dataset: DatasetRecord, overlapping: Callable[[LedgerEntry], bool] | None) -> str:
+        entries = [e for e in self.open_entries(dataset.dataset_id) if overlapping is None or overlapping(e)]
+        return ", ".join(f"{e.txn_id} ({e.writer}, pid {e.pid} on {e.host})" for e in entries) or "another writer"
+
+    def _acquire(
+        self, conn: psycopg.Connection[Any], sql: str, key: str, deadline: float, dataset: DatasetRecord, wait_s: float, what: str
+    ) -> None:
+        delay = 0.02
+        while not cast(DictRow, conn.execute(sql, (key,)).fetchone())["locked"]:
+            if time.monotonic() >= deadline:
+                raise ConcurrentWriteError(
+                    f"dataset {dataset.key!r}: {what} is being written by another writer ({self._holders(dataset, None)}); "
+                    f"waited {wait_s:.0f}s. Retry when it finishes, or raise TRIDENT_WRITER_WAIT_SECONDS"
+                )
+            time.sleep(delay)
+            delay = min(delay * 2, 0.25)
+
+    def acquire_commit_lock(self, conn: psycopg.Connection[Any], dataset: DatasetRecord, wait_s: float) -> None:
+        """The dataset's commit lock, on the writer's lock session: partition writers serialise
+        their Iceberg commit and ledger COMMIT under it (never their writes)."""
+        self._acquire(conn, q.TRY_COMMIT_LOCK, str(dataset.dataset_id), time.monotonic() + wait_s, dataset, wait_s, "its commit")
+
+    def release_commit_lock(self, conn: psycopg.Connection[Any], dataset: DatasetRecord) -> None:
+        try:
+            conn.execute(q.COMMIT_UNLOCK, (str(dataset.dataset_id),))
+        except psycopg.Error as exc:  # the session died, and the lock with it
+            log.warning("commit lock of %s was already gone at release: %s", dataset.key, exc)
+
+    def reserve_row_indexes(self, dataset_id: uuid.UUID, n: int) -> int:
+        """Reserve ``n`` consecutive ``__row_index`` values; returns the first."""
+        with self.tx() as conn:
+            row = conn.execute(q.RESERVE_ROW_INDEX, (n, dataset_id, n)).fetchone()
+        assert row is not None
+        return int(row["first"])
+
+    def check_lock(self, lock: psycopg.Connection[Any], dataset: DatasetRecord) -> None:
+        """Fence: the lock's session must still be alive (a session lock lives exactly as long)."""
+        try:
+            lock.execute("SELECT 1")
+        except psycopg.Error as exc:
+            raise WriterLockLostError(
+                f"the writer lock of {dataset.key!r} was lost (its Postgres session ended: {exc}); "
+                "nothing was committed, and another writer may own the dataset now. Retry the write"
+            ) from exc
+
+    def open_txn(self, entry: LedgerEntry) -> LedgerEntry | None:
+        """INTENT: record the open transaction and take its timestamp τ from Postgres' clock.
+
+        A retry of an aborted transaction id reopens it; ``None`` means the id already committed.
+        One statement (an upsert returning the row), so no transaction around it.
+        """
+        with self.pool.connection() as conn:
+            row = conn.execute(
+                q.INSERT_OPEN_LEDGER,
+                (
+                    entry.txn_id,
+                    entry.dataset_id,
+                    entry.mode,
+                    entry.writer,
+                    entry.sink,
+                    entry.requested_sink,
+                    entry.clamped,
+                    entry.route_reason,
+                    json.dumps(entry.source_refs),
+                    json.dumps(entry.metadata, default=str),
+                    os.getpid(),
+                    socket.gethostname(),
+                ),
+            ).fetchone()
+        return LedgerEntry(**row) if row else None
+
+    def commit_txn(
+        self,
+        entry: LedgerEntry,
+        outcome: Outcome,
+        *,
+        watermarks: list[WatermarkRow] = (),  # type: ignore[assignment]
+        provenance: dict[str, Any] | None = None,
+        flip_to: str | None = None,
+        conn: psycopg.Connection[Any] | None = None,
+        reserved_indexes: bool = False,
+    ) -> LedgerEntry:
+        """COMMIT: ledger, dataset stats, schema version, sync log, watermarks and provenance in
+        one Postgres transaction, so the control plane never half-records a write. ``flip_to``
+        moves the dataset to another sink in the same transaction (a canary's flip), so a canary
+        is committed exactly when its dataset lives where its copy is. ``conn`` is the writer
+        lock's session: committing on it fences a writer whose lock died (the commit fails).
+        ``reserved_indexes``: the write reserved its ``__row_index`` range (a partition write), so
+        ``next_row_index`` only ever grows here (other partition writers reserve past it)."""
+        with self._tx_on(conn) as conn:
+            ds = conn.execute(q.GET_DATASET_BY_ID_FOR_UPDATE, (entry.dataset_id,)).fetchone()
+            assert ds is not None
+            if flip_to is not None:
+                conn.execute(q.SET_DATASET_SINK, (flip_to, ds["iceberg_identifier"], entry.dataset_id))
+            version = ds["schema_version"]
+            if ds["schema"] != outcome.schema:
+                version += 1
+                conn.execute(q.INSERT_SCHEMA_VERSION, (entry.dataset_id, version, json.dumps(outcome.schema), entry.txn_id))
+            conn.execute(
+                q.UPDATE_DATASET_STATS_PARTITION if reserved_indexes else q.UPDATE_DATASET_STATS,
+                (
+                    outcome.row_count,
+                    outcome.next_row_index,
+                    json.dumps(outcome.schema),
+                    version,
+                    outcome.snapshot_id,
+                    entry.txn_id,
+                    entry.started_at,
+                    entry.dataset_id,
+                ),
+            )
+            row = conn.execute(
+                q.COMMIT_LEDGER,
+                (
+                    outcome.rows_written,
+                    outcome.row_count,
+                    outcome.skipped,
+                    outcome.preserved,
+                    outcome.snapshot_id,
+                    version,
+                    entry.txn_id,
+                ),
+            ).fetchone()
+            if row is None:
+                raise StorageUnavailableError(f"ledger row {entry.txn_id} was not open at COMMIT")
+            conn.execute(
+                q.INSERT_SYNC_LOG,
+                (entry.dataset_id, entry.txn_id, entry.sink, outcome.snapshot_id, True, outcome.rows_written, outcome.row_count),
+            )
+            if watermarks:
+                partitioned = any(part for _, part, _, _ in watermarks)
+                conn.execute(q.DROP_WHOLE_WATERMARKS if partitioned else q.DROP_PARTITION_WATERMARKS, (entry.dataset_id,))
+            for source_id, part, watermark, source_txn in watermarks:
+                conn.execute(q.UPSERT_WATERMARK, (entry.dataset_id, source_id, part, watermark, source_txn, entry.txn_id))
+            if provenance is not None:
+                conn.execute(q.UPSERT_PROVENANCE, (entry.dataset_id, json.dumps(provenance, default=str)))
+        return LedgerEntry(**row)
+
+    def stage_txn(
+        self, entry: LedgerEntry, outcome: Outcome, base_snapshot_id: int | None, conn: psycopg.Connection[Any] | None = None
+    ) -> LedgerEntry:
+        """The write is durable on an audit branch, not published: the ledger says ``staged`` and
+        the dataset's stats (what readers see) do not change. One statement: no transaction."""
+        with self._single_on(conn) as c:
+            row = c.execute(
+                q.STAGE_LEDGER,
+                (
+                    outcome.rows_written,
+                    outcome.row_count,
+                    outcome.skipped,
+                    outcome.preserved,
+                    outcome.snapshot_id,
+                    base_snapshot_id,
+                    entry.txn_id,
+                ),
+            ).fetchone()
+        if row is None:
+            raise StorageUnavailableError(f"ledger row {entry.txn_id} was not open when staging")
+        return LedgerEntry(**row)
+
+    def reject_txn(self, txn_id: uuid.UUID, reason: str) -> None:
+        with self.tx() as conn:
+            conn.execute(q.REJECT_LEDGER, (reason[:4000], txn_id))
+
+    def staged_entries_by_key(self, workspace: str, key: str) -> list[LedgerEntry] | None:
+        """``staged_entries`` of the dataset ``key`` names, ``None`` when there is no such
+        dataset: one query when it has some, two when it has none."""
+        with self.pool.connection() as conn:
+            rows = conn.execute(q.STAGED_LEDGER_BY_KEY, (workspace, key)).fetchall()
+        if rows:
+            return [LedgerEntry(**r) for r in rows]
+        return None if self.dataset(workspace, key) is None else []
+
+    def staged_entries(self, dataset_id: uuid.UUID | None = None) -> list[LedgerEntry]:
+        with self.pool.connection() as conn:
+            return [LedgerEntry(**r) for r in conn.execute(q.STAGED_LEDGER, (dataset_id, dataset_id))]
+
+    def set_txn_location(self, txn_id: uuid.UUID, location: str) -> None:
+        with self.pool.connection() as conn:  # one statement: no transaction
+            conn.execute(q.SET_LEDGER_LOCATION, (location, txn_id))
+
+    def abort_txn(self, txn_id: uuid.UUID, error: str) -> None:
+        """Mark the transaction aborted, owing a storage cleanup until ``cleanup_done``."""
+        with self.tx() as conn:
+            conn.execute(q.ABORT_LEDGER, (error[:4000], txn_id))
+
+    def cleanup_done(self, txn_id: uuid.UUID) -> None:
+        with self.tx() as conn:
+            conn.execute(q.CLEANUP_DONE, (txn_id,))
+
+    def pending_cleanups(self, workspace: str, dataset_id: uuid.UUID | None = None) -> list[LedgerEntry]:
+        """Aborted transactions whose storage leftovers could not be removed yet, oldest first."""
+        with self.pool.connection() as conn:
+            return [LedgerEntry(**r) for r in conn.execute(q.PENDING_CLEANUPS, (workspace, dataset_id, dataset_id))]
+
+    # -- watermarks, flags, pins --------------------------------------------------------------
+    def watermarks(self, output_id: uuid.UUID, partition_keys: Sequence[str] = ("",)) -> dict[tuple[uuid.UUID, str], datetime]:
+        """(source, output partition key) -> watermark, for the given partition keys of the
+        output ('' is the whole output)."""
+        with self.pool.connection() as conn:
+            rows = conn.execute(q.GET_WATERMARKS, (output_id, list(partition_keys)))
+            return {(r["source_dataset_id"], r["partition_key"]): r["watermark"] for r in rows}
+
+    def execute(self, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+        """Run one named query from ``queries`` (used by the router and the pg sink)."""
+        with self.tx() as conn:
+            cur = conn.execute(sql, params)
+            return list(cur.fetchall()) if cur.description else []
+
+
+def _lock_lost(exc: psycopg.OperationalError) -> WriterLockLostError:
+    return WriterLockLostError(
+        f"the writer lock's Postgres session ended before COMMIT could be recorded ({exc}); the "
+        "change may already be in its sink: `trident reconcile` (or the next write of the dataset) "
+        "rolls it forward if so, else aborts it. Check `trident history` before retrying"
+    )

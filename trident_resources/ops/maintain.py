@@ -1,0 +1,128 @@
+"""``Trident.maintain`` of one dataset: under its writer lock taken without waiting, stale staged
+versions discarded, small files compacted (and files whose bounds lose rows rewritten; a pg dataset's dropped row
+blocks rebuilt), old snapshots expired with the files only they used,
+incomplete uploads aborted, and aborted transactions' pending storage cleanups retried."""
+
+from __future__ import annotations
+
+import logging
+from contextlib import ExitStack
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+from ..control.plane import DatasetRecord
+from ..core import arguments
+from ..core.errors import ConcurrentWriteError, DatasetNotFoundError, MaintenanceFailedError, TridentError, WriterLockLostError
+from ..core.keys import validate_key
+from ..read import faults
+from ..sinks.contract import Maintenance
+
+if TYPE_CHECKING:
+    from ..client import Trident
+
+log = logging.getLogger("trident")
+
+
+def maintain(
+    t: Trident,
+    key: str,
+    *,
+    older_than: timedelta,
+    retain_last: int,
+    uploads_older_than: timedelta,
+) -> Maintenance:
+    """``Trident.maintain`` of ``key`` (see there for what it does and why the lock is not waited for)."""
+    arguments.maintenance_window(older_than, retain_last, uploads_older_than)
+    ds = t.control.dataset(t.workspace, validate_key(key))
+    if ds is None:
+        raise DatasetNotFoundError(key, t.workspace)
+    with ExitStack() as stack:
+        try:
+            ds = stack.enter_context(t.driver.locked(ds, wait_s=0))
+        except WriterLockLostError:
+            raise
+        except ConcurrentWriteError:
+            reason = _busy_reason(t, ds)
+            log.info("trident maintain %s: skipped, %s", key, reason)
+            return Maintenance(key=ds.key, expired_snapshots=0, deleted_files=0, skipped=reason)
+        cleanups = t.driver.retry_cleanups(t.workspace, ds)
+        if not ds.exists:
+            if not (cleanups.cleaned or cleanups.pending):
+                raise DatasetNotFoundError(key, t.workspace)
+            done = Maintenance(key=ds.key, expired_snapshots=0, deleted_files=0)
+        else:
+            now = datetime.now(UTC)
+            cutoff = now - timedelta(days=t.settings.staged_max_age_days)
+            stale = [e for e in t.control.staged_entries(ds.dataset_id) if e.staged_at is not None and e.staged_at < cutoff]
+            for entry in stale:
+                t.driver.discard_staged(
+                    ds, entry, f"discarded by maintenance: staged over {t.settings.staged_max_age_days} days ago"
+                )
+            sink = t.driver.sink(ds.sink)
+            try:
+                compacted = sink.compact(ds)
+                log.info("trident maintain %s: %s", key, compacted)
+                done = sink.maintain(
+                    ds,
+                    older_than=_before(now, older_than),
+                    retain_last=retain_last,
+                    uploads_before=_before(now, uploads_older_than),
+                )
+            except Exception as exc:  # compaction reads every small file: a damaged one is named
+                err = _named(exc, key)
+                if err is exc:  # already named: ``raise exc from exc`` would lose its own cause
+                    raise
+                raise err from exc
+            done = replace(
+                done,
+                discarded_staged=[e.txn_id for e in stale],
+                compacted_files=compacted.compacted_files,
+                compaction_files_written=compacted.compaction_files_written,
+                repaired_files=compacted.repaired_files,
+                reencoded_files=compacted.reencoded_files,
+                rebuilt_blocks=compacted.rebuilt_blocks,
+                data_files_before=compacted.data_files_before,
+                data_files_after=compacted.data_files_after,
+            )
+        return replace(
+            done,
+            deleted_files=done.deleted_files + cleanups.files,
+            aborted_uploads=done.aborted_uploads + cleanups.uploads,
+            cleaned_txns=len(cleanups.cleaned),
+            cleanup_pending=len(cleanups.pending),
+        )
+
+
+def _named(exc: Exception, key: str) -> Exception:
+    """``exc`` as a named error: a fault reading a file or reaching storage as reads name it, one
+    of the table library's own (a pyiceberg ``IndexError`` was seen) as ``MaintenanceFailedError``."""
+    err = faults.named(exc, key)
+    if isinstance(err, TridentError):
+        return err
+    first = (str(exc).strip().splitlines() or [""])[0]
+    return MaintenanceFailedError(
+        f"maintenance of {key!r} failed (its rows are unchanged: compaction commits one snapshot or none): "
+        f"{type(exc).__name__}: {first}"
+    )
+
+
+def _busy_reason(t: Trident, ds: DatasetRecord) -> str:
+    """Why ``maintain`` could not take the writer lock, naming the open write when there is one."""
+    open_now = t.control.open_entries(ds.dataset_id)
+    if not open_now:
+        return "its writer lock is held (another maintenance or reconcile of it is running)"
+    e = open_now[0]
+    return (
+        f"a write of it is open (transaction {e.txn_id}, writer {e.writer}, pid {e.pid} on {e.host}, "
+        f"since {e.started_at:%Y-%m-%d %H:%M:%S%z}); the next maintenance does it"
+    )
+
+
+def _before(now: datetime, age: timedelta) -> datetime:
+    """``now - age``, or the earliest instant when ``age`` reaches past year 1 (``timedelta.max``
+    means "keep everything", and was a raw OverflowError)."""
+    try:
+        return now - age
+    except OverflowError:
+        return datetime.min.replace(tzinfo=UTC)

@@ -1,0 +1,578 @@
+"""The transaction driver: INTENT -> WRITE -> COMMIT, failure and recovery, in one place.
+
+Every change to a dataset's rows (a facade write, a stream session, a row edit, a canary copy)
+is a ``Transaction`` opened here under the dataset's writer lock:
+
+1. INTENT: a ledger row ``open`` with the transaction's instant τ (``open``);
+2. WRITE: the planner turns the input into one sink change (``Transaction.write``);
+3. COMMIT: the ledger, dataset stats, watermarks and provenance in one Postgres transaction
+   (``Transaction.commit``).
+
+Any failure reverts the change if it became visible, marks the ledger ``aborted`` and removes the
+files (``Transaction.fail``); a step that cannot run (storage or Postgres down) is logged and left
+to ``recover``, which the next writer of the dataset or ``reconcile`` runs: an open transaction
+whose change is in its sink is rolled forward, any other is aborted. An abort owes a storage
+cleanup (the ledger's ``cleanup_pending``) until ``clean`` succeeds; ``reconcile`` and
+``Trident.maintain`` retry the ones that could not run.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import socket
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, NoReturn, cast
+
+import duckdb
+import psycopg
+import pyarrow as pa
+import sqlalchemy.exc
+
+from ..control.plane import ControlPlane, DatasetRecord, LedgerEntry, Outcome, WatermarkRow
+from ..control.range_locks import LockItem
+from ..control.router import RouteDecision
+from ..core.errors import (
+    ConcurrentWriteError,
+    ControlPlaneUnavailableError,
+    InvalidWriteError,
+    ResourceLimitError,
+    StorageUnavailableError,
+    TridentError,
+    WriteFailedError,
+)
+from ..core.failpoints import failpoint
+from ..core.partitions import PartitionFilter
+from ..core.results import ReconcileReport
+from ..core.settings import TridentSettings
+from ..planning.planner import WritePlanner
+from ..sinks.contract import Discarded, Sink, WriteMode, WriteRequest
+
+log = logging.getLogger("trident")
+
+CANARY_WRITER = "canary"
+PARTITION_META = "partition"  # ledger metadata of a partition write (what it replaced)
+Watermarks = list[WatermarkRow]  # (source dataset, output partition key, mark, source txn)
+# Ledger metadata at INTENT: the watermarks COMMIT will record, so that a transaction rolled forward
+# by the reconciler records them too (else the next delta run would read the same rows again).
+WATERMARK_META = "trident.watermarks"
+
+
+def watermark_meta(rows: Watermarks) -> dict[str, Any]:
+    """``rows`` as JSON for the ledger: each source's mark once, and the output partitions."""
+    marks = {str(src): [mark.isoformat(), str(txn) if txn else None] for src, _, mark, txn in rows}
+    return {"marks": marks, "partitions": list(dict.fromkeys(part for _, part, _, _ in rows))}
+
+
+def recorded_watermarks(meta: Mapping[str, Any]) -> Watermarks:
+    """The watermarks a transaction's INTENT recorded (``[]`` when it recorded none)."""
+    saved = meta.get(WATERMARK_META) or {}
+    return [
+        (uuid.UUID(src), part, datetime.fromisoformat(mark), uuid.UUID(txn) if txn else None)
+        for src, (mark, txn) in (saved.get("marks") or {}).items()
+        for part in saved.get("partitions") or [""]
+    ]
+
+
+@dataclass(frozen=True)
+class Intent:
+    """What a transaction is about to do, recorded in its ledger row at INTENT."""
+
+    txn_id: uuid.UUID
+    mode: WriteMode
+    writer: str
+    sink: str
+    route: RouteDecision
+    source_refs: list[str] = field(default_factory=list)
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+class TransactionDriver:
+    def __init__(self, control: ControlPlane, sinks: Mapping[str, Sink], settings: TridentSettings) -> None:
+        self.control = control
+        self.sinks = dict(sinks)
+        self.settings = settings
+        self.planner = WritePlanner(settings)
+        self._locks: dict[uuid.UUID, psycopg.Connection[Any]] = {}  # dataset -> its writer lock's session
+        self._shared: set[uuid.UUID] = set()  # datasets written under partition locks (partition_locked)
+
+    def lock_session(self, ds: DatasetRecord) -> psycopg.Connection[Any] | None:
+        """The session holding ``ds``'s writer lock in this process (inside ``locked``)."""
+        return self._locks.get(ds.dataset_id)
+
+    def sink(self, name: str) -> Sink:
+        try:
+            return self.sinks[name]
+        except KeyError:
+            raise StorageUnavailableError(f"sink {name!r} is not available in this installation") from None
+
+    @contextmanager
+    def locked(self, ds: DatasetRecord, wait_s: float | None = None) -> Iterator[DatasetRecord]:
+        """Hold the dataset's writer lock; first settle transactions whose writers died (we hold
+        the lock, so they are gone). Yields the dataset as it is now."""
+        wait = self.settings.writer_wait_seconds if wait_s is None else wait_s
+        with self.control.writer_lock(ds, wait) as lock:
+            self._locks[ds.dataset_id] = lock
+            try:
+                # one query when nothing is open (the usual case): the record and "nothing to settle"
+                now, has_open = self.control.dataset_if_settled(ds.dataset_id)
+                if has_open:
+                    for stale in self.control.open_entries(ds.dataset_id):
+                        self.recover(self._fresh(ds), stale)
+                    now = self.control.dataset_by_id(ds.dataset_id)
+                yield now or ds
+            finally:
+                self._locks.pop(ds.dataset_id, None)
+
+    @contextmanager
+    def partition_locked(
+        self,
+        ds: DatasetRecord,
+        items: Sequence[LockItem],
+        wait_s: float | None = None,
+        *,
+        what: str = "its partitions",
+        overlapping: Callable[[LedgerEntry], bool] | None = None,
+    ) -> Iterator[DatasetRecord]:
+        """Hold the range locks ``items`` of a slice of the dataset (and the dataset's lock
+        shared), so that writers of slices that do not overlap it run at the same time, however
+        wide either is. Stale transactions are not settled here (other open ones may be live);
+        ``reconcile`` and the next whole-dataset writer settle them."""
+        wait = self.settings.writer_wait_seconds if wait_s is None else wait_s
+        with self.control.partition_lock(ds, items, wait, what=what, overlapping=overlapping) as lock:
+            self._locks[ds.dataset_id] = lock
+            self._shared.add(ds.dataset_id)
+            try:
+                yield self._fresh(ds)
+            finally:
+                self._shared.discard(ds.dataset_id)
+                self._locks.pop(ds.dataset_id, None)
+
+    def shares(self, ds: DatasetRecord) -> bool:
+        """Does this process write ``ds`` under a partition lock (the commit lock still to take)?"""
+        return ds.dataset_id in self._shared
+
+    def _fresh(self, ds: DatasetRecord) -> DatasetRecord:
+        return self.control.dataset_by_id(ds.dataset_id) or ds
+
+    def open(self, ds: DatasetRecord, intent: Intent) -> Transaction | None:
+        """INTENT (the caller holds ``locked``). ``None``: this txn id already committed here."""
+        entry = self.control.open_txn(
+            LedgerEntry(
+                txn_id=intent.txn_id,
+                dataset_id=ds.dataset_id,
+                status="open",
+                mode=intent.mode,
+                writer=intent.writer,
+                sink=intent.sink,
+                started_at=datetime.now(),
+                requested_sink=intent.route.requested,
+                clamped=intent.route.clamped,
+                route_reason=intent.route.reason,
+                source_refs=list(intent.source_refs),
+                metadata=dict(intent.metadata),
+            )
+        )
+        if entry is not None:
+            return Transaction(self, ds, entry)
+        prior = self.control.ledger_entry(intent.txn_id)
+        assert prior is not None
+        if prior.dataset_id != ds.dataset_id:
+            other = self.control.dataset_by_id(prior.dataset_id)
+            raise InvalidWriteError(
+                f"transaction id {intent.txn_id} is a transaction of dataset "
+                f"{other.key if other else prior.dataset_id!r}; a txn id names one write of one dataset"
+            )
+        if prior.status == "aborted" and prior.cleanup_pending:
+            # A retry of an aborted transaction id writes files of the same names: the earlier
+            # attempt's leftovers go first (we hold the lock), then the id is reopened.
+            if self.clean(ds, prior) is None:
+                raise StorageUnavailableError(
+                    f"transaction {intent.txn_id} of {ds.key!r} aborted earlier and its files cannot be "
+                    "removed yet (storage unreachable); retry when storage is back"
+                )
+            return self.open(ds, intent)
+        if prior.status != "committed":
+            raise ConcurrentWriteError(f"transaction {intent.txn_id} of {ds.key!r} is {prior.status}")
+        return None  # an idempotent retry of a committed write
+
+    # -- write-audit-publish ------------------------------------------------------------------
+    def publish(
+        self, ds: DatasetRecord, entry: LedgerEntry, *, provenance: Mapping[str, Any] | None, watermarks: Watermarks
+    ) -> tuple[LedgerEntry, Outcome]:
+        """Move the published version to a staged one, then record it committed (the caller holds
+        ``locked``, or for a staged partition write ``partition_locked`` on its slice: then
+        the dataset's commit lock is taken here, since writers of other partitions commit
+        alongside and the sink re-bases the change on their commits). A crash between the two is
+        rolled forward by ``reconcile``."""
+        meta = entry.metadata.get(PARTITION_META)
+        partition = PartitionFilter.from_metadata(meta) if meta else None
+        lock = self.lock_session(ds)
+        commit_locked = lock is not None and self.shares(ds)
+        if commit_locked:
+            assert lock is not None
+            self.control.acquire_commit_lock(lock, ds, self.settings.writer_wait_seconds)
+        try:
+            outcome = self.sink(entry.sink).publish(ds, entry.txn_id, entry.base_snapshot_id, partition)
+            failpoint("publish.before_ledger")
+            done = self.control.commit_txn(
+                entry,
+                outcome,
+                watermarks=list(watermarks),
+                provenance=dict(provenance) if provenance is not None else None,
+                conn=lock,
+                reserved_indexes=partition is not None,
+            )
+        finally:
+            if commit_locked:
+                assert lock is not None
+                self.control.release_commit_lock(lock, ds)
+        return done, outcome
+
+    def discard_staged(self, ds: DatasetRecord, entry: LedgerEntry, reason: str) -> None:
+        self.control.reject_txn(entry.txn_id, reason)
+        self.sink(entry.sink).discard_staged(ds, entry.txn_id, entry.location)
+
+    # -- recovery ---------------------------------------------------------------------------
+    def recover(self, ds: DatasetRecord, entry: LedgerEntry) -> tuple[str, Discarded | None]:
+        """Settle an open transaction whose writer is gone: roll it forward when its change is
+        part of the dataset (for a canary: only when the flip happened), else undo and abort it.
+        Returns what happened and, for an abort, what its cleanup removed (``None``: pending)."""
+        sink = self.sink(entry.sink)
+        shutil.rmtree(self.settings.home / "tmp" / str(entry.txn_id), ignore_errors=True)  # its merge spill
+        outcome = sink.find_committed(ds, entry.txn_id)
+        if outcome is not None and (entry.writer != CANARY_WRITER or ds.sink == entry.sink):
+            self.control.commit_txn(
+                entry,
+                outcome,
+                watermarks=recorded_watermarks(entry.metadata),
+                reserved_indexes=PARTITION_META in entry.metadata,
+            )
+            log.warning("reconciled: rolled forward txn %s of %s", entry.txn_id, ds.key)
+            return "rolled_forward", None
+        if outcome is not None:  # a canary copy that never flipped: the dataset still lives elsewhere
+            sink.undo(ds, entry.txn_id)
+        self.control.abort_txn(entry.txn_id, "aborted by the reconciler: the writer died before its change committed")
+        log.warning("reconciled: aborted txn %s of %s", entry.txn_id, ds.key)
+        return "aborted", self.clean(ds, entry)
+
+    def clean(self, ds: DatasetRecord, entry: LedgerEntry) -> Discarded | None:
+        """Remove an aborted transaction's storage leftovers (data files, incomplete uploads) and
+        clear its ``cleanup_pending``. ``None`` when that cannot run yet (storage, the catalog or
+        Postgres unreachable): the flag stays set and ``reconcile`` / ``maintain`` try again, so a
+        leak is deferred, never forgotten. Never raises: it runs on failure paths."""
+        try:
+            done = self.sink(entry.sink).discard(ds, entry.txn_id, location=entry.location)
+            self.control.cleanup_done(entry.txn_id)
+        except Exception as exc:
+            log.warning(
+                "txn %s of %s is aborted, but its files could not be removed yet (%s: %s); "
+                "`trident reconcile` or `trident maintain` retries",
+                entry.txn_id,
+                ds.key,
+                type(exc).__name__,
+                exc,
+            )
+            return None
+        return done
+
+    def retry_cleanups(
+        self, workspace: str, ds: DatasetRecord | None = None, *, skip: frozenset[uuid.UUID] = frozenset()
+    ) -> _Cleanups:
+        """Retry the pending cleanups of aborted transactions (of ``ds`` only, whose writer lock the
+        caller then holds; else of the workspace, each under its dataset's lock, skipping busy
+        datasets). A dataset that never came to exist is cleaned through the ledger's location."""
+        result = _Cleanups()
+        for entry in self.control.pending_cleanups(workspace, ds.dataset_id if ds is not None else None):
+            if entry.txn_id in skip:
+                continue
+            target = ds or self.control.dataset_by_id(entry.dataset_id)
+            if target is None:
+                continue
+            try:
+                with nullcontext() if ds is not None else self.control.writer_lock(target, 0):
+                    still = self.control.ledger_entry(entry.txn_id)
+                    owed = still is not None and still.status == "aborted" and still.cleanup_pending
+                    done = self.clean(target, still) if owed and still is not None else Discarded()
+            except ConcurrentWriteError:  # a live writer holds the dataset: next time
+                done = None
+            result.add(entry.txn_id, done)
+        return result
+
+    def reconcile(self, workspace: str) -> ReconcileReport:
+        """Repair transactions left open by crashed processes (live writers are left alone), then
+        retry the storage cleanups earlier aborts could not run."""
+        forward: list[uuid.UUID] = []
+        aborted: list[uuid.UUID] = []
+        running: list[uuid.UUID] = []
+        now = _Cleanups()
+        for entry in self.control.open_entries():
+            ds = self.control.dataset_by_id(entry.dataset_id)
+            if ds is None or ds.workspace != workspace:
+                continue
+            try:
+                with self.control.writer_lock(ds, _LOCK_RELEASE_SECONDS if _writer_died_here(entry) else 0):
+                    still = self.control.ledger_entry(entry.txn_id)
+                    if still is None or still.status != "open":
+                        continue
+                    status, discarded = self.recover(self._fresh(ds), still)
+            except TridentError:
+                running.append(entry.txn_id)
+                continue
+            if status == "rolled_forward":
+                forward.append(entry.txn_id)
+            else:
+                aborted.append(entry.txn_id)
+                now.add(entry.txn_id, discarded)
+        for entry in self.control.staged_entries():
+            ds = self.control.dataset_by_id(entry.dataset_id)
+            if ds is None or ds.workspace != workspace:
+                continue
+            try:  # a publisher that just died may still hold the lock for a moment
+                with self.control.writer_lock(ds, _LOCK_RELEASE_SECONDS if _writer_died_here(entry) else 1.0):
+                    outcome = self.sink(entry.sink).find_committed(ds, entry.txn_id)
+                    if outcome is not None:  # main moved to it, the ledger did not follow: a crash mid-publish
+                        self.control.commit_txn(entry, outcome, reserved_indexes=PARTITION_META in entry.metadata)
+                        forward.append(entry.txn_id)
+            except TridentError:
+                continue
+        earlier = self.retry_cleanups(workspace, skip=frozenset(now.cleaned + now.pending))
+        return ReconcileReport(
+            rolled_forward=forward,
+            aborted=aborted,
+            still_running=running,
+            cleaned_up=earlier.cleaned,
+            cleanup_pending=now.pending + earlier.pending,
+            deleted_files=now.files + earlier.files,
+            aborted_uploads=now.uploads + earlier.uploads,
+        )
+
+
+@dataclass
+class _Cleanups:
+    """Tally of cleanup attempts: which transactions are clean now, which still pending."""
+
+    cleaned: list[uuid.UUID] = field(default_factory=list)
+    pending: list[uuid.UUID] = field(default_factory=list)
+    files: int = 0
+    uploads: int = 0
+
+    def add(self, txn_id: uuid.UUID, done: Discarded | None) -> None:
+        if done is None:
+            self.pending.append(txn_id)
+            return
+        self.cleaned.append(txn_id)
+        self.files += done.files
+        self.uploads += done.uploads
+
+
+_LOCK_RELEASE_SECONDS = 10.0  # how long Postgres may take to end a dead client's session
+
+
+def _writer_died_here(entry: LedgerEntry) -> bool:
+    """The writer ran on this host and its process is gone: its lock session is ending, so it is
+    worth waiting for instead of reporting the transaction as still running."""
+    if entry.host != socket.gethostname() or entry.pid is None:
+        return False
+    try:
+        os.kill(entry.pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+class Transaction:
+    """One open ledger transaction on one dataset; the caller holds the dataset's writer lock."""
+
+    def __init__(self, driver: TransactionDriver, ds: DatasetRecord, entry: LedgerEntry) -> None:
+        self.driver = driver
+        self.ds = ds
+        self.entry = entry
+        self.sink = driver.sink(entry.sink)
+        self.lock = driver.lock_session(ds)
+        self.shared = driver.shares(ds)  # under partition locks: COMMIT takes the commit lock
+        self.partitioned = PARTITION_META in entry.metadata
+        self._commit_locked = False
+
+    def _fence(self) -> None:
+        """Right before the sink's atomic commit: this writer still holds its lock, and a partition
+        writer takes the dataset's commit lock, held until its ledger COMMIT (so commits, and the
+        dataset stats they record, happen in one order)."""
+        if self.lock is not None:
+            self.driver.control.check_lock(self.lock, self.ds)
+            if self.shared and not self._commit_locked:
+                self.driver.control.acquire_commit_lock(self.lock, self.ds, self.driver.settings.writer_wait_seconds)
+                self._commit_locked = True
+
+    def _release_commit_lock(self) -> None:
+        if self._commit_locked and self.lock is not None:
+            self._commit_locked = False
+            self.driver.control.release_commit_lock(self.lock, self.ds)
+
+    def _reserve(self, n: int) -> int:
+        return self.driver.control.reserve_row_indexes(self.ds.dataset_id, n)
+
+    @property
+    def txn_id(self) -> uuid.UUID:
+        return self.entry.txn_id
+
+    def write(
+        self,
+        reader: pa.RecordBatchReader | None,
+        *,
+        keys: tuple[str, ...] = (),
+        row_filter: str | None = None,
+        preserve_identity: bool = False,
+        stage: bool = False,
+        partition: PartitionFilter | None = None,
+    ) -> Outcome:
+        """WRITE: the planner's rows stored by the sink as ONE change carrying the txn id."""
+        spill = self.driver.settings.home / "tmp" / str(self.txn_id)
+        try:
+            failpoint("intent.after")
+            return self.driver.planner.execute(
+                self.sink,
+                WriteRequest(
+                    dataset=self.ds,
+                    mode=cast(WriteMode, self.entry.mode),
+                    keys=keys,
+                    row_filter=row_filter,
+                    txn_id=self.txn_id,
+                    tau=self.entry.started_at,
+                    reader=reader,
+                    spill_dir=spill,
+                    note_location=self._note_location,
+                    preserve_identity=preserve_identity,
+                    fence=self._fence,
+                    stage=stage,
+                    partition=partition,
+                    reserve_rows=self._reserve if partition is not None else None,
+                ),
+            )
+        except BaseException as exc:
+            _reraise(exc, self.fail(exc))
+        finally:
+            shutil.rmtree(spill, ignore_errors=True)
+
+    def _note_location(self, location: str) -> None:
+        """Where the files go, in the ledger (for a crash) and here (for this writer's cleanup)."""
+        self.driver.control.set_txn_location(self.txn_id, location)
+        self.entry.location = location
+
+    def commit(
+        self,
+        outcome: Outcome,
+        *,
+        provenance: Mapping[str, Any] | None = None,
+        watermarks: Watermarks = (),  # type: ignore[assignment]
+        flip_to: str | None = None,
+    ) -> LedgerEntry:
+        """COMMIT: record exactly what WRITE produced (and, for a canary, the flip)."""
+        try:
+            failpoint("commit.before_ledger")
+            return self.driver.control.commit_txn(
+                self.entry,
+                outcome,
+                watermarks=list(watermarks),
+                provenance=dict(provenance) if provenance is not None else None,
+                flip_to=flip_to,
+                conn=self.lock,
+                reserved_indexes=self.partitioned,
+            )
+        except BaseException as exc:
+            _reraise(exc, self.fail(exc))
+        finally:
+            self._release_commit_lock()
+
+    def stage(self, outcome: Outcome) -> LedgerEntry:
+        """The write is durable on its audit branch: record it ``staged`` (not published). Its
+        base is the published version it was staged on; publish refuses if that moved."""
+        try:
+            failpoint("commit.before_ledger")
+            return self.driver.control.stage_txn(self.entry, outcome, self.ds.snapshot_id, conn=self.lock)
+        except BaseException as exc:
+            _reraise(exc, self.fail(exc))
+        finally:
+            self._release_commit_lock()
+
+    def fail(self, exc: BaseException) -> bool:
+        """Revert the change if it became visible, mark the ledger ``aborted`` and remove the
+        files. Each step that cannot be done (storage or Postgres down) is logged and left to
+        the reconciler (an open row) or to a later cleanup (``cleanup_pending``), so the caller
+        always gets the original, named error. Returns whether the transaction is settled
+        (aborted); ``False`` leaves it open for the reconciler."""
+        try:
+            return self._fail(exc)
+        finally:
+            self._release_commit_lock()
+
+    def _fail(self, exc: BaseException) -> bool:
+        try:
+            self.sink.undo(self.ds, self.txn_id)  # a no-op unless the change is the dataset's current state
+        except Exception as undo_exc:
+            log.error(
+                "trident write %s failed (txn %s) and its change could not be checked or reverted (%s); "
+                "the ledger row stays open for `trident reconcile`",
+                self.ds.key,
+                self.txn_id,
+                undo_exc,
+            )
+            return False
+        msg = f"{type(exc).__name__}: {exc}"
+        try:
+            self.driver.control.abort_txn(self.txn_id, msg)
+        except Exception as pg_exc:
+            log.error("could not mark txn %s aborted (%s); `trident reconcile` will", self.txn_id, pg_exc)
+            return False
+        self.driver.clean(self.ds, self.entry)
+        log.warning("trident write %s aborted (txn %s): %s", self.ds.key, self.txn_id, msg)
+        return True
+
+
+def _reraise(exc: BaseException, settled: bool) -> NoReturn:
+    """Re-raise, naming storage faults (OSError from pyarrow/S3) as StorageUnavailableError and a
+    lost control plane as ControlPlaneUnavailableError: psycopg's errors, and the SQL catalog's
+    connection errors (sqlalchemy), since that catalog lives in the control-plane Postgres.
+    ``settled`` says whether the failure path could abort the transaction; if not, its ledger row
+    is still open, and whether the change counts is the reconciler's call (its snapshot may have
+    committed), so the message must not claim that nothing was committed."""
+    fate = (
+        "nothing was committed"
+        if settled
+        else (
+            "its ledger row stays open until `trident reconcile` (or the next write of the dataset) settles it: "
+            "rolled forward if its snapshot committed, else aborted"
+        )
+    )
+    if isinstance(exc, psycopg.Error) or _lost_sql_catalog(exc):
+        raise ControlPlaneUnavailableError(
+            f"the control-plane Postgres failed during the write; {fate}: {type(exc).__name__}: {exc}"
+        ) from exc
+    if isinstance(exc, OSError) and not isinstance(exc, TridentError):
+        raise StorageUnavailableError(f"storage unavailable, {fate}: {type(exc).__name__}: {exc}") from exc
+    if isinstance(exc, duckdb.OutOfMemoryException):
+        raise ResourceLimitError(
+            f"the write ran out of DuckDB memory and could not spill enough; {fate}. Raise TRIDENT_DUCKDB_MEMORY_LIMIT "
+            f"(or free the spill disk): {_first_line(exc)}"
+        ) from exc
+    if isinstance(exc, (duckdb.Error, pa.ArrowException)) and not isinstance(exc, TridentError):
+        raise WriteFailedError(f"the write failed; {fate}: {type(exc).__name__}: {_first_line(exc)}") from exc
+    raise exc
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [""])[0]
+
+
+def _lost_sql_catalog(exc: BaseException) -> bool:
+    """The SQL catalog's connection to Postgres failed (not a bug in a statement)."""
+    return isinstance(exc, (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError, sqlalchemy.exc.TimeoutError)) or (
+        isinstance(exc, sqlalchemy.exc.DBAPIError) and exc.connection_invalidated
+    )
