@@ -475,6 +475,7 @@ def maintain(keys: tuple[str, ...], older_than_days: float, retain_last: int) ->
                         f"{r.repaired_files} files with lossy bounds rewritten, "
                         + (f"{r.reencoded_files} files re-encoded for other readers, " if r.reencoded_files else "")
                         + f"{r.expired_snapshots} snapshots expired, {r.deleted_files} files deleted, "
+                        f"{r.deleted_metadata_files} metadata files deleted, "
                         f"{r.aborted_uploads} incomplete uploads aborted"
                         + (f", {r.cleanup_pending} cleanups still pending" if r.cleanup_pending else ""),
                     )

@@ -21,7 +21,8 @@ class WriteResult:
     preserved: int
     deleted: int
     snapshot_id: int | None
-    committed_at: datetime
+    committed_at: datetime  # when the version became visible (a staged one: when it was staged)
+    created_at: datetime  # the transaction's instant τ: every row it wrote has it as __created_at
     schema_version: int
     route: str
     noop: bool = False  # a retry of a transaction id that had already committed

@@ -41,7 +41,7 @@ class WriteRequest:
     keys: tuple[str, ...]
     row_filter: str | None
     txn_id: uuid.UUID
-    tau: datetime  # the transaction's instant: ledger committed_at and every new row's __created_at
+    tau: datetime  # the transaction's instant (the ledger's started_at): every new row's __created_at
     reader: pa.RecordBatchReader | None  # None for a delete by row_filter
     spill_dir: Path
     note_location: Callable[[str], None]  # records where files go, for cleanup after a crash
@@ -86,7 +86,7 @@ class StorageInfo:
 class Maintenance:
     key: str
     expired_snapshots: int
-    deleted_files: int
+    deleted_files: int  # data files
     discarded_staged: list[uuid.UUID] = field(default_factory=list)  # staged versions past their age
     # compaction (issue 12): small data files rewritten into target-size ones, in one snapshot
     compacted_files: int = 0
@@ -100,6 +100,8 @@ class Maintenance:
     # pg sink: row blocks (its read cache) rebuilt over rows whose blocks keyed writes dropped
     rebuilt_blocks: int = 0
 
+    # manifests, manifest lists and metadata files that no retained snapshot, ref or log used
+    deleted_metadata_files: int = 0
     aborted_uploads: int = 0  # incomplete multipart uploads of dead writers
     cleaned_txns: int = 0  # aborted transactions whose pending storage cleanup ran now
     cleanup_pending: int = 0  # ... and those whose cleanup still cannot run (storage unreachable)

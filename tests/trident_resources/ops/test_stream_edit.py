@@ -131,7 +131,7 @@ def test_row_edits_keep_every_other_rows_identity(trident: Trident) -> None:
         if i == 7:
             assert (row["qty"], row["name"]) == (700, "n7")  # untouched column kept its value
             assert (row["__row_id"], row["__row_index"]) == (before[7]["__row_id"], before[7]["__row_index"])
-            assert row["__created_at"] == r.committed_at
+            assert row["__created_at"] == r.created_at
         else:
             assert row == before[i]
     with pytest.raises(KeyNotFoundError, match="404"):

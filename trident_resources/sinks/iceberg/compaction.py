@@ -41,7 +41,7 @@ from .committer import commit_files
 from .files import DataFileWriter
 from .reencoding import ENCODINGS_PROPERTY, STANDARD_ENCODINGS, files_to_reencode
 from .reencoding import checked_marker as reencoding_marker
-from .snapshots import BOUNDS_PROPERTY, EXACT_BOUNDS, has_column
+from .snapshots import BOUNDS_PROPERTY, DATA_VERSION_PROPERTY, EXACT_BOUNDS, OPERATION_PROPERTY, data_version, has_column
 
 if TYPE_CHECKING:
     from ...control.plane import DatasetRecord
@@ -49,7 +49,6 @@ if TYPE_CHECKING:
 
 # Iceberg's own rewrite_data_files default: fewer small files than this are not worth a snapshot.
 MIN_INPUT_FILES = 5
-OPERATION_PROPERTY = "trident.operation"
 
 
 @dataclass(frozen=True)
@@ -121,7 +120,7 @@ def compact(sink: IcebergSink, ds: DatasetRecord, table: Table, *, min_input_fil
             inputs += group
         failpoint("compaction.before_commit")
         record_checked(txn, checked)
-        _commit(txn, inputs, written, current.snapshot_id, compaction_id)
+        _commit(txn, inputs, written, current.snapshot_id, data_version(table, current.snapshot_id), compaction_id)
     except CommitFailedException as exc:
         _discard(writers)
         raise TransactionConflictError(
@@ -191,13 +190,22 @@ def _row_index_order(schema: Schema) -> Callable[[DataFile], tuple[bool, int]]:
     return key
 
 
-def _commit(txn: Transaction, inputs: list[DataFile], outputs: list[DataFile], parent: int, compaction_id: uuid.UUID) -> None:
+def _commit(
+    txn: Transaction,
+    inputs: list[DataFile],
+    outputs: list[DataFile],
+    parent: int,
+    version: int | None,
+    compaction_id: uuid.UUID,
+) -> None:
     """One snapshot of ``txn`` that replaces ``inputs`` by ``outputs`` (written by ``DataFileWriter``:
-    marked as having exact bounds, so ``bounds_repair`` never reads them)."""
+    marked as having exact bounds, so ``bounds_repair`` never reads them), recording the data
+    version it holds (``version``: the rows of that transaction's snapshot, see ``snapshots.data_version``)."""
     props = {
         BOUNDS_PROPERTY: EXACT_BOUNDS,
         ENCODINGS_PROPERTY: STANDARD_ENCODINGS,
         OPERATION_PROPERTY: "compaction",
+        **({DATA_VERSION_PROPERTY: str(version)} if version is not None else {}),
         "trident.compaction-id": str(compaction_id),
         "trident.compacted-from": str(parent),
         "trident.rewritten-files": str(len(inputs)),

@@ -27,7 +27,7 @@ from ...core.partitions import BoundPartition
 from ...core.pyiceberg_compat import is_sql_catalog, sql_catalog_metadata_location
 from ...core.schemas import conform
 from ..contract import AsOf, ScanPath, ScanPlan, VersionStats
-from .snapshots import published_iceberg_schema, published_schema, without_metadata
+from .snapshots import published_iceberg_schema, published_schema, snapshot_to_read, without_metadata
 
 if TYPE_CHECKING:
     from .sink import IcebergSink
@@ -123,10 +123,17 @@ def scan(
     """
     table = table_to_read(sink, ds)
     current = table.current_snapshot()
+    as_of = _to_read(table, as_of)
     if as_of is not None and (current is None or as_of != current.snapshot_id):
-        return _scan_past(table, int(as_of), columns, row_filter)  # type: ignore[arg-type]
+        return _scan_past(table, as_of, columns, row_filter)
     schema, expr, files = _plan_current(sink, table, columns, row_filter)
     return scan_batches(sink.file_dataset(table, files, filter_schema(schema)), columns or schema.names, expr)
+
+
+def _to_read(table: Table, as_of: AsOf) -> int | None:
+    """The snapshot that holds the data version ``as_of`` (a snapshot id the facade resolved
+    through the ledger): a compaction of it when that is what main is at or all that is left."""
+    return None if as_of is None else snapshot_to_read(table, int(as_of))  # type: ignore[arg-type]
 
 
 def _plan_current(
@@ -158,8 +165,9 @@ def read(sink: IcebergSink, ds: DatasetRecord, *, columns: list[str] | None, row
     most of a compacted table's read beyond the one-go table's."""
     table = table_to_read(sink, ds)
     current = table.current_snapshot()
+    as_of = _to_read(table, as_of)
     if as_of is not None and (current is None or as_of != current.snapshot_id):
-        return _scan_past(table, int(as_of), columns, row_filter).read_all()  # type: ignore[arg-type]
+        return _scan_past(table, as_of, columns, row_filter).read_all()
     schema, expr, files = _plan_current(sink, table, columns, row_filter)
     dataset = sink.file_dataset(table, files, filter_schema(schema), fmt=_PARQUET_PARALLEL)
     if _filters_ids(dataset, expr):  # (see ``_filters_ids``)
