@@ -14,10 +14,8 @@ from typing import Any
 import dagster as dg
 import duckdb
 
-from trident_resources import Trident, TridentError
-from trident_resources.dagster import TridentResource
-from trident_resources.dagster.gate import staged_in_run
-from trident_resources.sinks.contract import VersionStats
+from trident_resources import Trident, TridentError, VersionStats
+from trident_resources.dagster import TridentResource, staged_in_run
 
 from .key_bitmap import no_repeated_key
 

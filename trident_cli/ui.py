@@ -41,7 +41,7 @@ KEEPALIVE_APP = "trident-ui"  # not the embedded server's bookkeeping prefix: it
 
 INSTANCE_YAML = f"""\
 # The Dagster instance of Trident, written by `trident ui` because it was absent: edit freely,
-# it is never overwritten. See deploy/README.md for production (k8s, celery, docker).
+# it is never overwritten. See docs/operations.md for production (k8s, celery, docker).
 
 # Runs, event logs (materializations, check results), schedule and sensor state: Postgres.
 # `trident ui` sets {URL_VARIABLE} (the embedded server's `dagster` database by default);

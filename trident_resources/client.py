@@ -39,7 +39,7 @@ from .read import faults as read_faults
 from .read import versions
 from .read.sql import SandboxCache, prepare_spares
 from .sinks import open_sinks
-from .sinks.contract import AsOf, Maintenance, ScanPlan, Sink, VersionStats, WriteMode
+from .sinks.contract import AsOf, Maintenance, ScanPlan, Sink, StorageInfo, VersionStats, WriteMode
 from .transaction.driver import PARTITION_META, WATERMARK_META, Intent, TransactionDriver, watermark_meta
 
 if TYPE_CHECKING:  # returned by ingest_stream / migrate
@@ -136,7 +136,7 @@ class Trident:
         stage: bool = False,
         partition: PartitionFilter | None = None,
     ) -> WriteResult:
-        """Write ``data`` to dataset ``key`` as one transaction; see DESIGN.md "Write modes".
+        """Write ``data`` to dataset ``key`` as one transaction; see docs/python-api.md "Write modes".
 
         ``txn_id`` makes a retry idempotent: a transaction id that already committed is a no-op.
         ``watermarks`` (source key -> (committed_at, source txn)) and ``provenance`` are recorded
@@ -243,7 +243,7 @@ class Trident:
         not create (a rebuilt control plane, a table written by another tool with Trident's identity
         columns). The table is stamped with the dataset's id and recorded as one ledger
         transaction; ``__row_index`` continues from the table's max + 1. Refused (TableOwnershipError)
-        when the table belongs to another dataset or lacks the identity columns; see README.
+        when the table belongs to another dataset or lacks the identity columns; see docs/operations.md, "Table ownership".
 
         The upgrade path: a table that a Trident older than the ``trident.dataset-id`` property
         created belongs to an existing dataset of the same key but carries no owner, so every write
@@ -476,11 +476,10 @@ class Trident:
         asks (issue 12: a catalog look-up per source per step)."""
         ds, provenance = self._record_with_provenance(key)
         scan_path, scan_reason = "unknown", "not looked up: describe(storage=False)"
-        partitioning: tuple[tuple[str, str], ...] | None = None
-        partitions: list[dict[str, Any]] = []
+        stored = StorageInfo(None)
         if storage:
             scan_path, scan_reason = self._sink(ds.sink).scan_path(ds)
-            partitioning, partitions = self._sink(ds.sink).partition_info(ds)
+            stored = self._sink(ds.sink).storage_info(ds)
         return Description(
             scan_path=scan_path,
             scan_reason=scan_reason,
@@ -497,8 +496,9 @@ class Trident:
             updated_at=ds.updated_at,
             iceberg_identifier=ds.iceberg_identifier,
             provenance=provenance,
-            partitioning=[f"{t}({c})" for c, t in (partitioning or ())],
-            partitions=partitions,
+            partitioning=[f"{t}({c})" for c, t in (stored.partitioning or ())],
+            partitions=stored.partitions,
+            metadata_location=stored.metadata_location,
         )
 
     def history(self, key: str, limit: int | None = None) -> list[LedgerEntry]:

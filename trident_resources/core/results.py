@@ -54,6 +54,10 @@ class Description:
     # or "arrow" (pyarrow reads, DuckDB scans Arrow), and why.
     scan_path: str = "arrow"
     scan_reason: str = ""
+    # Iceberg: the table's current metadata file, where another engine reads this version from
+    # without the catalog (pyiceberg's StaticTable.from_metadata, DuckDB's iceberg_scan); None for
+    # the pg sink and for describe(storage=False)
+    metadata_location: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

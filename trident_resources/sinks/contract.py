@@ -72,6 +72,17 @@ class WriteCounts:
 
 
 @dataclass(frozen=True)
+class StorageInfo:
+    """What ``describe`` shows of a dataset's storage (``Sink.storage_info``)."""
+
+    partitioning: tuple[tuple[str, str], ...] | None  # (column, transform) pairs; None: nothing stored
+    partitions: list[dict[str, Any]] = field(default_factory=list)
+    # the table's current metadata file (Iceberg): what another engine opens to read exactly this
+    # version without the catalog (pyiceberg's StaticTable, DuckDB's iceberg_scan, Spark)
+    metadata_location: str | None = None
+
+
+@dataclass(frozen=True)
 class Maintenance:
     key: str
     expired_snapshots: int
@@ -84,6 +95,8 @@ class Maintenance:
     data_files_after: int | None = None
     # data files rewritten because their manifest bounds lost rows (a row group without min/max)
     repaired_files: int = 0
+    # data files an older Trident wrote in encodings some readers cannot decode, rewritten
+    reencoded_files: int = 0
     # pg sink: row blocks (its read cache) rebuilt over rows whose blocks keyed writes dropped
     rebuilt_blocks: int = 0
 
@@ -237,10 +250,11 @@ class Sink(ABC):
         """Per partition: its values, row count, data files and the last transaction that changed it."""
         return []
 
-    def partition_info(self, ds: DatasetRecord) -> tuple[tuple[tuple[str, str], ...] | None, list[dict[str, Any]]]:
-        """``partitioning`` and ``partition_stats`` together (``describe`` shows both, and is asked
-        several times per pipeline step): a sink that reads both from one place reads it once."""
-        return self.partitioning(ds), self.partition_stats(ds)
+    def storage_info(self, ds: DatasetRecord) -> StorageInfo:
+        """``partitioning``, ``partition_stats`` and where the table's metadata is, together
+        (``describe`` shows them all, and is asked several times per pipeline step): a sink that
+        reads them from one place reads it once."""
+        return StorageInfo(self.partitioning(ds), self.partition_stats(ds))
 
     @abstractmethod
     def current(self, ds: DatasetRecord) -> StoredVersion:

@@ -55,7 +55,7 @@ from ...core.pyiceberg_compat import (
     transaction_io,
     transaction_table,
 )
-from ...core.schemas import compatible, conform, describe_schema, to_iceberg, with_identity
+from ...core.schemas import compatible, conform, describe_schema, promotable, to_iceberg, widened, with_identity
 from ...core.settings import TridentSettings
 from ...planning.merge import FILE_COLUMN
 from ..contract import (
@@ -67,6 +67,7 @@ from ..contract import (
     ScanPlan,
     Sink,
     SinkWrite,
+    StorageInfo,
     StoredVersion,
     VersionStats,
     WriteCounts,
@@ -495,15 +496,19 @@ class IcebergSink(Sink):
                 # created by the same commit as the staged snapshot (one catalog commit, not two)
                 create_branch_in(txn, head.snapshot_id, audit_branch(req.txn_id))
             current = schema_to_pyarrow(table.schema(), include_field_ids=False)
-            if replace:
+            if replace:  # a column whose type changes is dropped and added again, unless Iceberg
+                # can promote it (int -> long...): ``union_by_name`` does that in place, same field id
                 gone = [
-                    f.name for f in current if f.name not in target.names or not compatible(target.field(f.name).type, f.type)
+                    f.name
+                    for f in current
+                    if f.name not in target.names
+                    or not (compatible(target.field(f.name).type, f.type) or promotable(f.type, target.field(f.name).type))
                 ]
                 if gone:
                     with txn.update_schema(allow_incompatible_changes=True) as upd:
                         for name in gone:
                             upd.delete_column(name)
-            if any(f.name not in current.names for f in target) or replace:
+            if any(f.name not in current.names for f in target) or widened(current, target) or replace:
                 with txn.update_schema() as upd:
                     upd.union_by_name(to_iceberg(target))
             if replace:
@@ -626,11 +631,12 @@ class IcebergSink(Sink):
     def partition_stats(self, ds: DatasetRecord) -> list[dict[str, Any]]:
         return self._partition_stats(self._described_table(ds))
 
-    def partition_info(self, ds: DatasetRecord) -> tuple[tuple[tuple[str, str], ...] | None, list[dict[str, Any]]]:
-        """Both from ONE look-up of the table (each costs a catalog query even when the parsed
+    def storage_info(self, ds: DatasetRecord) -> StorageInfo:
+        """All from ONE look-up of the table (each costs a catalog query even when the parsed
         table is reused)."""
         table = self._described_table(ds)
-        return self._partitioning(table), self._partition_stats(table)
+        location = table.metadata_location if table is not None else None
+        return StorageInfo(self._partitioning(table), self._partition_stats(table), location)
 
     def _partitioning(self, table: Table | None) -> tuple[tuple[str, str], ...] | None:
         if table is None:
@@ -835,9 +841,10 @@ class IcebergSink(Sink):
             key=ds.key,
             expired_snapshots=0,
             deleted_files=0,
-            compacted_files=done.rewritten - done.repaired,
+            compacted_files=done.rewritten - done.repaired - done.reencoded,
             compaction_files_written=done.written,
             repaired_files=done.repaired,
+            reencoded_files=done.reencoded,
             data_files_before=done.files_before,
             data_files_after=done.files_after,
         )

@@ -152,7 +152,9 @@ def _publish_rebased(sink: IcebergSink, ds: DatasetRecord, table: Table, staged:
             with txn.update_schema() as upd:
                 upd.union_by_name(ours)
         update = txn.update_snapshot(snapshot_properties=props, branch=MAIN_BRANCH)
-        snapshot_id = commit_files(txn, update, deleted, added)
+        # what the staged snapshot did to the rows, whatever main's files it now applies to
+        operation = staged.summary.operation if staged.summary is not None else None
+        snapshot_id = commit_files(txn, update, deleted, added, operation=operation)
         if audit_branch(txn_id) in table.metadata.refs:
             remove_branch_in(txn, audit_branch(txn_id))
         committed = txn.commit_transaction()
