@@ -20,8 +20,8 @@ import pyarrow as pa
 
 from trident_resources import PartitionFilter, SqlNotAllowedError, Trident, TridentError
 from trident_resources.core.identity import CREATED_AT, IDENTITY_COLUMNS, ROW_INDEX
-from trident_resources.read.sql import close_soon, native_paths, parser, register_dataset, sandbox
-from trident_resources.read.sql_guard import check_reads_only
+from trident_resources.sql.guard import check_reads_only
+from trident_resources.sql.sandbox import close_soon, native_paths, parser, register_dataset, sandbox
 
 from .strategies import Plan, Strategy, open_write, plan_output, wait_for_quiet_sources
 

@@ -38,7 +38,7 @@ from typing import Any
 import duckdb
 
 from trident_resources import TridentError, TridentSettings
-from trident_resources.read.sql import PARSER_DATABASE, close_soon, sandbox
+from trident_resources.sql.sandbox import PARSER_DATABASE, close_soon, sandbox
 
 ENV_MAX_JOIN_ROWS = "TRIDENT_JOIN_MAX_ROWS"  # named in messages; TridentSettings.join_max_rows reads it
 # The stand-in tables are empty: without these optimizers DuckDB keeps the plan's shape instead of

@@ -2,7 +2,7 @@
 referenced and no retained snapshot still reads.
 
 Deleting "every file in the table's folder that my snapshots don't use" is how a dataset that
-shared a folder with another (the trailing-newline key of issue 8) lost all its files: a folder
+shared a folder with another (a key with a trailing newline) lost all its files: a folder
 is not a table. A table's metadata is: its snapshots, and the snapshots of the metadata files in
 its ``metadata_log`` (which remember snapshots expired by an earlier run that died before it
 deleted their files). The log is bounded by ``write.metadata.previous-versions-max``; files of

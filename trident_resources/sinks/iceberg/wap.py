@@ -6,7 +6,6 @@ without losing anything, or ``discard_staged`` drops it."""
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING
 
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table import Table
@@ -18,15 +17,13 @@ from ...core.errors import InvalidWriteError, StagedVersionConflictError
 from ...core.partitions import PartitionFilter
 from ...core.pyiceberg_compat import manage_snapshots, remove_branch_in, transaction
 from .committer import commit_files
-from .scans import last_known_table, remember_committed, snapshot_iceberg_schema, snapshot_schema
+from .scans import snapshot_iceberg_schema, snapshot_schema
 from .snapshots import TXN_PROPERTY, audit_branch, carries_txn, has_column, published_schema, summary_outcome
-
-if TYPE_CHECKING:
-    from .sink import IcebergSink
+from .tables import IcebergTables
 
 
 def publish(
-    sink: IcebergSink,
+    tables: IcebergTables,
     ds: DatasetRecord,
     txn_id: uuid.UUID,
     base_snapshot_id: int | None,
@@ -41,19 +38,19 @@ def publish(
     the staged partition's own files changed since staging (whoever committed that)."""
     # the table as this process last saw it (its own stage commit, usually): committed against
     # when it shows main still at the fork; the catalog's commit checks that main is really
-    # there (optimistic), and only if it is not is the table loaded to decide (issue 12: one
+    # there (optimistic), and only if it is not is the table loaded to decide (one
     # catalog query and load less per publish)
-    known = last_known_table(sink, ds)
+    known = tables.last_known_table(ds)
     if known is not None:
         seen = _staged_snapshot(known, txn_id)
         head = known.current_snapshot()
         fork = (seen.parent_snapshot_id if partition is not None else base_snapshot_id) if seen is not None else None
         if seen is not None and (head.snapshot_id if head is not None else None) == fork:
             try:
-                return _move_main(sink, ds, known, seen, txn_id)
+                return _move_main(tables, ds, known, seen, txn_id)
             except CommitFailedException:
                 pass  # changed since: decided below on the table as it is now
-    table = sink.existing_table(ds)
+    table = tables.existing_table(ds)
     staged = _staged_snapshot(table, txn_id)
     if staged is None:
         raise InvalidWriteError(f"transaction {txn_id} has no staged version of {ds.key!r} (discarded or expired?)")
@@ -63,7 +60,7 @@ def publish(
     # writers may have committed between its lock and its start; the ledger's base predates them)
     fork = staged.parent_snapshot_id if partition is not None else base_snapshot_id
     if now != fork and partition is not None and now is not None and fork is not None:
-        return _publish_rebased(sink, ds, table, staged, partition)
+        return _publish_rebased(tables, ds, table, staged, partition)
     if now != fork:
         raise StagedVersionConflictError(
             f"{ds.key!r} changed since transaction {txn_id} was staged (published version "
@@ -71,12 +68,12 @@ def publish(
             f"change. Discard it (`trident discard {ds.key} {txn_id}`) and write again"
         )
     try:
-        return _move_main(sink, ds, table, staged, txn_id)
+        return _move_main(tables, ds, table, staged, txn_id)
     except CommitFailedException as exc:
         raise StagedVersionConflictError(f"{ds.key!r} changed while publishing {txn_id}: {exc}") from exc
 
 
-def _move_main(sink: IcebergSink, ds: DatasetRecord, table: Table, staged: Snapshot, txn_id: uuid.UUID) -> Outcome:
+def _move_main(tables: IcebergTables, ds: DatasetRecord, table: Table, staged: Snapshot, txn_id: uuid.UUID) -> Outcome:
     """Main to the staged snapshot and the audit branch dropped, one commit (CommitFailedException
     when main is not where ``table`` says, or anything else the update assumes changed)."""
     branch = audit_branch(txn_id)
@@ -84,14 +81,16 @@ def _move_main(sink: IcebergSink, ds: DatasetRecord, table: Table, staged: Snaps
     if branch in table.metadata.refs:
         update = update.remove_branch(branch)
     update.commit()
-    remember_committed(sink, ds, table)  # what the describe after a publish reads
+    tables.remember_committed(ds, table)  # what the describe after a publish reads
     # the commit left ``table`` at the metadata it committed (pyiceberg updates it in place): a
-    # reload was one more catalog query and metadata parse per publish (issue 12), and could
+    # reload was one more catalog query and metadata parse per publish, and could
     # have shown a later commit's schema instead of the published one's
     return summary_outcome(staged, published_schema(table))
 
 
-def _publish_rebased(sink: IcebergSink, ds: DatasetRecord, table: Table, staged: Snapshot, partition: PartitionFilter) -> Outcome:
+def _publish_rebased(
+    tables: IcebergTables, ds: DatasetRecord, table: Table, staged: Snapshot, partition: PartitionFilter
+) -> Outcome:
     """Publish a staged partition write onto a main that other partitions' writers moved (the
     caller holds the dataset's commit lock): refused unless the partition's files on main are
     exactly those it was staged on; then one snapshot on main deletes and adds what the staged
@@ -99,12 +98,12 @@ def _publish_rebased(sink: IcebergSink, ds: DatasetRecord, table: Table, staged:
     txn_id = uuid.UUID(str(staged.summary[TXN_PROPERTY])) if staged.summary is not None else None
     assert txn_id is not None and staged.parent_snapshot_id is not None
     expr = partition.bind(snapshot_schema(table, staged.snapshot_id)).iceberg_expr()
-    parent = {f.file_path: f for f in sink.data_files(table, staged.parent_snapshot_id)}
-    mine = {f.file_path: f for f in sink.data_files(table, staged.snapshot_id)}
+    parent = {f.file_path: f for f in tables.data_files(table, staged.parent_snapshot_id)}
+    mine = {f.file_path: f for f in tables.data_files(table, staged.snapshot_id)}
     head = table.current_snapshot()
     assert head is not None
-    was = {f.file_path for f in sink.data_files(table, staged.parent_snapshot_id, row_filter=expr)}
-    is_now = {f.file_path for f in sink.data_files(table, head.snapshot_id, row_filter=expr)}
+    was = {f.file_path for f in tables.data_files(table, staged.parent_snapshot_id, row_filter=expr)}
+    is_now = {f.file_path for f in tables.data_files(table, head.snapshot_id, row_filter=expr)}
     if was != is_now:
         raise StagedVersionConflictError(
             f"partition {partition.describe()} of {ds.key!r} changed since transaction {txn_id} was staged "
@@ -113,7 +112,7 @@ def _publish_rebased(sink: IcebergSink, ds: DatasetRecord, table: Table, staged:
         )
     added = [f for p, f in mine.items() if p not in parent]
     deleted = [f for p, f in parent.items() if p not in mine]
-    live = {f.file_path for f in sink.data_files(table, head.snapshot_id)}
+    live = {f.file_path for f in tables.data_files(table, head.snapshot_id)}
     if any(f.file_path not in live for f in deleted):
         raise StagedVersionConflictError(
             f"data files transaction {txn_id} replaces in {ds.key!r} were changed by a later commit; "
@@ -134,7 +133,7 @@ def _publish_rebased(sink: IcebergSink, ds: DatasetRecord, table: Table, staged:
         committed = txn.commit_transaction()
     except CommitFailedException as exc:
         raise StagedVersionConflictError(f"{ds.key!r} changed while publishing {txn_id}: {exc}") from exc
-    remember_committed(sink, ds, committed)
+    tables.remember_committed(ds, committed)
     snap = committed.snapshot_by_id(snapshot_id)
     assert snap is not None
     return summary_outcome(snap, published_schema(committed))
@@ -161,8 +160,3 @@ def drop_audit_branch(table: Table, txn_id: uuid.UUID) -> None:
     snap = table.snapshot_by_id(ref.snapshot_id)
     if snap is not None and carries_txn(snap, txn_id):
         table.maintenance.expire_snapshots().by_id(ref.snapshot_id).commit()  # only the staged one
-
-
-def discard_staged(sink: IcebergSink, ds: DatasetRecord, txn_id: uuid.UUID, location: str | None = None) -> None:
-    """Drop a staged version: its branch, its snapshot and the files only it wrote."""
-    sink.discard(ds, txn_id, location)

@@ -39,7 +39,7 @@ def _data() -> pa.Table:
 def _trident_files(t: Trident, key: str) -> tuple[list[tuple[str, int]], Any]:
     ds = t.control.dataset(t.workspace, key)
     sink = t.driver.sinks["iceberg_native"]
-    table = sink.table(ds)  # type: ignore[attr-defined]
+    table = sink.tables.table(ds)  # type: ignore[attr-defined]
     return [(task.file.file_path, task.file.file_size_in_bytes) for task in table.scan().plan_files()], table.io
 
 
