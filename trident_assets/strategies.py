@@ -155,6 +155,17 @@ def plan_output(
             return _why(
                 rebuild, f"full rebuild: {s} (not the delta driver) committed {len(later)} change(s) since {mark.isoformat()}"
             )
+        # a delta reads rows stamped (``__created_at``, the transaction's instant τ) after the mark,
+        # which is a commit's visibility instant: a commit that became visible after the mark but
+        # began before it (a concurrent partition writer, a staged version published later) has
+        # rows stamped earlier, which that window would miss
+        early = [e for e in later if e.started_at <= mark]
+        if s == driver and early:
+            e = early[0]
+            return _why(
+                rebuild,
+                f"full rebuild: {s}'s txn {e.txn_id} began before the watermark {mark.isoformat()} and committed after it",
+            )
         changed = [e for e in later if e.mode not in APPEND_ONLY_MODES]
         if changed:
             e = changed[-1]

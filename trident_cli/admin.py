@@ -132,6 +132,7 @@ def describe(key: str, max_partitions: int) -> None:
                 ("committed at", d.committed_at),
                 ("updated at", d.updated_at),
                 ("iceberg identifier", d.iceberg_identifier),
+                ("metadata location", d.metadata_location),
                 ("pin", t.router.pins().get(key)),
                 ("provenance", json.dumps(d.provenance, default=str) if d.provenance else None),
                 ("partitioning", ", ".join(d.partitioning) if d.partitioning else "none"),
@@ -472,7 +473,9 @@ def maintain(keys: tuple[str, ...], older_than_days: float, retain_last: int) ->
                         key,
                         f"{r.compacted_files} small files compacted into {r.compaction_files_written}, "
                         f"{r.repaired_files} files with lossy bounds rewritten, "
-                        f"{r.expired_snapshots} snapshots expired, {r.deleted_files} files deleted, "
+                        + (f"{r.reencoded_files} files re-encoded for other readers, " if r.reencoded_files else "")
+                        + f"{r.expired_snapshots} snapshots expired, {r.deleted_files} files deleted, "
+                        f"{r.deleted_metadata_files} metadata files deleted, "
                         f"{r.aborted_uploads} incomplete uploads aborted"
                         + (f", {r.cleanup_pending} cleanups still pending" if r.cleanup_pending else ""),
                     )

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from pyiceberg.table import Table
 
 from trident_resources import Trident, TridentSettings
 
@@ -25,6 +26,15 @@ def user_rows(t: Trident, key: str, order_by: str) -> list[dict[str, Any]]:
     table = t.read(key)
     table = table.select([c for c in table.column_names if not c.startswith("__")])
     return sorted(table.to_pylist(), key=lambda r: r[order_by])
+
+
+def iceberg_table(t: Trident, key: str) -> Table:
+    """The Iceberg table of dataset ``key`` (of the ``iceberg_native`` sink), as the sink loads it."""
+    from trident_resources.sinks.iceberg.sink import IcebergSink
+
+    sink = t.driver.sink("iceberg_native")
+    assert isinstance(sink, IcebergSink)
+    return sink.tables.existing_table(t.dataset_record(key))
 
 
 def table(**cols: list[Any]) -> pa.Table:

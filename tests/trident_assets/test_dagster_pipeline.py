@@ -93,7 +93,7 @@ def test_row_counts_identity_and_ledger(run: Any) -> None:
         rows = t.read(key, columns=["__row_index", "__row_id", "__created_at"])
         assert sorted(rows["__row_index"].to_pylist()) == list(range(rows.num_rows))
         assert pc.count_distinct(rows["__row_id"]).as_py() == rows.num_rows
-        assert set(rows["__created_at"].to_pylist()) == {entry.committed_at}
+        assert set(rows["__created_at"].to_pylist()) == {entry.started_at}
         assert sorted(entry.source_refs) == sorted(
             t.describe(key).provenance["lineage"][i]["key"] for i in range(len(entry.source_refs))
         )

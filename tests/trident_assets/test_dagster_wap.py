@@ -478,3 +478,32 @@ def test_a_partition_run_of_a_plain_asset_is_gated(settings: TridentSettings, tr
     assert _by_day(t, "gated_daily") == {"2024-01-01": [1, 2], "2024-01-02": [10, 11]}
     t.discard("gated_daily", staged.txn_id)
     assert _txn_files(t, "gated_daily", staged.txn_id) == []
+
+
+def test_a_gated_asset_publishes_though_maintenance_compacted_it_before_settling(
+    settings: TridentSettings, trident: Trident
+) -> None:
+    """Issue 28 item 3, the Dagster gate: a nightly compaction landing between the asset's staging
+    and the gate's publish is no change of the published version (it was refused as one)."""
+    t = trident
+    t.write("gated_c", pa.table({"k": [0]}))
+    for i in range(1, 6):
+        t.write("gated_c", pa.table({"k": [i]}), mode="append")
+
+    @dg.asset(key="gated_c")
+    def gated_c() -> pa.Table:
+        return pa.table({"k": [10, 11]})
+
+    @dg.asset_check(asset=gated_c, blocking=True)
+    def compacted_meanwhile(trident: TridentResource) -> dg.AssetCheckResult:
+        report = trident.get_client().maintain("gated_c")  # compacts the published version's six files
+        return dg.AssetCheckResult(passed=report.compacted_files == 6, metadata={"compacted": report.compacted_files})
+
+    instance = dg.DagsterInstance.ephemeral()
+    succeeded(_run(settings, [gated_c, compacted_meanwhile], instance))
+    published = t.history("gated_c")[0]
+    assert published.status == "committed" and published.metadata[GATE_META] == ["compacted_meanwhile"]
+    assert t.staged() == [] and _ks(t, "gated_c") == [10, 11]
+    assert [
+        o["trident/status"] for o in _observations(instance, t.history("gated_c")[0].metadata["dagster_run_id"], "gated_c")
+    ] == ["published"]

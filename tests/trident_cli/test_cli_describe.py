@@ -58,3 +58,32 @@ def test_describe_of_an_unpartitioned_dataset_says_so(trident: Trident, settings
     res = CliRunner().invoke(cli, ["describe", "cli/flat"], env=cli_env(settings))
     assert res.exit_code == 0, res.output
     assert "partitioning" in res.output and "none" in res.output and "partitions (" not in res.output
+
+
+def test_describe_names_the_current_metadata_file_other_engines_open(trident: Trident, settings: TridentSettings) -> None:
+    """Issue 28 item 9: ``describe().metadata_location`` is the table's current metadata file, so
+    another engine reads exactly this version without the catalog; ``trident describe`` shows it."""
+    from pyiceberg.table import StaticTable
+
+    t = trident
+    t.write("cli/meta", pa.table({"k": [1, 2], "v": ["a", "b"]}))
+    first = t.describe("cli/meta").metadata_location
+    assert first is not None and first.endswith(".metadata.json")
+    t.write("cli/meta", pa.table({"k": [3], "v": ["c"]}), mode="append")
+    d = t.describe("cli/meta")
+    assert d.metadata_location is not None and d.metadata_location != first  # every commit writes a new one
+    static = StaticTable.from_metadata(d.metadata_location)
+    current = static.current_snapshot()
+    assert current is not None and current.snapshot_id == d.snapshot_id
+    assert sorted(static.scan().to_arrow().column("k").to_pylist()) == [1, 2, 3]
+    assert StaticTable.from_metadata(first).scan().to_arrow().num_rows == 2  # the earlier version, as it was
+    assert t.describe("cli/meta", storage=False).metadata_location is None  # not looked up
+
+    result = CliRunner().invoke(cli, ["describe", "cli/meta"], env=cli_env(settings), terminal_width=400)
+    assert result.exit_code == 0, result.output
+    assert "metadata location" in result.output
+    assert d.metadata_location.rsplit("/", 1)[-1] in result.output.replace("\n", "")
+
+    t.router.set_pin("cli/pg", "pg")
+    t.write("cli/pg", pa.table({"k": [1]}))
+    assert t.describe("cli/pg").metadata_location is None  # the rows sink has no table

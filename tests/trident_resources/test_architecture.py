@@ -66,6 +66,23 @@ def test_pyiceberg_internals_we_rely_on_still_exist() -> None:
     )
 
 
+def test_pyiceberg_snapshot_producer_internals_still_exist() -> None:
+    """``pyiceberg_compat.overwrite_as`` builds pyiceberg's overwrite producer from an
+    ``UpdateSnapshot``'s own fields and overrides its summary; if this fails after an upgrade,
+    fix it there (the snapshot operations Trident records depend on it)."""
+    import inspect
+
+    from pyiceberg.table.update.snapshot import UpdateSnapshot, _OverwriteFiles, _SnapshotProducer
+
+    source = inspect.getsource(UpdateSnapshot.__init__)
+    for attr in ("_transaction", "_io", "_branch", "_snapshot_properties"):
+        assert f"self.{attr} =" in source, f"pyiceberg's UpdateSnapshot no longer keeps {attr}: update overwrite_as"
+    assert "summary=summary" in inspect.getsource(_SnapshotProducer._commit), (
+        "pyiceberg's snapshot producer no longer takes its snapshot's summary from _summary: update overwrite_as"
+    )
+    assert issubclass(_OverwriteFiles, _SnapshotProducer)
+
+
 def test_pyiceberg_internals_for_history_costs_still_exist() -> None:
     """``pyiceberg_compat.transaction`` and ``plan_live_files`` (issue 12: appends and reads that
     do not pay for a table's history) rely on: a Transaction's staged updates in ``_updates`` (a

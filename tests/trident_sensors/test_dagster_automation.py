@@ -95,9 +95,8 @@ def test_an_outside_append_is_reported_and_the_eager_delta_node_runs_on_exactly_
     assert run.success, step_errors(run)
     out = materialized(run)["out/doubled"]
     assert out["trident/mode"] == "append" and out["trident/rows_written"] == 7 and out["dagster/row_count"] == 107
-    committed_at = trident.history("out/doubled")[0].committed_at
-    assert committed_at is not None
-    written = trident.read("out/doubled", row_filter=f"__created_at == '{committed_at.isoformat()}'")
+    created_at = trident.history("out/doubled")[0].started_at  # the transaction's τ, its rows' __created_at
+    written = trident.read("out/doubled", row_filter=f"__created_at == '{created_at.isoformat()}'")
     assert sorted(written["id"].to_pylist()) == list(range(100, 107))  # exactly the appended rows' results
     assert written.sort_by("id")["price2"].to_pylist() == [3.0 * i for i in range(100, 107)]
     assert pc.count_distinct(trident.read("out/doubled")["id"]).as_py() == 107

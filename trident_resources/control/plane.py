@@ -103,6 +103,9 @@ class Outcome:
     skipped: int = 0
     preserved: int = 0
     deleted: int = 0
+    # when the change became visible to readers: the instant the table's snapshot log gives its
+    # snapshot (Iceberg); None where the sink has no such log, and COMMIT's clock is taken
+    visible_at: datetime | None = None
 
 
 _AUTH_FAILURES = ("authentication failed", "no pg_hba.conf entry", "role ", "password")
@@ -530,22 +533,10 @@ class ControlPlane:
             if ds["schema"] != outcome.schema:
                 version += 1
                 conn.execute(q.INSERT_SCHEMA_VERSION, (entry.dataset_id, version, json.dumps(outcome.schema), entry.txn_id))
-            conn.execute(
-                q.UPDATE_DATASET_STATS_PARTITION if reserved_indexes else q.UPDATE_DATASET_STATS,
-                (
-                    outcome.row_count,
-                    outcome.next_row_index,
-                    json.dumps(outcome.schema),
-                    version,
-                    outcome.snapshot_id,
-                    entry.txn_id,
-                    entry.started_at,
-                    entry.dataset_id,
-                ),
-            )
             row = conn.execute(
                 q.COMMIT_LEDGER,
                 (
+                    outcome.visible_at,
                     outcome.rows_written,
                     outcome.row_count,
                     outcome.skipped,
@@ -557,6 +548,19 @@ class ControlPlane:
             ).fetchone()
             if row is None:
                 raise StorageUnavailableError(f"ledger row {entry.txn_id} was not open at COMMIT")
+            conn.execute(
+                q.UPDATE_DATASET_STATS_PARTITION if reserved_indexes else q.UPDATE_DATASET_STATS,
+                (
+                    outcome.row_count,
+                    outcome.next_row_index,
+                    json.dumps(outcome.schema),
+                    version,
+                    outcome.snapshot_id,
+                    entry.txn_id,
+                    row["committed_at"],
+                    entry.dataset_id,
+                ),
+            )
             conn.execute(
                 q.INSERT_SYNC_LOG,
                 (entry.dataset_id, entry.txn_id, entry.sink, outcome.snapshot_id, True, outcome.rows_written, outcome.row_count),

@@ -66,7 +66,10 @@ ON CONFLICT (txn_id) DO UPDATE SET status = 'open', started_at = EXCLUDED.starte
     WHERE trident_ledger.status = 'aborted' AND trident_ledger.dataset_id = EXCLUDED.dataset_id
       AND NOT trident_ledger.cleanup_pending
 RETURNING {_LEDGER_COLS}"""
-COMMIT_LEDGER = f"""UPDATE trident_ledger SET status = 'committed', committed_at = started_at, ended_at = clock_timestamp(),
+# committed_at is when the version became visible (the sink's instant for it, else this clock):
+# never τ, which is earlier, nor a staged version's staging instant (its ``staged_at``)
+COMMIT_LEDGER = f"""UPDATE trident_ledger SET status = 'committed',
+    committed_at = coalesce(%s::timestamptz, date_trunc('microseconds', clock_timestamp())), ended_at = clock_timestamp(),
     rows_written = %s, row_count = %s, skipped = %s, preserved = %s, snapshot_id = %s, schema_version = %s
     WHERE txn_id = %s AND status IN ('open', 'staged') RETURNING {_LEDGER_COLS}"""
 STAGE_LEDGER = f"""UPDATE trident_ledger SET status = 'staged', staged_at = clock_timestamp(),

@@ -25,7 +25,8 @@ from pyiceberg.manifest import DataFile, ManifestContent, ManifestEntry, Manifes
 from pyiceberg.schema import Schema
 from pyiceberg.table import CommitTableResponse, CreateTableTransaction, DataScan, FileScanTask, Table, Transaction
 from pyiceberg.table.metadata import TableMetadata
-from pyiceberg.typedef import Properties
+from pyiceberg.table.snapshots import Operation, Summary
+from pyiceberg.typedef import EMPTY_DICT, Properties
 from requests import Session
 from sqlalchemy import select
 
@@ -42,6 +43,7 @@ __all__ = [
     "fresh_pyarrow_filesystems",
     "is_sql_catalog",
     "name_commit_files",
+    "overwrite_as",
     "parquet_writer_kwargs",
     "plan_live_files",
     "register_fsspec_scheme",
@@ -342,6 +344,27 @@ def create_branch_in(txn: Transaction, snapshot_id: int, branch: str) -> None:
     from pyiceberg.table.update.snapshot import ManageSnapshots
 
     ManageSnapshots(transaction=txn).create_branch(snapshot_id, branch).commit()
+
+
+def overwrite_as(update: Any, operation: Operation) -> Any:
+    """pyiceberg's overwrite producer (delete and add data files) of ``update`` (an
+    ``UpdateSnapshot``) whose snapshot records ``operation``: ``overwrite()`` records OVERWRITE
+    whatever the files say, and its summary code refuses REPLACE (``Operation not implemented``),
+    so the totals are worked out as for an overwrite and only the recorded operation differs."""
+    from pyiceberg.table.update.snapshot import _OverwriteFiles
+
+    class _Overwrite(_OverwriteFiles):
+        def _summary(self, snapshot_properties: dict[str, str] = EMPTY_DICT) -> Summary:
+            summary = super()._summary(snapshot_properties)
+            return Summary(operation=operation, **summary.additional_properties)
+
+    return _Overwrite(
+        operation=Operation.OVERWRITE,
+        transaction=update._transaction,
+        io=update._io,
+        branch=update._branch,
+        snapshot_properties=update._snapshot_properties,
+    )
 
 
 def name_commit_files(producer: Any, commit_uuid: uuid.UUID) -> None:

@@ -21,7 +21,8 @@ class WriteResult:
     preserved: int
     deleted: int
     snapshot_id: int | None
-    committed_at: datetime
+    committed_at: datetime  # when the version became visible (a staged one: when it was staged)
+    created_at: datetime  # the transaction's instant τ: every row it wrote has it as __created_at
     schema_version: int
     route: str
     noop: bool = False  # a retry of a transaction id that had already committed
@@ -53,6 +54,10 @@ class Description:
     # or "arrow" (pyarrow reads, DuckDB scans Arrow), and why.
     scan_path: str = "arrow"
     scan_reason: str = ""
+    # Iceberg: the table's current metadata file, where another engine reads this version from
+    # without the catalog (pyiceberg's StaticTable.from_metadata, DuckDB's iceberg_scan); None for
+    # the pg sink and for describe(storage=False)
+    metadata_location: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -6,6 +6,7 @@ means the same thing in the lakehouse and in the Postgres rows sink.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pyarrow as pa
@@ -16,8 +17,11 @@ from .errors import SchemaMismatchError
 from .identity import IDENTITY_COLUMNS, ROW_ID, ROW_ID_STORED, convert_ids, identity_fields, public_type
 from .pyiceberg_compat import arrow_to_iceberg_without_ids
 
-# Safe widenings Iceberg allows on an existing column (input type -> column type).
+# Iceberg's type promotions (column type -> wider type): what an existing column can become in
+# place, keeping its field id, and so what input of a narrower type is written into as it is.
 _PROMOTIONS = {(pa.int32(), pa.int64()), (pa.float32(), pa.float64())}
+
+log = logging.getLogger("trident")
 
 
 _EXTENSION_STORAGE = {"arrow.json": pa.large_string(), "arrow.bool8": pa.bool_()}
@@ -146,34 +150,74 @@ def with_identity(user_schema: pa.Schema, row_id_type: pa.DataType = ROW_ID_STOR
     return pa.schema([*identity_fields(row_id_type), *user_fields(user_schema)])
 
 
+def promotable(column: pa.DataType, wider: pa.DataType) -> bool:
+    """Can an Iceberg column of type ``column`` be promoted to ``wider`` in place (same field id,
+    old data files read as the new type)? int -> long, float -> double, and decimal(P, S) ->
+    decimal(P', S) with P' > P: the promotions of the Iceberg spec (v2)."""
+    if (column, wider) in _PROMOTIONS:
+        return True
+    return (
+        pa.types.is_decimal128(column)
+        and pa.types.is_decimal128(wider)
+        and wider.scale == column.scale
+        and wider.precision > column.precision
+    )
+
+
 def compatible(incoming: pa.DataType, existing: pa.DataType) -> bool:
-    """Can ``incoming`` values be stored in an ``existing`` column (equal, or a safe widening)?"""
-    return incoming == existing or (incoming, existing) in _PROMOTIONS
+    """Can ``incoming`` values be stored in an ``existing`` column as it is (equal, or a type the
+    column is a promotion of: every such value fits)?"""
+    return incoming == existing or promotable(incoming, existing)
+
+
+def widened(existing: pa.Schema, incoming: pa.Schema) -> dict[str, tuple[pa.DataType, pa.DataType]]:
+    """The columns of ``existing`` that ``incoming`` has in a type they can be promoted to
+    (``promotable``), each with (its type, the wider type)."""
+    return {
+        f.name: (existing.field(f.name).type, f.type)
+        for f in incoming
+        if f.name in existing.names and promotable(existing.field(f.name).type, f.type)
+    }
 
 
 def plan_schema(existing: pa.Schema | None, incoming: pa.Schema, *, replace: bool) -> pa.Schema:
     """The dataset's user schema after this write.
 
     A replace makes the dataset exactly the input, so its schema wins. Every other mode keeps
-    existing columns (an incompatible type is an error) and adds new ones (schema evolution).
+    existing columns, adds new ones and promotes a column whose input type is one it can be
+    promoted to (int -> long, float -> double, a decimal to more digits: schema evolution, in
+    place); any other type change is an error. Either way a promotion keeps the column's Iceberg
+    field id, and is logged.
+
+    Raises:
+        SchemaMismatchError: an input column's type cannot be stored in, nor promoted from, the
+            dataset's column of that name (modes other than replace), or Iceberg cannot store it.
     """
     incoming = canonical(incoming)
+    if existing is not None:
+        for name, (was, now) in widened(user_fields(existing), incoming).items():
+            log.info("trident: column %r widens from %s to %s (Iceberg type promotion, same field id)", name, was, now)
     if existing is None or replace:
         return incoming
     existing = user_fields(existing)
     bad = [
         f"{f.name}: dataset has {existing.field(f.name).type}, input has {f.type}"
         for f in incoming
-        if f.name in existing.names and not compatible(f.type, existing.field(f.name).type)
+        if f.name in existing.names
+        and not compatible(f.type, existing.field(f.name).type)
+        and not promotable(existing.field(f.name).type, f.type)
     ]
     if bad:
         raise SchemaMismatchError(
             "input columns are incompatible with the dataset: "
             + "; ".join(bad)
+            + " (Iceberg promotes only int to long, float to double and a decimal to more digits of the same scale)"
             + ". Cast them in the input, or use mode='replace' to redefine the dataset"
         )
+    wider = widened(existing, incoming)
+    kept = [f.with_type(wider[f.name][1]) if f.name in wider else f for f in existing]
     added = [f for f in incoming if f.name not in existing.names]
-    return pa.schema([*existing, *added])
+    return pa.schema([*kept, *added])
 
 
 def conform(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:

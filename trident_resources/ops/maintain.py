@@ -77,6 +77,7 @@ def maintain(
                 compacted_files=compacted.compacted_files,
                 compaction_files_written=compacted.compaction_files_written,
                 repaired_files=compacted.repaired_files,
+                reencoded_files=compacted.reencoded_files,
                 rebuilt_blocks=compacted.rebuilt_blocks,
                 data_files_before=compacted.data_files_before,
                 data_files_after=compacted.data_files_after,

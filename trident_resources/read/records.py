@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any
 
 from ..control.plane import LedgerEntry
 from ..core import arguments
@@ -16,17 +15,17 @@ from ..core.keys import validate_key
 from ..core.partitions import PartitionFilter
 from ..core.results import Description
 from ..engine import Engine
+from ..sinks.contract import StorageInfo
 
 
 def describe(engine: Engine, key: str, *, storage: bool = True) -> Description:
     """``Trident.describe`` (see there)."""
     ds, provenance = engine.record_with_provenance(key)
     scan_path, scan_reason = "unknown", "not looked up: describe(storage=False)"
-    partitioning: tuple[tuple[str, str], ...] | None = None
-    partitions: list[dict[str, Any]] = []
+    stored = StorageInfo(None)
     if storage:
         scan_path, scan_reason = engine.sink(ds.sink).scan_path(ds)
-        partitioning, partitions = engine.sink(ds.sink).partition_info(ds)
+        stored = engine.sink(ds.sink).storage_info(ds)
     return Description(
         scan_path=scan_path,
         scan_reason=scan_reason,
@@ -43,8 +42,9 @@ def describe(engine: Engine, key: str, *, storage: bool = True) -> Description:
         updated_at=ds.updated_at,
         iceberg_identifier=ds.iceberg_identifier,
         provenance=provenance,
-        partitioning=[f"{t}({c})" for c, t in (partitioning or ())],
-        partitions=partitions,
+        partitioning=[f"{t}({c})" for c, t in (stored.partitioning or ())],
+        partitions=stored.partitions,
+        metadata_location=stored.metadata_location,
     )
 
 

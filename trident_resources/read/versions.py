@@ -17,7 +17,10 @@ from ..sinks.contract import AsOf
 def version_at(engine: Engine, ds: DatasetRecord, as_of: AsOf) -> int | None:
     """The snapshot id of the version ``as_of`` names, decided by the ledger: a transaction id,
     a snapshot id or an instant name a COMMITTED transaction of this dataset, and an instant
-    reads the newest version committed at or before it (``committed_at`` is the ledger's τ).
+    reads the version that was visible then: the newest one whose ``committed_at`` (the instant it
+    became visible, the table's snapshot log's for Iceberg) is at or before it, so Trident answers
+    what Iceberg readers' time travel by timestamp answers. A staged version published later
+    becomes visible at its publish, not at its staging.
     Anything else is an InvalidReadError, never an empty or older version."""
     if as_of is None:
         return None

@@ -39,7 +39,7 @@ class WriteRequest:
     keys: tuple[str, ...]
     row_filter: str | None
     txn_id: uuid.UUID
-    tau: datetime  # the transaction's instant: ledger committed_at and every new row's __created_at
+    tau: datetime  # the transaction's instant (the ledger's started_at): every new row's __created_at
     reader: pa.RecordBatchReader | None  # None for a delete by row_filter
     spill_dir: Path
     note_location: Callable[[str], None]  # records where files go, for cleanup after a crash
@@ -70,10 +70,21 @@ class WriteCounts:
 
 
 @dataclass(frozen=True)
+class StorageInfo:
+    """What ``describe`` shows of a dataset's storage (``Sink.storage_info``)."""
+
+    partitioning: tuple[tuple[str, str], ...] | None  # (column, transform) pairs; None: nothing stored
+    partitions: list[dict[str, Any]] = field(default_factory=list)
+    # the table's current metadata file (Iceberg): what another engine opens to read exactly this
+    # version without the catalog (pyiceberg's StaticTable, DuckDB's iceberg_scan, Spark)
+    metadata_location: str | None = None
+
+
+@dataclass(frozen=True)
 class Maintenance:
     key: str
     expired_snapshots: int
-    deleted_files: int
+    deleted_files: int  # data files
     discarded_staged: list[uuid.UUID] = field(default_factory=list)  # staged versions past their age
     # compaction: small data files rewritten into target-size ones, in one snapshot
     compacted_files: int = 0
@@ -82,9 +93,13 @@ class Maintenance:
     data_files_after: int | None = None
     # data files rewritten because their manifest bounds lost rows (a row group without min/max)
     repaired_files: int = 0
+    # data files an older Trident wrote in encodings some readers cannot decode, rewritten
+    reencoded_files: int = 0
     # pg sink: row blocks (its read cache) rebuilt over rows whose blocks keyed writes dropped
     rebuilt_blocks: int = 0
 
+    # manifests, manifest lists and metadata files that no retained snapshot, ref or log used
+    deleted_metadata_files: int = 0
     aborted_uploads: int = 0  # incomplete multipart uploads of dead writers
     cleaned_txns: int = 0  # aborted transactions whose pending storage cleanup ran now
     cleanup_pending: int = 0  # ... and those whose cleanup still cannot run (storage unreachable)
@@ -233,10 +248,11 @@ class Sink(ABC):
         """Per partition: its values, row count, data files and the last transaction that changed it."""
         return []
 
-    def partition_info(self, ds: DatasetRecord) -> tuple[tuple[tuple[str, str], ...] | None, list[dict[str, Any]]]:
-        """``partitioning`` and ``partition_stats`` together (``describe`` shows both, and is asked
-        several times per pipeline step): a sink that reads both from one place reads it once."""
-        return self.partitioning(ds), self.partition_stats(ds)
+    def storage_info(self, ds: DatasetRecord) -> StorageInfo:
+        """``partitioning``, ``partition_stats`` and where the table's metadata is, together
+        (``describe`` shows them all, and is asked several times per pipeline step): a sink that
+        reads them from one place reads it once."""
+        return StorageInfo(self.partitioning(ds), self.partition_stats(ds))
 
     @abstractmethod
     def current(self, ds: DatasetRecord) -> StoredVersion:

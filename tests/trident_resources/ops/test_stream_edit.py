@@ -29,7 +29,7 @@ def _txn_files(settings: TridentSettings, txn: object) -> list[Path]:
 def test_stream_commits_one_snapshot_and_nothing_is_visible_before(trident: Trident) -> None:
     t = trident
     t.write("st/x", _batch(0))
-    table = t.driver.sinks["iceberg_native"].table(t.dataset_record("st/x"))  # type: ignore[attr-defined]
+    table = t.driver.sinks["iceberg_native"].tables.table(t.dataset_record("st/x"))  # type: ignore[attr-defined]
     snapshots = len(table.metadata.snapshots)
     with t.ingest_stream("st/x") as s:
         for i in range(1, 6):
@@ -131,7 +131,7 @@ def test_row_edits_keep_every_other_rows_identity(trident: Trident) -> None:
         if i == 7:
             assert (row["qty"], row["name"]) == (700, "n7")  # untouched column kept its value
             assert (row["__row_id"], row["__row_index"]) == (before[7]["__row_id"], before[7]["__row_index"])
-            assert row["__created_at"] == r.committed_at
+            assert row["__created_at"] == r.created_at
         else:
             assert row == before[i]
     with pytest.raises(KeyNotFoundError, match="404"):

@@ -20,8 +20,10 @@ def test_replace_stamps_dense_identity_and_is_one_snapshot(any_trident: Trident)
     assert sorted(got["__row_index"].to_pylist()) == [0, 1, 2]
     ids = got["__row_id"].to_pylist()
     assert len(set(ids)) == 3 and all(uuid.UUID(i) for i in ids)
-    # __created_at is the transaction's instant: the ledger's committed_at, the same for every row
-    assert set(got["__created_at"].to_pylist()) == {r.committed_at}
+    # __created_at is the transaction's instant τ (the ledger's started_at), the same for every row;
+    # committed_at is when the version became visible, later
+    assert set(got["__created_at"].to_pylist()) == {r.created_at}
+    assert r.created_at < r.committed_at
     entry = t.history("sales/orders")[0]
     assert entry.status == "committed" and entry.committed_at == r.committed_at and entry.snapshot_id == r.snapshot_id
 
@@ -38,7 +40,7 @@ def test_append_continues_row_index(any_trident: Trident) -> None:
     assert (r.rows_written, r.row_count) == (3, 5)
     got = rows_by(t, "a/b", "x")
     assert [got[x]["__row_index"] for x in (1, 2, 3, 4, 5)] == [0, 1, 2, 3, 4]
-    assert got[3]["__created_at"] == r.committed_at != got[1]["__created_at"]
+    assert got[3]["__created_at"] == r.created_at != got[1]["__created_at"]
 
 
 def test_upsert_keeps_identity_of_matched_and_inserts_the_rest(any_trident: Trident) -> None:
@@ -50,7 +52,7 @@ def test_upsert_keeps_identity_of_matched_and_inserts_the_rest(any_trident: Trid
     after = rows_by(t, "c/items", "k")
     assert after["b"]["n"] == 20
     assert (after["b"]["__row_id"], after["b"]["__row_index"]) == (before["b"]["__row_id"], before["b"]["__row_index"])
-    assert after["b"]["__created_at"] == r.committed_at  # a new version of the row
+    assert after["b"]["__created_at"] == r.created_at  # a new version of the row
     for k in ("a", "c"):  # untouched rows are untouched, identity and all
         assert after[k] == before[k]
     assert after["d"]["__row_index"] == 3

@@ -9,7 +9,7 @@ Identity rules checked:
   the dataset's next index (max + 1 of everything ever numbered) in input order; keyed writes
   number their new rows densely from there; a matched key keeps its row's id and index (the
   oldest row of that key when plain appends duplicated it);
-- ``__created_at`` of every row a write stored is the write's ``committed_at``.
+- ``__created_at`` of every row a write stored is the write's ``created_at`` (its τ).
 
 Hypothesis's stateful testing drives it, derandomized so CI runs the same sequences every time;
 ``pytest --long`` runs thousands of operations instead of a few hundred.
@@ -126,7 +126,7 @@ class TridentModel(RuleBasedStateMachine):
         known = {r.row_id for r in model.rows if r.row_id is not None}
         for r in model.rows:
             if r.created_at is None:
-                r.created_at = result.committed_at
+                r.created_at = result.created_at
         fresh_actual = {row["__row_id"]: row for row in actual if row["__row_id"] not in known}
         unbound = [r for r in model.rows if r.row_id is None]
         assert len(fresh_actual) == len(unbound), (len(fresh_actual), len(unbound))

@@ -9,15 +9,18 @@ from collections.abc import Iterable
 from typing import Any
 
 from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Transaction
 from pyiceberg.table.refs import MAIN_BRANCH
-from pyiceberg.table.snapshots import Snapshot
+from pyiceberg.table.snapshots import Operation, Snapshot
 
 from ...core.errors import TransactionConflictError
 from ...core.failpoints import failpoint
-from ...core.pyiceberg_compat import added_manifests_in_groups, name_commit_files, transaction
+from ...core.pyiceberg_compat import added_manifests_in_groups, name_commit_files, overwrite_as, transaction
+from ...core.schemas import promotable, widened
 from ..contract import WriteRequest
+from .reencoding import ENCODINGS_PROPERTY, STANDARD_ENCODINGS
 from .snapshots import BOUNDS_PROPERTY, EXACT_BOUNDS, TXN_PROPERTY, audit_branch, has_column, published_schema
 from .tables import IcebergTables
 
@@ -72,9 +75,13 @@ def commit_snapshot(
         if req.stage:  # an audit branch; a table with no version yet takes an unreferenced snapshot
             branch = audit_branch(req.txn_id) if txn.table_metadata.current_snapshot() is not None else None
         # every file added here came from Trident's file writers: exact bounds (``stats.py``)
-        update = txn.update_snapshot(snapshot_properties={**props, BOUNDS_PROPERTY: EXACT_BOUNDS}, branch=branch)
+        # ... and in encodings every mainstream reader decodes (``reencoding.py``)
+        marks = {BOUNDS_PROPERTY: EXACT_BOUNDS, ENCODINGS_PROPERTY: STANDARD_ENCODINGS}
+        update = txn.update_snapshot(snapshot_properties={**props, **marks}, branch=branch)
         # named after the txn, so discard finds them if the commit never lands
-        snapshot_id = commit_files(txn, update, to_delete, files, name_for=req.txn_id)
+        # a keyed delete adds files too: the rows of the files it touched that stay, unchanged
+        operation = snapshot_operation(deleted=bool(to_delete), added=bool(files), removes_rows_only=req.mode == "delete")
+        snapshot_id = commit_files(txn, update, to_delete, files, name_for=req.txn_id, operation=operation)
         failpoint("commit.before_catalog")
         req.fence()
         committed = txn.commit_transaction()
@@ -99,13 +106,20 @@ def _rebased(
     ours = txn.table_metadata
     new = transaction(fresh)
     current = new.table_metadata.schema()
-    if any(not has_column(current, f.name) for f in ours.schema().fields):
+    # columns this write added or promoted (int -> long...) are added or promoted on the new parent too
+    if any(not has_column(current, f.name) for f in ours.schema().fields) or widened(
+        schema_to_pyarrow(current, include_field_ids=False), schema_to_pyarrow(ours.schema(), include_field_ids=False)
+    ):
         with new.update_schema() as upd:
             upd.union_by_name(ours.schema())
     theirs = new.table_metadata
     for f in ours.schema().fields:
         other = theirs.schema().find_field(f.name) if has_column(theirs.schema(), f.name) else None
-        if other is None or other.field_id != f.field_id or other.field_type != f.field_type:
+        # files of a narrower type under a column the other writer promoted read as its type
+        same_type = other is not None and (
+            other.field_type == f.field_type or promotable(schema_to_pyarrow(f.field_type), schema_to_pyarrow(other.field_type))
+        )
+        if other is None or other.field_id != f.field_id or not same_type:
             raise TransactionConflictError(
                 f"the schema of {req.dataset.key!r} changed while this partition was being written "
                 f"(column {f.name!r}); nothing was committed, retry the write"
@@ -126,13 +140,31 @@ def _rebased(
 
 
 def commit_files(
-    txn: Any, update: Any, deleted: Iterable[DataFile], added: Iterable[DataFile], *, name_for: uuid.UUID | None = None
+    txn: Any,
+    update: Any,
+    deleted: Iterable[DataFile],
+    added: Iterable[DataFile],
+    *,
+    name_for: uuid.UUID | None = None,
+    operation: Operation | None = None,
 ) -> int:
-    """One snapshot of ``update`` that deletes and adds exactly these data files (an overwrite when
-    anything goes, a fast append otherwise); a partitioned table's new files go into manifests of
-    partition ranges, so one-partition scans prune the rest. Returns the snapshot id."""
-    deleted = list(deleted)
-    producer = update.overwrite() if deleted else update.fast_append()
+    """One snapshot of ``update`` that deletes and adds exactly these data files; a partitioned
+    table's new files go into manifests of partition ranges, so one-partition scans prune the
+    rest. Returns the snapshot id.
+
+    The snapshot records ``operation`` (Iceberg's word for what the commit did to the rows, which
+    streaming and incremental readers act on), by default what the files say
+    (``snapshot_operation``): a commit that only adds is an ``append`` (a fast append), one that
+    only removes a ``delete``. A caller that knows more says so: compaction rewrites rows without
+    changing them (``replace``); a keyed delete rewrites files with the rows that stay (``delete``)."""
+    deleted, added = list(deleted), list(added)
+    operation = operation or snapshot_operation(deleted=bool(deleted), added=bool(added))
+    if not deleted:
+        producer = update.fast_append()
+    elif operation == Operation.OVERWRITE:
+        producer = update.overwrite()
+    else:
+        producer = overwrite_as(update, operation)
     if name_for is not None:
         name_commit_files(producer, name_for)
     if txn.table_metadata.spec().fields:
@@ -143,3 +175,16 @@ def commit_files(
         for f in added:
             p.append_data_file(f)
     return int(producer.snapshot_id)
+
+
+def snapshot_operation(*, deleted: bool, added: bool, removes_rows_only: bool = False) -> Operation:
+    """The Iceberg operation of a commit that deletes and/or adds data files: ``append`` when it
+    only adds, ``delete`` when it only removes rows (no file added, or ``removes_rows_only``: the
+    files it adds hold rows that were already there, minus the removed ones), ``overwrite`` when
+    rows are both removed and added. (``replace``, rows rewritten without change, is compaction's
+    to claim.)"""
+    if not deleted:
+        return Operation.APPEND
+    if not added or removes_rows_only:
+        return Operation.DELETE
+    return Operation.OVERWRITE

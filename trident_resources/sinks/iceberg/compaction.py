@@ -28,6 +28,7 @@ from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.manifest import DataFile
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table, Transaction
+from pyiceberg.table.snapshots import Operation
 from pyiceberg.types import LongType
 
 from ...core.errors import StorageUnavailableError, TransactionConflictError
@@ -38,7 +39,9 @@ from ...core.schemas import conform
 from .bounds_repair import checked_marker, files_with_missing_bounds, record_checked
 from .committer import commit_files
 from .files import DataFileWriter
-from .snapshots import BOUNDS_PROPERTY, EXACT_BOUNDS, has_column
+from .reencoding import ENCODINGS_PROPERTY, STANDARD_ENCODINGS, files_to_reencode
+from .reencoding import checked_marker as reencoding_marker
+from .snapshots import BOUNDS_PROPERTY, DATA_VERSION_PROPERTY, EXACT_BOUNDS, OPERATION_PROPERTY, data_version, has_column
 from .tables import IcebergTables
 
 if TYPE_CHECKING:
@@ -46,7 +49,6 @@ if TYPE_CHECKING:
 
 # Iceberg's own rewrite_data_files default: fewer small files than this are not worth a snapshot.
 MIN_INPUT_FILES = 5
-OPERATION_PROPERTY = "trident.operation"
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,7 @@ class Compaction:
     written: int  # target-size files written for them
     snapshot_id: int | None  # the compaction snapshot, None when nothing was worth rewriting
     repaired: int = 0  # of ``rewritten``: files rewritten because their bounds lost rows
+    reencoded: int = 0  # of ``rewritten``: files rewritten because some readers cannot decode them
 
 
 def small_file_bytes(target_file_bytes: int) -> int:
@@ -76,8 +79,12 @@ def compact(tables: IcebergTables, ds: DatasetRecord, table: Table, *, min_input
         return Compaction(len(files), len(files), 0, 0, None)
     # a missing or corrupt footer raises as compaction's reads do: ``dataset_maintenance`` names it
     repaired = {f.file_path for f in files_with_missing_bounds(table)}
+    # files of an older Trident whose __row_id encoding some readers cannot decode (``reencoding.py``)
+    reencode = {f.file_path for f in files_to_reencode(table)} - repaired
+    # recorded only once the broken files are rewritten
+    checked = {**checked_marker(table), **reencoding_marker(table)}
+    repaired |= reencode
     broken = [f for f in files if f.file_path in repaired]
-    checked = checked_marker(table)  # recorded only once the broken files are rewritten
     groups = _groups([f for f in small if f.file_path not in repaired], broken, min_input_files)
     if not groups:
         record_checked(table, checked)
@@ -113,7 +120,7 @@ def compact(tables: IcebergTables, ds: DatasetRecord, table: Table, *, min_input
             inputs += group
         failpoint("compaction.before_commit")
         record_checked(txn, checked)
-        _commit(txn, inputs, written, current.snapshot_id, compaction_id)
+        _commit(txn, inputs, written, current.snapshot_id, data_version(table, current.snapshot_id), compaction_id)
     except CommitFailedException as exc:
         _discard(writers)
         raise TransactionConflictError(
@@ -133,7 +140,8 @@ def compact(tables: IcebergTables, ds: DatasetRecord, table: Table, *, min_input
         len(inputs),
         len(written),
         None if snap is None else snap.snapshot_id,
-        len(broken),
+        len(broken) - len(reencode),
+        len(reencode),
     )
 
 
@@ -182,17 +190,28 @@ def _row_index_order(schema: Schema) -> Callable[[DataFile], tuple[bool, int]]:
     return key
 
 
-def _commit(txn: Transaction, inputs: list[DataFile], outputs: list[DataFile], parent: int, compaction_id: uuid.UUID) -> None:
+def _commit(
+    txn: Transaction,
+    inputs: list[DataFile],
+    outputs: list[DataFile],
+    parent: int,
+    version: int | None,
+    compaction_id: uuid.UUID,
+) -> None:
     """One snapshot of ``txn`` that replaces ``inputs`` by ``outputs`` (written by ``DataFileWriter``:
-    marked as having exact bounds, so ``bounds_repair`` never reads them)."""
+    marked as having exact bounds, so ``bounds_repair`` never reads them), recording the data
+    version it holds (``version``: the rows of that transaction's snapshot, see ``snapshots.data_version``)."""
     props = {
         BOUNDS_PROPERTY: EXACT_BOUNDS,
+        ENCODINGS_PROPERTY: STANDARD_ENCODINGS,
         OPERATION_PROPERTY: "compaction",
+        **({DATA_VERSION_PROPERTY: str(version)} if version is not None else {}),
         "trident.compaction-id": str(compaction_id),
         "trident.compacted-from": str(parent),
         "trident.rewritten-files": str(len(inputs)),
     }
-    commit_files(txn, txn.update_snapshot(snapshot_properties=props), inputs, outputs)
+    # the same rows in other files: Iceberg's ``replace``, which streaming readers skip
+    commit_files(txn, txn.update_snapshot(snapshot_properties=props), inputs, outputs, operation=Operation.REPLACE)
     txn.commit_transaction()
 
 

@@ -93,16 +93,16 @@ _NEVER_REPEATING = frozenset({ROW_ID, ROW_INDEX})  # unique by construction: no 
 # a few bytes either way, so a trial on a small head calls it a tie and may pick plain; across a
 # compacted file's or a merge's rows, a dictionary of a few timestamps is what keeps it small)
 _FEW_VALUES = frozenset({CREATED_AT})
-# Their encodings instead of PLAIN: ``__row_id`` (16 bytes in a uuid table, a 36-character string in
-# one created before) has a head that is the same for a whole block of ids and a tail that counts up
-# (``identity.RowIdBlock``), so DELTA_BYTE_ARRAY (prefix lengths + suffixes) stores 1M ids in a few
-# tens of KB instead of ~730 KB of zstd'd PLAIN, and zstd has almost nothing left to do (for the
-# 16-byte column BYTE_STREAM_SPLIT would be cheaper to write, but DuckDB 2.0 reads it only on
-# FLOAT/DOUBLE/INT32/INT64 columns, not on FIXED_LEN_BYTE_ARRAY); ``__row_index`` counts up by one, so
-# DELTA_BINARY_PACKED stores 1M of them in ~6 KB instead of ~1 MB, ~4x faster. Both are standard
-# Parquet encodings that DuckDB, pyarrow (pyiceberg) and Iceberg's Java reader read; compaction
-# writes through this same writer, so it keeps them.
-_IDENTITY_ENCODING = {ROW_ID: "DELTA_BYTE_ARRAY", ROW_INDEX: DELTA}
+# Encodings decided by what the identity columns hold, never tried. ``__row_index`` counts up by
+# one: DELTA_BINARY_PACKED stores 1M of them in ~6 KB instead of ~1 MB, ~4x faster, and every
+# mainstream reader decodes it on an integer column. ``__row_id`` (16 bytes in a uuid table, a
+# 36-character string in one created before) is PLAIN: DELTA_BYTE_ARRAY would store it smaller
+# (a block of ids shares its head), but polars' native reader refuses it on FIXED_LEN_BYTE_ARRAY,
+# DuckDB 1.4 reads it only on strings and blobs and Velox not at all, so every Trident table was
+# unreadable there; BYTE_STREAM_SPLIT on FIXED_LEN_BYTE_ARRAY is as new to readers (DuckDB reads
+# it only on numbers). ``bench/encoding_bench.py`` measures what PLAIN costs. Compaction writes
+# through this same writer, so it rewrites older files in these encodings too.
+_IDENTITY_ENCODING = {ROW_ID: "PLAIN", ROW_INDEX: DELTA}
 
 # The fewest rows a write's last row group is cut to so that its lanes encode it together: a row
 # group of fewer rows costs more in its own metadata and per-column overhead than a lane saves

@@ -1,7 +1,7 @@
 """The read side of the ``iceberg_native`` sink: streamed and whole scans of the current or a past
 snapshot, the DuckDB scan plan (a snapshot's exact data files and field ids) and which path
-(native or Arrow) a query takes. Plain functions of the sink's tables (``IcebergTables``), whose
-caches they fill (table locations, parsed tables, each snapshot's file list and statistics)."""
+(native or Arrow) a query takes. Plain functions of the sink; the caches they fill (table
+locations, parsed tables, each snapshot's file list) are a ``ReadCaches`` the sink holds."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from ...core.identity import ROW_ID, is_row_id_bytes
 from ...core.partitions import BoundPartition
 from ...core.schemas import conform
 from ..contract import AsOf, ScanPath, ScanPlan, VersionStats
-from .snapshots import published_iceberg_schema, published_schema, without_metadata
+from .snapshots import published_iceberg_schema, published_schema, snapshot_to_read, without_metadata
 from .tables import IcebergTables
 
 # ``read()`` holds the whole result anyway: pre-buffer each file's column chunks (fewer, larger
@@ -86,10 +86,17 @@ def scan(
     """
     table = tables.table_to_read(ds)
     current = table.current_snapshot()
+    as_of = _to_read(table, as_of)
     if as_of is not None and (current is None or as_of != current.snapshot_id):
-        return _scan_past(table, int(as_of), columns, row_filter)  # type: ignore[arg-type]
+        return _scan_past(table, as_of, columns, row_filter)
     schema, expr, files = _plan_current(tables, table, columns, row_filter)
     return scan_batches(tables.file_dataset(table, files, filter_schema(schema)), columns or schema.names, expr)
+
+
+def _to_read(table: Table, as_of: AsOf) -> int | None:
+    """The snapshot that holds the data version ``as_of`` (a snapshot id the facade resolved
+    through the ledger): a compaction of it when that is what main is at or all that is left."""
+    return None if as_of is None else snapshot_to_read(table, int(as_of))  # type: ignore[arg-type]
 
 
 def _plan_current(
@@ -121,8 +128,9 @@ def read(tables: IcebergTables, ds: DatasetRecord, *, columns: list[str] | None,
     most of a compacted table's read beyond the one-go table's."""
     table = tables.table_to_read(ds)
     current = table.current_snapshot()
+    as_of = _to_read(table, as_of)
     if as_of is not None and (current is None or as_of != current.snapshot_id):
-        return _scan_past(table, int(as_of), columns, row_filter).read_all()  # type: ignore[arg-type]
+        return _scan_past(table, as_of, columns, row_filter).read_all()
     schema, expr, files = _plan_current(tables, table, columns, row_filter)
     dataset = tables.file_dataset(table, files, filter_schema(schema), fmt=_PARQUET_PARALLEL)
     if _filters_ids(dataset, expr):  # (see ``_filters_ids``)

@@ -50,7 +50,7 @@ from ...core.pyiceberg_compat import (
     transaction_io,
     transaction_table,
 )
-from ...core.schemas import compatible, conform, describe_schema, to_iceberg, with_identity
+from ...core.schemas import compatible, conform, describe_schema, promotable, to_iceberg, widened, with_identity
 from ...core.settings import TridentSettings
 from ..contract import (
     AsOf,
@@ -61,6 +61,7 @@ from ..contract import (
     ScanPlan,
     Sink,
     SinkWrite,
+    StorageInfo,
     StoredVersion,
     VersionStats,
     WriteCounts,
@@ -69,13 +70,14 @@ from ..contract import (
 from . import committer, scans, wap
 from .catalog import ensure_namespace
 from .files import DataFileWriter, PartitionedDataFileWriter, delete_paths, list_txn_files, list_txn_metadata
-from .purge import data_files_of, existing_under, once_referenced, purge_files
+from .purge import purge_files, still_needed, unreferenced_files
 from .s3_housekeeping import abort_incomplete_uploads
 from .scans import scan_batches
 from .snapshots import (
     TXN_PROPERTY,
     audit_branch,
     carries_txn,
+    data_version,
     published_schema,
     summary_number,
     summary_outcome,
@@ -96,7 +98,14 @@ class TableOwnership:
     txn_id: uuid.UUID | None
 
 
-TABLE_PROPERTIES = {"format-version": "2", "write.parquet.compression-codec": "zstd"}
+# Old metadata files go as soon as they leave the metadata log (at the commit that drops them):
+# without it every commit's metadata.json stayed forever. The log is what maintenance reads to find
+# files of snapshots an earlier, interrupted run expired (``purge.py``), so it stays long.
+METADATA_PROPERTIES = {
+    "write.metadata.delete-after-commit.enabled": "true",
+    "write.metadata.previous-versions-max": "10",
+}
+TABLE_PROPERTIES = {"format-version": "2", "write.parquet.compression-codec": "zstd", **METADATA_PROPERTIES}
 
 
 _MANIFEST_CACHE = 1024  # manifests whose entries ``partition_stats`` keeps (at most ~100 files each when we wrote them)
@@ -367,13 +376,18 @@ class IcebergSink(Sink):
         """Who the table at ``ds``'s identifier says it belongs to, and which transaction made its
         current snapshot (the snapshot summary's ``trident.txn-id``), read without the ownership
         check: what ``Trident.adopt`` compares with the ledger before it stamps a table that a
-        Trident older than the ownership property created."""
+        Trident older than the ownership property created. A current snapshot of Trident's own
+        maintenance (a compaction) reports the data version it holds and that version's
+        transaction: it is the version the ledger committed, in other files."""
         ident = self.tables.identifier(ds)
         try:
             table = self.catalog.load_table(ident)
         except NoSuchTableError:
             raise TableOwnershipError(f"there is no Iceberg table {'.'.join(ident)} to adopt as {ds.key!r}") from None
-        snap = table.current_snapshot()
+        head = table.current_snapshot()
+        version = data_version(table, head.snapshot_id) if head is not None else None
+        snap = table.snapshot_by_id(version) if version is not None else None
+        snap = snap if snap is not None else head
         carried = snap.summary.get(TXN_PROPERTY) if snap is not None and snap.summary is not None else None
         txn: uuid.UUID | None = None
         with contextlib.suppress(ValueError, TypeError):
@@ -381,7 +395,7 @@ class IcebergSink(Sink):
         return TableOwnership(
             identifier=".".join(ident),
             owner=table.properties.get(OWNER_PROPERTY),
-            snapshot_id=snap.snapshot_id if snap is not None else None,
+            snapshot_id=version,
             txn_id=txn,
         )
 
@@ -436,15 +450,19 @@ class IcebergSink(Sink):
                 # created by the same commit as the staged snapshot (one catalog commit, not two)
                 create_branch_in(txn, head.snapshot_id, audit_branch(req.txn_id))
             current = schema_to_pyarrow(table.schema(), include_field_ids=False)
-            if replace:
+            if replace:  # a column whose type changes is dropped and added again, unless Iceberg
+                # can promote it (int -> long...): ``union_by_name`` does that in place, same field id
                 gone = [
-                    f.name for f in current if f.name not in target.names or not compatible(target.field(f.name).type, f.type)
+                    f.name
+                    for f in current
+                    if f.name not in target.names
+                    or not (compatible(target.field(f.name).type, f.type) or promotable(f.type, target.field(f.name).type))
                 ]
                 if gone:
                     with txn.update_schema(allow_incompatible_changes=True) as upd:
                         for name in gone:
                             upd.delete_column(name)
-            if any(f.name not in current.names for f in target) or replace:
+            if any(f.name not in current.names for f in target) or widened(current, target) or replace:
                 with txn.update_schema() as upd:
                     upd.union_by_name(to_iceberg(target))
             if replace:
@@ -542,11 +560,12 @@ class IcebergSink(Sink):
     def partition_stats(self, ds: DatasetRecord) -> list[dict[str, Any]]:
         return self._partition_stats(self._described_table(ds))
 
-    def partition_info(self, ds: DatasetRecord) -> tuple[tuple[tuple[str, str], ...] | None, list[dict[str, Any]]]:
-        """Both from ONE look-up of the table (each costs a catalog query even when the parsed
+    def storage_info(self, ds: DatasetRecord) -> StorageInfo:
+        """All from ONE look-up of the table (each costs a catalog query even when the parsed
         table is reused)."""
         table = self._described_table(ds)
-        return self._partitioning(table), self._partition_stats(table)
+        location = table.metadata_location if table is not None else None
+        return StorageInfo(self._partitioning(table), self._partition_stats(table), location)
 
     def _partitioning(self, table: Table | None) -> tuple[tuple[str, str], ...] | None:
         if table is None:
@@ -644,7 +663,7 @@ class IcebergSink(Sink):
         if snap is None:
             return None
         assert table is not None
-        return summary_outcome(snap, schema_to_pyarrow(table.schema(), include_field_ids=False))
+        return summary_outcome(snap, schema_to_pyarrow(table.schema(), include_field_ids=False), table)
 
     def _table_if_ours(self, ds: DatasetRecord) -> Table | None:
         """The dataset's table for a failure path (undo, discard): a table this control plane does
@@ -742,9 +761,10 @@ class IcebergSink(Sink):
             key=ds.key,
             expired_snapshots=0,
             deleted_files=0,
-            compacted_files=done.rewritten - done.repaired,
+            compacted_files=done.rewritten - done.repaired - done.reencoded,
             compaction_files_written=done.written,
             repaired_files=done.repaired,
+            reencoded_files=done.reencoded,
             data_files_before=done.files_before,
             data_files_after=done.files_after,
         )
@@ -752,29 +772,37 @@ class IcebergSink(Sink):
     def maintain(
         self, ds: DatasetRecord, *, older_than: datetime, retain_last: int, uploads_before: datetime | None = None
     ) -> Maintenance:
-        """Expire snapshots older than ``older_than`` (always keeping the newest ``retain_last`` and
-        the current one), then delete the data files this table's own metadata once referenced and
-        no remaining snapshot reads, and abort the incomplete multipart uploads under the table
+        """Expire snapshots older than ``older_than`` (always keeping the newest ``retain_last``, the
+        current one and what a branch or staged version needs: ``maintenance.still_needed``), then
+        delete the data files, manifests, manifest lists and metadata files this table's own
+        metadata once referenced and no remaining snapshot, ref or the metadata log uses, and abort the incomplete multipart uploads under the table
         started before ``uploads_before``. Never "every unused file in the folder": a folder may
         hold another dataset's files (see ``purge.py``). The caller holds the dataset's
         writer lock, so no Trident write has files in flight."""
         table = self.tables.existing_table(ds)
+        if any(table.properties.get(k) != v for k, v in METADATA_PROPERTIES.items()):  # a table from before them
+            with transaction(table) as txn:
+                txn.set_properties(METADATA_PROPERTIES)
+            table = table.refresh()
         keep = {s.snapshot_id for s in sorted(table.snapshots(), key=lambda s: s.timestamp_ms)[-max(retain_last, 1) :]}
+        keep |= still_needed(table)
         cutoff = int(older_than.timestamp() * 1000)
         expire = [s.snapshot_id for s in table.snapshots() if s.snapshot_id not in keep and s.timestamp_ms < cutoff]
-        current = table.current_snapshot()
-        expire = [i for i in expire if current is None or i != current.snapshot_id]
         if expire:
             table.maintenance.expire_snapshots().by_ids(expire).commit()
             table = table.refresh()
-        ours = once_referenced(table)
-        still_read = data_files_of(table.io, table.snapshots(), live_only=True)
-        garbage = existing_under(table, ours - still_read)
-        delete_paths(table.io, garbage)
+        garbage, metadata = unreferenced_files(table)
+        delete_paths(table.io, garbage + metadata)
         uploads = 0
         if uploads_before is not None:
             uploads = abort_incomplete_uploads(table.io.properties, table.location(), initiated_before=uploads_before)
-        return Maintenance(key=ds.key, expired_snapshots=len(expire), deleted_files=len(garbage), aborted_uploads=uploads)
+        return Maintenance(
+            key=ds.key,
+            expired_snapshots=len(expire),
+            deleted_files=len(garbage),
+            deleted_metadata_files=len(metadata),
+            aborted_uploads=uploads,
+        )
 
     def drop(self, ds: DatasetRecord) -> None:
         self.tables.caches.locations.pop(ds.dataset_id, None)

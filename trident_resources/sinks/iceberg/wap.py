@@ -18,7 +18,16 @@ from ...core.partitions import PartitionFilter
 from ...core.pyiceberg_compat import manage_snapshots, remove_branch_in, transaction
 from .committer import commit_files
 from .scans import snapshot_iceberg_schema, snapshot_schema
-from .snapshots import TXN_PROPERTY, audit_branch, carries_txn, has_column, published_schema, summary_outcome
+from .snapshots import (
+    TXN_PROPERTY,
+    audit_branch,
+    carries_txn,
+    has_column,
+    is_maintenance,
+    published_schema,
+    same_data_version,
+    summary_outcome,
+)
 from .tables import IcebergTables
 
 
@@ -35,7 +44,11 @@ def publish(
     writers of OTHER partitions committed is re-based instead: its change (the same files
     added and deleted) becomes a new snapshot on the current main, so their commits are kept.
     Refused when the change would lose something: main moved for a whole-dataset write, or
-    the staged partition's own files changed since staging (whoever committed that)."""
+    the staged partition's own files changed since staging (whoever committed that). "Moved"
+    means another data version: Trident's own maintenance snapshots (compaction) hold the rows
+    of the version they were made from, so a compaction between staging and publishing is no
+    change (``snapshots.data_version``); main then moves to the staged snapshot, which holds
+    the staged rows in the files it was staged with (the next ``maintain`` compacts them)."""
     # the table as this process last saw it (its own stage commit, usually): committed against
     # when it shows main still at the fork; the catalog's commit checks that main is really
     # there (optimistic), and only if it is not is the table loaded to decide (one
@@ -45,7 +58,7 @@ def publish(
         seen = _staged_snapshot(known, txn_id)
         head = known.current_snapshot()
         fork = (seen.parent_snapshot_id if partition is not None else base_snapshot_id) if seen is not None else None
-        if seen is not None and (head.snapshot_id if head is not None else None) == fork:
+        if seen is not None and same_data_version(known, head.snapshot_id if head is not None else None, fork):
             try:
                 return _move_main(tables, ds, known, seen, txn_id)
             except CommitFailedException:
@@ -59,9 +72,10 @@ def publish(
     # a partition write's base is the snapshot its audit branch forked from (other partitions'
     # writers may have committed between its lock and its start; the ledger's base predates them)
     fork = staged.parent_snapshot_id if partition is not None else base_snapshot_id
-    if now != fork and partition is not None and now is not None and fork is not None:
+    moved = not same_data_version(table, now, fork)
+    if moved and partition is not None and now is not None and fork is not None:
         return _publish_rebased(tables, ds, table, staged, partition)
-    if now != fork:
+    if moved:
         raise StagedVersionConflictError(
             f"{ds.key!r} changed since transaction {txn_id} was staged (published version "
             f"{now}, staged on {fork}); publishing would lose that "
@@ -85,7 +99,7 @@ def _move_main(tables: IcebergTables, ds: DatasetRecord, table: Table, staged: S
     # the commit left ``table`` at the metadata it committed (pyiceberg updates it in place): a
     # reload was one more catalog query and metadata parse per publish, and could
     # have shown a later commit's schema instead of the published one's
-    return summary_outcome(staged, published_schema(table))
+    return summary_outcome(staged, published_schema(table), table)
 
 
 def _publish_rebased(
@@ -103,15 +117,25 @@ def _publish_rebased(
     head = table.current_snapshot()
     assert head is not None
     was = {f.file_path for f in tables.data_files(table, staged.parent_snapshot_id, row_filter=expr)}
-    is_now = {f.file_path for f in tables.data_files(table, head.snapshot_id, row_filter=expr)}
-    if was != is_now:
-        raise StagedVersionConflictError(
-            f"partition {partition.describe()} of {ds.key!r} changed since transaction {txn_id} was staged "
-            f"(staged on version {staged.parent_snapshot_id}, published version now {head.snapshot_id}); "
-            f"publishing would lose that change. Discard it (`trident discard {ds.key} {txn_id}`) and write again"
-        )
+    now_files = {f.file_path: f for f in tables.data_files(table, head.snapshot_id, row_filter=expr)}
     added = [f for p, f in mine.items() if p not in parent]
     deleted = [f for p, f in parent.items() if p not in mine]
+    conflict = StagedVersionConflictError(
+        f"partition {partition.describe()} of {ds.key!r} changed since transaction {txn_id} was staged "
+        f"(staged on version {staged.parent_snapshot_id}, published version now {head.snapshot_id}); "
+        f"publishing would lose that change. Discard it (`trident discard {ds.key} {txn_id}`) and write again"
+    )
+    if was != set(now_files):
+        if not _rows_unchanged(tables, table, staged.parent_snapshot_id, head, expr):
+            raise conflict
+        # only maintenance rewrote the partition's files: its rows are those the write was staged
+        # on. A write that replaced them all replaces the rewritten files; one that kept some of
+        # them cannot say which rows of the rewritten files to drop
+        replaced = {f.file_path for f in deleted}
+        if replaced & (was - set(now_files)):
+            if not was <= replaced:
+                raise conflict
+            deleted = [f for f in deleted if f.file_path not in was] + list(now_files.values())
     live = {f.file_path for f in tables.data_files(table, head.snapshot_id)}
     if any(f.file_path not in live for f in deleted):
         raise StagedVersionConflictError(
@@ -127,7 +151,9 @@ def _publish_rebased(
             with txn.update_schema() as upd:
                 upd.union_by_name(ours)
         update = txn.update_snapshot(snapshot_properties=props, branch=MAIN_BRANCH)
-        snapshot_id = commit_files(txn, update, deleted, added)
+        # what the staged snapshot did to the rows, whatever main's files it now applies to
+        operation = staged.summary.operation if staged.summary is not None else None
+        snapshot_id = commit_files(txn, update, deleted, added, operation=operation)
         if audit_branch(txn_id) in table.metadata.refs:
             remove_branch_in(txn, audit_branch(txn_id))
         committed = txn.commit_transaction()
@@ -136,7 +162,25 @@ def _publish_rebased(
     tables.remember_committed(ds, committed)
     snap = committed.snapshot_by_id(snapshot_id)
     assert snap is not None
-    return summary_outcome(snap, published_schema(committed))
+    return summary_outcome(snap, published_schema(committed), committed)
+
+
+def _rows_unchanged(tables: IcebergTables, table: Table, fork: int, head: Snapshot, expr: object) -> bool:
+    """Did every snapshot from ``fork`` (exclusive) to ``head`` that changed the partition ``expr``'s
+    files change only their layout (a maintenance snapshot)? False when the chain is broken."""
+    by_id = {s.snapshot_id: s for s in table.snapshots()}
+    snap = head
+    while snap.snapshot_id != fork:
+        parent = snap.parent_snapshot_id
+        if parent is None or parent not in by_id:
+            return False
+        if not is_maintenance(snap):
+            ours = {f.file_path for f in tables.data_files(table, snap.snapshot_id, row_filter=expr)}
+            before = {f.file_path for f in tables.data_files(table, parent, row_filter=expr)}
+            if ours != before:
+                return False
+        snap = by_id[parent]
+    return True
 
 
 def _staged_snapshot(table: Table, txn_id: uuid.UUID) -> Snapshot | None:

@@ -109,6 +109,9 @@ def test_maintain_rewrites_a_file_whose_bounds_lose_rows(trident_home: Path, pg_
         report = t.maintain("rb/older")
         assert report.skipped is None
         assert report.repaired_files == 1 and report.compacted_files == 0
+        repair = _table(t, "rb/older").current_snapshot()
+        assert repair is not None and repair.summary is not None
+        assert repair.summary.operation.value == "replace"  # the same rows, rewritten (issue 28 item 5)
 
         assert _ids(t, "rb/older", "s > 'l'") == [1]
         assert _ids(t, "rb/older", f"s = '{LONG}'") == [1]
