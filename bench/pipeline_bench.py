@@ -93,7 +93,7 @@ def run_duckdb(home: str, scale: str) -> dict:
     import duckdb
     import pyarrow.parquet as pq
 
-    from trident_assets.pipeline import LINEITEM_REVENUE_SQL, Q3_SQL, late_risk
+    from trident_assets.example.pipeline import LINEITEM_REVENUE_SQL, Q3_SQL, late_risk
     from trident_resources import TridentSettings
 
     settings = TridentSettings(home=home)
@@ -175,7 +175,7 @@ def main() -> None:
         print(json.dumps(fn(args.home, args.scale)))
         return
 
-    from trident_assets.tpch import ensure_tpch
+    from trident_assets.example.tpch import ensure_tpch
     from trident_resources.control.embedded_pg import leave_as_found
 
     t0 = time.perf_counter()

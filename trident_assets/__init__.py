@@ -1,8 +1,13 @@
-"""Trident nodes in Dagster: factories, output strategies, provenance, expectations, the example."""
+"""The library a user declares Trident assets with: node factories, output strategies,
+expectations (checks), in-step write-audit-publish (``checked``) and the DuckDB compute a node runs
+(``compute``). ``example/`` is a TPC-H pipeline declared with it; ``definitions`` only assembles
+the example, ``trident_sensors``' automation and the resources into the code location ``dagster dev``
+serves."""
+
+from trident_resources.dagster import merge_provenance
 
 from .expectations import Expectation, accepted_values, custom_sql, not_null, row_count_between, unique
 from .factories import Node, join_asset, model_asset, split_asset, transform_asset
-from .provenance import merge_provenance
 from .strategies import Strategy, append_always, append_new, delta, replace, snapshot_replace, upsert
 
 __all__ = [

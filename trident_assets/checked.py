@@ -28,11 +28,20 @@ from typing import Any
 
 import dagster as dg
 
-from trident_resources.core.keys import validate_key
-from trident_resources.dagster import TridentOutput, TridentResource, dataset_pool
-from trident_resources.dagster.gate import GATE_META, checks_failed, gate_checks, supersede
-from trident_resources.dagster.io_manager import AuditedVersion, asset_key_to_key, write_output
-from trident_resources.dagster.partition_mapping import run_partition
+from trident_resources import validate_key
+from trident_resources.dagster import (
+    GATE_META,
+    AuditedVersion,
+    TridentOutput,
+    TridentResource,
+    asset_key_to_key,
+    checks_failed,
+    dataset_pool,
+    gate_checks,
+    run_partition,
+    supersede,
+    write_output,
+)
 
 from .expectations import Expectation, check_key, check_results, check_specs
 
@@ -59,7 +68,7 @@ def gates(context: dg.AssetExecutionContext, trident: TridentResource, expectati
     """Write-audit-publish applies to this step's outputs: a selected blocking check on one of
     them and sinks that can hold a staged version. Partition runs are gated too: a staged
     partition is published by re-basing its change onto whatever other partitions committed
-    meanwhile (refused only when its own partition changed; README "Write-audit-publish")."""
+    meanwhile (refused only when its own partition changed; docs/python-api.md "Write-audit-publish")."""
     selected = context.selected_asset_check_keys
     blocking = any(e.blocking and check_key(k, e) in selected for k, exps in expectations.items() for e in exps)
     if not blocking:

@@ -18,10 +18,21 @@ from datetime import datetime
 import duckdb
 import pyarrow as pa
 
-from trident_resources import PartitionFilter, SqlNotAllowedError, Trident, TridentError
-from trident_resources.core.identity import CREATED_AT, IDENTITY_COLUMNS, ROW_INDEX
-from trident_resources.sql.guard import check_reads_only
-from trident_resources.sql.sandbox import close_soon, native_paths, parser, register_dataset, sandbox
+from trident_resources import (
+    CREATED_AT,
+    IDENTITY_COLUMNS,
+    ROW_INDEX,
+    PartitionFilter,
+    SqlNotAllowedError,
+    Trident,
+    TridentError,
+    check_reads_only,
+    close_soon,
+    native_paths,
+    parser,
+    register_dataset,
+    sandbox,
+)
 
 from .strategies import Plan, Strategy, open_write, plan_output, wait_for_quiet_sources
 

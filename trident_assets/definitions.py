@@ -1,9 +1,10 @@
 """The Definitions root: what ``dagster dev`` serves (``workspace.yaml`` and ``[tool.dagster]`` in
 pyproject.toml point here), as ``defs``.
 
-It holds the example pipeline's assets and checks, the rebuild schedule, the sensors (ledger
-reconciler; commits made outside Dagster reported as materializations), the table-maintenance and canary jobs, and the two resources every Trident asset
-needs, under the keys a user's own Definitions must use too:
+It only assembles: the example (``trident_assets.example``: the pipeline's assets and checks, its
+jobs and rebuild schedule), the automation (``trident_sensors``: ledger reconciler and commits
+sensors, table-maintenance and canary jobs), the executor, and the two resources every Trident
+asset needs, under the keys a user's own Definitions must use too:
 
 * ``trident``: a ``TridentResource`` (assets, checks, sensors and ops take it as a typed parameter);
 * ``io_manager``: a ``TridentIOManager`` on that same resource (assets return rows, inputs load rows).
@@ -19,13 +20,9 @@ import gc
 import dagster as dg
 
 from trident_resources.dagster import TridentIOManager, TridentResource
-from trident_sensors.commits import trident_commits
-from trident_sensors.maintenance import JOBS as MAINTENANCE_JOBS
-from trident_sensors.maintenance import SCHEDULES as MAINTENANCE_SCHEDULES
-from trident_sensors.reconciler import trident_reconciler
-from trident_sensors.schedules import daily_job, pipeline_job, rebuild_schedule
+from trident_sensors import automation_definitions
 
-from .pipeline import pipeline_definitions
+from .example import example_definitions
 
 
 def resources(trident: TridentResource | None = None) -> dict[str, object]:
@@ -50,14 +47,9 @@ def build_definitions(trident: TridentResource | None = None, executor: dg.Execu
     ``k8s_job_executor``, ``celery_executor``, ``docker_executor``) without touching the assets."""
     trident = trident or TridentResource()
     return dg.Definitions.merge(
-        pipeline_definitions(),
-        dg.Definitions(
-            jobs=[pipeline_job, daily_job, *MAINTENANCE_JOBS],
-            schedules=[rebuild_schedule(trident.settings()), *MAINTENANCE_SCHEDULES],
-            sensors=[trident_reconciler, trident_commits],
-            resources=resources(trident),
-            executor=executor or DEFAULT_EXECUTOR,
-        ),
+        example_definitions(trident.settings()),
+        automation_definitions(),
+        dg.Definitions(resources=resources(trident), executor=executor or DEFAULT_EXECUTOR),
     )
 
 

@@ -14,10 +14,8 @@ from typing import Any
 import dagster as dg
 import duckdb
 
-from trident_resources import Trident, TridentError
-from trident_resources.dagster import TridentResource
-from trident_resources.dagster.gate import staged_in_run
-from trident_resources.sinks.contract import VersionStats
+from trident_resources import Trident, TridentError, VersionStats
+from trident_resources.dagster import TridentResource, staged_in_run
 
 from .key_bitmap import no_repeated_key
 
@@ -90,7 +88,7 @@ def evaluate_all(
     screens that found a candidate). When that query fails, each count runs alone, so a check
     that errors reports its own error and the others their own results."""
     if staged is None and not t.exists(key):
-        return [(False, -1, {"error": f"dataset {key!r} does not exist yet: materialize it first"}) for _ in expectations]
+        return [(False, -1, {"error": _missing(key), "missing": True}) for _ in expectations]
     stats = _Once(lambda: t.version_stats(key, staged=staged))
     values: dict[int, int] = {}
     errors: dict[int, BaseException] = {}
@@ -321,5 +319,17 @@ def _as_result(
         passed=passed,
         severity=dg.AssetCheckSeverity.ERROR if e.blocking else dg.AssetCheckSeverity.WARN,
         metadata={**meta, "observed": value, "blocking": e.blocking},
-        description=None if passed else f"{e.description}: failed (observed {value})",
+        description=None if passed else _failure(e, value, meta),
     )
+
+
+def _missing(key: str) -> str:
+    return f"dataset {key!r} does not exist yet: materialize it first"
+
+
+def _failure(e: Expectation, value: int, meta: dict[str, Any]) -> str:
+    """Why the check did not pass: the number it observed, or why it observed none (the dataset
+    is missing, or the count raised), never the -1 that stands for "no number"."""
+    if "error" in meta:
+        return f"{e.description}: {'missing' if meta.get('missing') else 'error'}: {meta['error']}"
+    return f"{e.description}: failed (observed {value})"

@@ -23,18 +23,23 @@ from typing import Any
 import dagster as dg
 import pyarrow as pa
 
-from trident_resources import Trident, TridentError
-from trident_resources.core.keys import validate_key
-from trident_resources.dagster import TridentOutput, TridentResource, dataset_pool
-from trident_resources.dagster.io_manager import AuditedVersion
-from trident_resources.dagster.partition_mapping import declared, run_partition
+from trident_resources import Trident, TridentError, validate_key
+from trident_resources.dagster import (
+    AuditedVersion,
+    TridentOutput,
+    TridentResource,
+    dataset_pool,
+    declared,
+    lineage_entry,
+    merge_provenance,
+    run_partition,
+)
 
 from .checked import audit_and_publish, checked_asset, checked_results, gates, staged_write  # issue 13: in-step checks
 from .compute import DEFAULT_BATCH_ROWS, SOURCE_ROW_INDEX, Session, open_session
 from .expectations import Expectation, check_specs
 from .join_guard import SourceStats, check_join, max_join_rows
 from .model import model_reader
-from .provenance import lineage_entry, merge_provenance
 from .strategies import Strategy, replace
 
 DEFAULT_KINDS = ("iceberg", "duckdb")

@@ -1,6 +1,6 @@
 """The join guard: refuse, before anything is written, a join whose data says it could explode.
 
-How the estimate is made, and what it can and cannot promise (the README says the same):
+How the estimate is made, and what it can and cannot promise (docs/dagster.md, "The join guard", says the same):
 
 1. **Which source each scan reads** comes from DuckDB's plan of the node's SQL, planned (never run)
    over empty stand-in tables named exactly as the SQL names its sources, so every scan names its
@@ -37,8 +37,7 @@ from typing import Any
 
 import duckdb
 
-from trident_resources import TridentError, TridentSettings
-from trident_resources.sql.sandbox import PARSER_DATABASE, close_soon, sandbox
+from trident_resources import PARSER_DATABASE, TridentError, TridentSettings, close_soon, sandbox
 
 ENV_MAX_JOIN_ROWS = "TRIDENT_JOIN_MAX_ROWS"  # named in messages; TridentSettings.join_max_rows reads it
 # The stand-in tables are empty: without these optimizers DuckDB keeps the plan's shape instead of

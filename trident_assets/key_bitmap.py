@@ -25,8 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from trident_resources import Trident
-from trident_resources.sinks.contract import VersionStats
+from trident_resources import Trident, VersionStats
 
 MAX_BITMAP_BYTES = 64 * 1024 * 1024  # the pass's memory bound: one byte per possible key
 MIN_ROWS = 65_536  # below this the GROUP BY is as cheap as the bounds query

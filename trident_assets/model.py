@@ -8,8 +8,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from trident_resources import TridentError
-from trident_resources.core.identity import IDENTITY_COLUMNS
+from trident_resources import IDENTITY_COLUMNS, TridentError
 
 from .compute import SOURCE_ROW_INDEX
 

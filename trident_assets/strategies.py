@@ -34,11 +34,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
-from trident_resources import PartitionFilter, Trident, TridentError
-from trident_resources.control.plane import LedgerEntry
-from trident_resources.core.results import Description
+from trident_resources import PARTITION_META, Description, LedgerEntry, PartitionFilter, Trident, TridentError
 from trident_resources.dagster import WriteMode
-from trident_resources.transaction.driver import PARTITION_META
 
 StrategyKind = Literal["replace", "append_always", "append_new", "upsert", "snapshot_replace", "delta"]
 APPEND_ONLY_MODES: tuple[WriteMode, ...] = ("append", "append_new")

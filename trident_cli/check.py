@@ -51,7 +51,7 @@ class CheckOutcome:
     asset: str
     check: str
     blocking: bool
-    status: str  # passed | failed | error
+    status: str  # passed | failed | error | missing (the dataset was never built)
     detail: str
 
 
@@ -244,9 +244,8 @@ def run_checks(defs: dg.Definitions, patterns: tuple[str, ...] = (), *, verbose:
             continue
         meta = {k: getattr(v, "value", v) for k, v in ev.metadata.items()}
         detail = ev.description or ", ".join(f"{k}={v}" for k, v in meta.items() if k in ("violations", "row_count", "error"))
-        outcomes.append(
-            CheckOutcome(key.asset_key.to_user_string(), key.name, spec.blocking, "passed" if ev.passed else "failed", detail)
-        )
+        status = "passed" if ev.passed else "missing" if meta.get("missing") else "error" if "error" in meta else "failed"
+        outcomes.append(CheckOutcome(key.asset_key.to_user_string(), key.name, spec.blocking, status, detail))
     return outcomes
 
 
@@ -255,7 +254,7 @@ def print_outcomes(outcomes: list[CheckOutcome], title: str = "trident check") -
     table = Table(show_lines=False)
     for col in ("asset", "check", "blocking", "result", "detail"):
         table.add_column(col, overflow="fold")
-    style = {"passed": "green", "failed": "red", "error": "red"}
+    style = {"passed": "green", "failed": "red", "error": "red", "missing": "red"}
     for o in outcomes:
         status = o.status if o.status == "passed" or o.blocking else f"{o.status} (warn)"
         table.add_row(

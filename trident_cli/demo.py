@@ -51,7 +51,7 @@ def demo(scale: str | None) -> None:
     from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
     from trident_assets.definitions import defs
-    from trident_sensors.schedules import daily_job, pipeline_job
+    from trident_assets.example.schedules import daily_job, pipeline_job
 
     console.print(f"materializing [bold]{pipeline_job.name}[/] (TPC-H sf{os.environ.get('TRIDENT_TPCH_SCALE', '0.01')}) ...")
     started = time.monotonic()

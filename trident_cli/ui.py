@@ -37,14 +37,11 @@ from trident_resources.core.settings import TridentSettings, settings_from_env
 DAGSTER_DATABASE = "dagster"
 URL_VARIABLE = "TRIDENT_DAGSTER_PG_URL"  # Dagster reads it from dagster.yaml ({env: ...}); we only provide it
 DEFAULT_MODULE = "trident_assets.definitions"
-# dagster-postgres is written for psycopg2; SQLAlchemy 2.1 maps a bare postgresql:// to psycopg 3,
-# on which Dagster's `NOTIFY run_events, :id` is a syntax error. So the URL names the driver.
-DRIVER = "postgresql+psycopg2"
 KEEPALIVE_APP = "trident-ui"  # not the embedded server's bookkeeping prefix: it counts as a client
 
 INSTANCE_YAML = f"""\
 # The Dagster instance of Trident, written by `trident ui` because it was absent: edit freely,
-# it is never overwritten. See deploy/README.md for production (k8s, celery, docker).
+# it is never overwritten. See docs/operations.md for production (k8s, celery, docker).
 
 # Runs, event logs (materializations, check results), schedule and sensor state: Postgres.
 # `trident ui` sets {URL_VARIABLE} (the embedded server's `dagster` database by default);
@@ -98,6 +95,8 @@ def _with_database(dsn: str, dbname: str) -> str:
     """The same server and credentials, another database (libpq URL or key=value DSN)."""
     from psycopg.conninfo import conninfo_to_dict
 
+    from trident_resources.dagster.instance_storage import DRIVER
+
     params = conninfo_to_dict(dsn)
     params["dbname"] = dbname
     host, port = params.get("host") or "localhost", params.get("port") or "5432"
@@ -111,14 +110,6 @@ def _with_database(dsn: str, dbname: str) -> str:
         query = "&".join(f"{k}={quote(str(v), safe='')}" for k, v in extra.items())
         return f"{DRIVER}://{auth}{'@' if auth else ''}{host}:{port}/{dbname}" + (f"?{query}" if query else "")
     return f"{DRIVER}:///{dbname}?" + "&".join(f"{k}={v}" for k, v in params.items() if k != "dbname" and v)
-
-
-def with_driver(url: str) -> str:
-    """A deployment's plain ``postgresql://`` URL, with the driver Dagster needs named (see DRIVER)."""
-    for plain in ("postgresql://", "postgres://"):
-        if url.startswith(plain):
-            return DRIVER + "://" + url[len(plain) :]
-    return url
 
 
 def ensure_database(server_dsn: str, dbname: str = DAGSTER_DATABASE) -> str:
@@ -144,6 +135,8 @@ def instance_storage_url(settings: TridentSettings, environ: dict[str, str] | No
     ``dagster`` database next to the control plane (the embedded server, started if needed)."""
     environ = dict(os.environ) if environ is None else environ
     if environ.get(URL_VARIABLE):
+        from trident_resources.dagster.instance_storage import with_driver
+
         return with_driver(environ[URL_VARIABLE]), URL_VARIABLE
     if settings.pg_dsn is not None:
         return ensure_database(settings.pg_dsn.get_secret_value()), "TRIDENT_PG_DSN's server, database 'dagster'"
@@ -157,6 +150,8 @@ def instance_storage_url(settings: TridentSettings, environ: dict[str, str] | No
 def keepalive(url: str) -> Iterator[Any]:
     """Hold one connection for the life of the UI (see the module docstring)."""
     import psycopg
+
+    from trident_resources.dagster.instance_storage import DRIVER
 
     conn = psycopg.connect(
         url.replace(DRIVER + "://", "postgresql://", 1), autocommit=True, application_name=KEEPALIVE_APP, connect_timeout=10

@@ -1,6 +1,16 @@
-"""The trident: settings, control plane, lakehouse, pg sink, router, facade and IO manager."""
+"""The trident: settings, control plane, lakehouse, pg sink, router, facade and IO manager.
+
+Its public names are the client (``Trident``), its settings, its errors and result types, and what
+a library of asset factories (``trident_assets``) builds on: the ledger's entries and metadata key
+of a partition write (``LedgerEntry``, ``PARTITION_META``), a version's statistics
+(``VersionStats``), the engine's identity columns (``IDENTITY_COLUMNS``, ``ROW_INDEX``,
+``CREATED_AT``), dataset-key validation (``validate_key``) and the DuckDB SQL sandbox a node's
+compute runs in (``sandbox``, ``register_dataset``, ``native_paths``, ``check_reads_only``,
+``parser``, ``PARSER_DATABASE``, ``close_soon``). Everything else is internal.
+"""
 
 from .client import Trident
+from .control.plane import LedgerEntry
 from .core.errors import (
     CatalogAuthenticationError,
     ChecksFailedError,
@@ -44,11 +54,22 @@ from .core.errors import (
     WriteFailedError,
     WriterLockLostError,
 )
+from .core.identity import CREATED_AT, IDENTITY_COLUMNS, ROW_INDEX
+from .core.keys import validate_key
 from .core.partitions import PartitionDim, PartitionFilter
 from .core.results import Description, ReconcileReport, WriteResult
 from .core.settings import TridentSettings
+from .sinks.contract import VersionStats
+from .sql.guard import check_reads_only
+from .sql.sandbox import PARSER_DATABASE, close_soon, native_paths, parser, register_dataset, sandbox
+from .transaction.driver import PARTITION_META
 
 __all__ = [
+    "CREATED_AT",
+    "IDENTITY_COLUMNS",
+    "PARSER_DATABASE",
+    "PARTITION_META",
+    "ROW_INDEX",
     "CatalogAuthenticationError",
     "ChecksFailedError",
     "ConcurrentWriteError",
@@ -66,6 +87,7 @@ __all__ = [
     "InvalidSettingsError",
     "InvalidWriteError",
     "KeyNotFoundError",
+    "LedgerEntry",
     "MaintenanceFailedError",
     "MigrationError",
     "NullKeyError",
@@ -94,7 +116,15 @@ __all__ = [
     "TridentSettings",
     "UnreadableDataError",
     "UnsupportedBySinkError",
+    "VersionStats",
     "WriteFailedError",
     "WriteResult",
     "WriterLockLostError",
+    "check_reads_only",
+    "close_soon",
+    "native_paths",
+    "parser",
+    "register_dataset",
+    "sandbox",
+    "validate_key",
 ]

@@ -228,7 +228,7 @@ class Trident:
         stage: bool = False,
         partition: PartitionFilter | None = None,
     ) -> WriteResult:
-        """Write ``data`` to dataset ``key`` as one transaction; the modes: ``replace`` (the whole dataset, or with ``keys`` keeping the identity of rows whose key stays), ``append``, ``upsert`` and ``append_new`` (by ``keys``), ``delete`` (by ``keys`` or ``row_filter``).
+        """Write ``data`` to dataset ``key`` as one transaction; the modes (see docs/python-api.md "Write modes"): ``replace`` (the whole dataset, or with ``keys`` keeping the identity of rows whose key stays), ``append``, ``upsert`` and ``append_new`` (by ``keys``), ``delete`` (by ``keys`` or ``row_filter``).
 
         ``txn_id`` makes a retry idempotent: a transaction id that already committed is a no-op.
         ``watermarks`` (source key -> (committed_at, source txn)) and ``provenance`` are recorded
@@ -280,7 +280,7 @@ class Trident:
         not create (a rebuilt control plane, a table written by another tool with Trident's identity
         columns). The table is stamped with the dataset's id and recorded as one ledger
         transaction; ``__row_index`` continues from the table's max + 1. Refused (TableOwnershipError)
-        when the table belongs to another dataset or lacks the identity columns; see README.
+        when the table belongs to another dataset or lacks the identity columns; see docs/operations.md, "Table ownership".
 
         The upgrade path: a table that a Trident older than the ``trident.dataset-id`` property
         created belongs to an existing dataset of the same key but carries no owner, so every write

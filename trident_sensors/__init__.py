@@ -1,2 +1,8 @@
-"""What runs on its own: schedules, sensors (ledger reconciler, commits made outside Dagster), and
-the maintenance and canary jobs. The Definitions root is ``trident_assets.definitions``."""
+"""Generic automation for a Trident workspace: sensors (ledger reconciler, commits made outside
+Dagster), the table-maintenance and canary jobs and the maintenance schedule. It knows no asset of
+its own (the example's schedule lives with the example, ``trident_assets.example``); the
+Definitions root ``trident_assets.definitions`` adds ``automation_definitions()`` to a code location."""
+
+from .definitions import automation_definitions
+
+__all__ = ["automation_definitions"]

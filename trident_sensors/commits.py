@@ -27,10 +27,8 @@ from typing import Any
 
 import dagster as dg
 
-from trident_resources import Trident
-from trident_resources.control.plane import LedgerEntry
-from trident_resources.dagster import TridentResource
-from trident_resources.dagster.io_manager import RUN_ID
+from trident_resources import LedgerEntry, Trident
+from trident_resources.dagster import RUN_ID, TridentResource
 
 SENSOR_NAME = "trident_ledger_commits"
 COMMITS_PER_TICK = 500

@@ -102,7 +102,7 @@ def test_a_check_that_errors_reports_its_own_error_and_hides_no_other_result(tri
     assert [e.evaluate(t, "ct/b") for e in exps] == results  # what each says alone
     assert (
         ex.evaluate_all(t, "ct/none", exps[:2])
-        == [(False, -1, {"error": "dataset 'ct/none' does not exist yet: materialize it first"})] * 2
+        == [(False, -1, {"error": "dataset 'ct/none' does not exist yet: materialize it first", "missing": True})] * 2
     )
 
 

@@ -165,3 +165,15 @@ def test_check_names_a_bad_setting_of_the_definitions_resource(settings: Trident
     assert done.returncode == 2, done.stdout + done.stderr
     errors = [ln for ln in done.stderr.splitlines() if ln.strip()]
     assert len(errors) == 1 and "TRIDENT_REBUILD_CRON" in errors[0] and "cron" in errors[0], done.stderr
+
+
+def test_check_says_a_never_built_dataset_is_missing(settings: TridentSettings, project: Path) -> None:
+    """A check of a dataset nobody has built yet read "failed (observed -1)": -1 is no number."""
+    done = _trident(["check", "-m", "trident_assets.definitions", "--select", "tpch/customer"], settings, project)
+    assert done.returncode == 1, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert "observed -1" not in done.stdout, done.stdout
+    assert any(
+        ln.startswith("FAILED tpch/customer:") and "(missing):" in ln and "'tpch/customer' does not exist yet" in ln
+        for ln in lines
+    ), done.stdout

@@ -297,3 +297,68 @@ def test_the_checks_catch_a_circle() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert cycles(graph) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+PUBLIC_MODULES = ("trident_resources", "trident_resources.dagster")  # whose ``__all__`` is the public API
+
+
+def _public_names(root: Path) -> dict[str, set[str]]:
+    names: dict[str, set[str]] = {}
+    for module in PUBLIC_MODULES:
+        tree = ast.parse((root / module.replace(".", "/") / "__init__.py").read_text())
+        exported = [
+            node.value
+            for node in tree.body
+            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets)
+        ]
+        assert exported, f"{module}/__init__.py lists no __all__"
+        names[module] = set(ast.literal_eval(exported[0]))
+    return names
+
+
+def library_imports_breaking_the_api(root: Path) -> list[str]:
+    """Imports in ``trident_assets`` and ``trident_sensors`` (under ``root``) that reach past the
+    public API of ``trident_resources``, and any import of ``trident_assets`` from
+    ``trident_sensors``."""
+    public = _public_names(root)
+    found: list[str] = []
+    for pkg in ("trident_assets", "trident_sensors"):
+        for path in sorted((root / pkg).rglob("*.py")):
+            module = _module_name(path, root)
+            tree = ast.parse(path.read_text(), str(path))
+            aliases: dict[str, str] = {}  # local name -> public module it stands for
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Import):
+                    imported = [(a.name, a.asname or a.name.split(".")[0]) for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and not node.level:
+                    imported = [(node.module or "", "")]
+                else:
+                    continue
+                for name, local in imported:
+                    if pkg == "trident_sensors" and name.split(".")[0] == "trident_assets":
+                        found.append(f"{module}:{node.lineno}: trident_sensors imports {name}")
+                    if name.split(".")[0] != "trident_resources":
+                        continue
+                    if name not in public:
+                        found.append(f"{module}:{node.lineno}: imports the internal module {name}")
+                    elif isinstance(node, ast.ImportFrom):
+                        private = sorted(a.name for a in node.names if a.name not in public[name] and a.name != "dagster")
+                        found += [f"{module}:{node.lineno}: from {name} import {n} (not in its __all__)" for n in private]
+                    elif local:
+                        aliases[local] = name if node.names[0].asname else "trident_resources"
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases:
+                    owner = aliases[node.value.id]
+                    if node.attr not in public[owner] and not (owner == "trident_resources" and node.attr == "dagster"):
+                        found.append(f"{module}:{node.lineno}: {node.value.id}.{node.attr} is not in {owner}'s __all__")
+    return found
+
+
+def test_assets_and_sensors_use_only_the_public_api() -> None:
+    """``trident_assets`` (the library users declare with) and ``trident_sensors`` (generic
+    automation) build on ``trident_resources`` as any user would: only names that its
+    ``__init__`` or ``dagster/__init__`` export, so the engine's modules can move without them
+    noticing. And the automation knows no assets: ``trident_sensors`` never imports
+    ``trident_assets`` (the example's schedule lives in ``trident_assets.example``)."""
+    found = library_imports_breaking_the_api(Path(__file__).resolve().parents[2])
+    assert not found, "imports past trident_resources' public API (export the name deliberately):\n" + "\n".join(found)

@@ -29,7 +29,7 @@ TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
 # ``fixed_len_byte_array(16) (UUID)`` Parquet column) instead of a 36-character string. Tables
 # created before keep their string column (Iceberg cannot promote string to uuid), so every write
 # path takes the type from the table (``SinkWrite.arrow_schema``), never from a setting. Readers
-# always get the text form (``ROW_ID_TEXT``, see ``public``): the README's promise.
+# always get the text form (``ROW_ID_TEXT``, see ``public``): the promise of docs/python-api.md, "Identity columns".
 ROW_ID_STORED: pa.DataType = pa.uuid()
 ROW_ID_TEXT: pa.DataType = pa.large_string()
 IDENTITY_FIELDS: tuple[pa.Field, ...] = (

@@ -6,7 +6,7 @@ raw ``ArrowInvalid``/``OSError``. Both the eager and the lazy half go through he
 never sees an engine's exception, only a named one with the engine's error chained.
 
 It is also where ``__row_id`` becomes text: a uuid table stores 16 bytes per id, readers get the
-36-character UUID string the README promises (``identity.public``), whichever door they use.
+36-character UUID string docs/python-api.md promises (``identity.public``), whichever door they use.
 """
 
 from __future__ import annotations

@@ -1,9 +1,47 @@
 """The Dagster adapter of the trident: ``TridentResource`` (resource.py) and ``TridentIOManager``
 (io_manager.py). The engine (everything else in ``trident_resources``) never imports Dagster; only
-this package does, the way dagster-iceberg sits on pyiceberg."""
+this package does, the way dagster-iceberg sits on pyiceberg.
 
-from .io_manager import AssetReturnedNoneError, TridentIOManager, TridentOutput, WriteMode
+Besides the resource and the IO manager, it exports what a library of asset factories builds on
+(``trident_assets`` uses nothing else of the adapter): writing an output as the IO manager would
+(``write_output``, ``AuditedVersion``), the write-audit-publish gate (``gate_checks``,
+``staged_in_run``, ``supersede``, ``checks_failed``, ``GATE_META``), the ledger's ``RUN_ID``
+metadata key, a run's partition (``run_partition``, ``declared``), asset key to dataset key
+(``asset_key_to_key``) and provenance merging (``merge_provenance``, ``lineage_entry``)."""
+
+from .gate import GATE_META, RUN_ID, checks_failed, gate_checks, staged_in_run, supersede
+from .io_manager import (
+    AssetReturnedNoneError,
+    AuditedVersion,
+    TridentIOManager,
+    TridentOutput,
+    WriteMode,
+    asset_key_to_key,
+    write_output,
+)
+from .partition_mapping import declared, run_partition
 from .pools import dataset_pool
+from .provenance import lineage_entry, merge_provenance
 from .resource import TridentResource
 
-__all__ = ["AssetReturnedNoneError", "TridentIOManager", "TridentOutput", "TridentResource", "WriteMode", "dataset_pool"]
+__all__ = [
+    "GATE_META",
+    "RUN_ID",
+    "AssetReturnedNoneError",
+    "AuditedVersion",
+    "TridentIOManager",
+    "TridentOutput",
+    "TridentResource",
+    "WriteMode",
+    "asset_key_to_key",
+    "checks_failed",
+    "dataset_pool",
+    "declared",
+    "gate_checks",
+    "lineage_entry",
+    "merge_provenance",
+    "run_partition",
+    "staged_in_run",
+    "supersede",
+    "write_output",
+]

@@ -3,7 +3,8 @@ derivation merges from its sources into its output, so governance never evaporat
 
 It lives in the Dagster adapter because derivations happen there: the node factories merge it with
 the exact source versions they read, and the IO manager merges it for any plain ``@asset`` from the
-asset's upstream datasets. (Nothing here imports Dagster; ``trident_assets.provenance`` re-exports it.)
+asset's upstream datasets. (Nothing here imports Dagster; ``trident_resources.dagster`` exports
+``merge_provenance`` and ``lineage_entry``.)
 
 Merge rules, chosen so that nothing is ever silently dropped:
 

@@ -12,8 +12,9 @@ import dagster as dg
 import psycopg
 import pytest
 
-from trident_cli.ui import DRIVER, URL_VARIABLE, dagster_home, ensure_database, instance_storage_url, write_instance_config
+from trident_cli.ui import URL_VARIABLE, dagster_home, ensure_database, instance_storage_url, write_instance_config
 from trident_resources import TridentSettings
+from trident_resources.dagster.instance_storage import DRIVER
 
 
 @pytest.fixture

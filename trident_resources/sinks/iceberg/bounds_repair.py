@@ -74,15 +74,16 @@ def has_missing_bounds(table: Table, f: DataFile) -> bool:
     return False
 
 
-def checked_through(table: Table) -> int:
+def checked_through(table: Table, mark: tuple[str, str] = (CHECKED_THROUGH_PROPERTY, CHECKED_SNAPSHOT_PROPERTY)) -> int:
     """The sequence number through which every live file was checked (-1: none, a format-1
     table, whose sequence numbers are all 0 and so cannot say what is newer, or a current
-    snapshot that does not descend from the one the mark was taken of)."""
+    snapshot that does not descend from the one the mark was taken of). ``mark``: the table
+    properties of the check (sequence number, snapshot id); another check keeps its own."""
     if table.format_version < 2:
         return -1
     try:
-        through = int(table.properties[CHECKED_THROUGH_PROPERTY])
-        checked = int(table.properties[CHECKED_SNAPSHOT_PROPERTY])
+        through = int(table.properties[mark[0]])
+        checked = int(table.properties[mark[1]])
     except (KeyError, ValueError):  # none, or not ours to trust: check everything again
         return -1
     return through if _descends_from(table, checked) else -1
@@ -104,26 +105,30 @@ def _descends_from(table: Table, snapshot_id: int) -> bool:
 
 def files_to_check(table: Table) -> list[DataFile]:
     """The current snapshot's data files whose footers must be read: multi-row-group files with
-    bounds, added by an unmarked snapshot after the last pass. Manifests at or below the recorded
-    sequence number are not even opened (a manifest's entries are never newer than it)."""
+    bounds, added by an unmarked snapshot after the last pass."""
+    exact = {s.snapshot_id for s in table.snapshots() if has_exact_bounds(s)}
+    return [f for f in unchecked_files(table, checked_through(table), exact) if may_be_affected(f)]
+
+
+def unchecked_files(table: Table, through: int, marked: set[int]) -> list[DataFile]:
+    """The current snapshot's data files added after sequence number ``through`` by a snapshot
+    not in ``marked`` (those say what their files are). Manifests at or below ``through`` are not
+    even opened (a manifest's entries are never newer than it)."""
     snap = table.current_snapshot()
     if snap is None:
         return []
-    through = checked_through(table)
-    exact = {s.snapshot_id for s in table.snapshots() if has_exact_bounds(s)}
     out: list[DataFile] = []
     for manifest in snap.manifests(table.io):
         if manifest.content != ManifestContent.DATA or manifest.sequence_number <= through:
             continue
         for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
             f = entry.data_file
-            if f.content != DataFileContent.DATA or entry.snapshot_id in exact:
+            if f.content != DataFileContent.DATA or entry.snapshot_id in marked:
                 continue
             added = entry.file_sequence_number if entry.file_sequence_number is not None else entry.sequence_number
             if added is not None and added <= through:
                 continue
-            if may_be_affected(f):
-                out.append(f)
+            out.append(f)
     return out
 
 
@@ -132,15 +137,16 @@ def files_with_missing_bounds(table: Table) -> list[DataFile]:
     return [f for f in files_to_check(table) if has_missing_bounds(table, f)]
 
 
-def checked_marker(table: Table) -> dict[str, str]:
-    """The table property to record once this pass over the current snapshot has ended (its
-    broken files rewritten): empty when it would not move the mark forward."""
+def checked_marker(table: Table, mark: tuple[str, str] = (CHECKED_THROUGH_PROPERTY, CHECKED_SNAPSHOT_PROPERTY)) -> dict[str, str]:
+    """The table properties (``mark``, as ``checked_through``) to record once this pass over the
+    current snapshot has ended (its broken files rewritten): empty when it would not move the
+    mark forward."""
     snap = table.current_snapshot()
     if snap is None or table.format_version < 2 or snap.sequence_number is None:
         return {}
-    if snap.sequence_number <= checked_through(table):
+    if snap.sequence_number <= checked_through(table, mark):
         return {}
-    return {CHECKED_THROUGH_PROPERTY: str(snap.sequence_number), CHECKED_SNAPSHOT_PROPERTY: str(snap.snapshot_id)}
+    return {mark[0]: str(snap.sequence_number), mark[1]: str(snap.snapshot_id)}
 
 
 def record_checked(target: Table | Transaction, marker: dict[str, str]) -> None:
@@ -169,4 +175,5 @@ __all__ = [
     "has_missing_bounds",
     "may_be_affected",
     "record_checked",
+    "unchecked_files",
 ]

@@ -9,31 +9,28 @@ in its summary), so their files are never opened here. Any other file of a uuid-
 an older Trident, by compaction before, or by another tool) has its footer read once: a pass
 records the sequence number it checked through as a table property (``CHECKED_THROUGH_PROPERTY``,
 in the compaction's own commit or a metadata-only one), and the next pass looks only above it,
-as ``bounds_repair`` does for lossy bounds. Tables whose ``__row_id`` is a string need nothing:
-DELTA_BYTE_ARRAY on strings is read everywhere those are.
+with ``bounds_repair``'s walk and marks. Tables whose ``__row_id`` is a string are left as
+they are: polars and DuckDB 1.4 read DELTA_BYTE_ARRAY on strings (new writes are PLAIN there too).
 """
 
 from __future__ import annotations
 
 import pyarrow.parquet as pq
-from pyiceberg.manifest import DataFile, DataFileContent, ManifestContent
+from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 from pyiceberg.types import UUIDType
 
 from ...core.identity import ROW_ID
+from .bounds_repair import checked_marker as bounds_marker
+from .bounds_repair import checked_through, unchecked_files
 from .snapshots import has_column
 
 ENCODINGS_PROPERTY = "trident.encodings"  # snapshot summary: every file it added uses...
 STANDARD_ENCODINGS = "v1"  # ...encodings every mainstream reader decodes (``files.py``)
 CHECKED_THROUGH_PROPERTY = "trident.encodings-checked-through"  # table property: sequence number
+CHECKED_SNAPSHOT_PROPERTY = "trident.encodings-checked-snapshot"  # ...and the snapshot it was of
+_MARK = (CHECKED_THROUGH_PROPERTY, CHECKED_SNAPSHOT_PROPERTY)
 _UNREADABLE = "DELTA_BYTE_ARRAY"  # on __row_id's FIXED_LEN_BYTE_ARRAY(16)
-
-
-def _checked_through(table: Table) -> int:
-    try:
-        return int(table.properties.get(CHECKED_THROUGH_PROPERTY, "-1"))
-    except ValueError:
-        return -1
 
 
 def _uuid_ids(table: Table) -> bool:
@@ -54,40 +51,20 @@ def _unreadable(table: Table, f: DataFile) -> bool:
 
 def files_to_reencode(table: Table) -> list[DataFile]:
     """The current snapshot's data files whose ``__row_id`` encoding some readers cannot decode."""
-    snap = table.current_snapshot()
-    if snap is None or not _uuid_ids(table):
+    if table.current_snapshot() is None or not _uuid_ids(table):
         return []
-    through = _checked_through(table)
     standard = {
         s.snapshot_id
         for s in table.snapshots()
         if s.summary is not None and s.summary.get(ENCODINGS_PROPERTY) == STANDARD_ENCODINGS
     }
-    out: list[DataFile] = []
-    for manifest in snap.manifests(table.io):
-        if manifest.content != ManifestContent.DATA or manifest.sequence_number <= through:
-            continue
-        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
-            f = entry.data_file
-            if f.content != DataFileContent.DATA or entry.snapshot_id in standard:
-                continue
-            added = entry.file_sequence_number if entry.file_sequence_number is not None else entry.sequence_number
-            if added is not None and added <= through:
-                continue
-            if _unreadable(table, f):
-                out.append(f)
-    return out
+    return [f for f in unchecked_files(table, checked_through(table, _MARK), standard) if _unreadable(table, f)]
 
 
 def checked_marker(table: Table) -> dict[str, str]:
-    """The table property that records this pass over the current snapshot (once its files are
+    """The table properties that record this pass over the current snapshot (once its files are
     rewritten): empty when it would not move the mark forward."""
-    snap = table.current_snapshot()
-    if snap is None or snap.sequence_number is None or table.format_version < 2:
-        return {}
-    if snap.sequence_number <= _checked_through(table):
-        return {}
-    return {CHECKED_THROUGH_PROPERTY: str(snap.sequence_number)}
+    return bounds_marker(table, _MARK)
 
 
 __all__ = ["CHECKED_THROUGH_PROPERTY", "ENCODINGS_PROPERTY", "STANDARD_ENCODINGS", "checked_marker", "files_to_reencode"]

@@ -330,7 +330,7 @@ def test_remote_signing_cleans_up_an_aborted_first_write_through_the_catalog(
         with Trident(settings) as t:
             # lakana has no staged creation, so a first write creates the (empty) table first and its
             # cleanup signs through that table's FileIO before the table is dropped. With a catalog
-            # that stages creation (Lakekeeper) no table exists after the abort: see README.
+            # that stages creation (Lakekeeper) no table exists after the abort: see docs/operations.md ("Remote signing and cleanup").
             with armed("write.before_commit"), pytest.raises(InjectedFault):
                 t.write("sign/first", _rows(10))
             assert not t.exists("sign/first")

@@ -1,4 +1,4 @@
-"""The rebuild schedule of the example pipeline.
+"""The example pipeline's jobs (the whole pipeline; its daily partitions) and its rebuild schedule.
 
 ``TRIDENT_REBUILD_CRON`` (``TridentSettings.rebuild_cron``, default 03:00 every day) sets when; it
 starts STOPPED so that serving the UI never rewrites data by surprise: turn it on in the UI or with
@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import dagster as dg
 
-from trident_assets.pipeline import DAILY_GROUP, GROUP, RAW_GROUP
 from trident_resources import TridentSettings
+
+from .pipeline import DAILY_GROUP, GROUP, RAW_GROUP
 
 pipeline_job = dg.define_asset_job(
     "tpch_pipeline",

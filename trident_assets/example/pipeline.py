@@ -21,12 +21,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from trident_assets import expectations as ex
+from trident_assets import strategies as st
+from trident_assets.checked import checked_asset
+from trident_assets.factories import Node, join_asset, model_asset, split_asset, transform_asset
 from trident_resources.dagster import TridentOutput, TridentResource
 
-from . import expectations as ex
-from . import strategies as st
-from .checked import checked_asset
-from .factories import Node, join_asset, model_asset, split_asset, transform_asset
 from .tpch import TABLES, ensure_tpch
 
 RAW_GROUP = "tpch_raw"

@@ -19,13 +19,13 @@ from click.testing import CliRunner
 from tests.conftest import make_settings
 from tests.support.dagster_helpers import materialized
 from trident_assets.definitions import build_definitions
-from trident_assets.pipeline import Q3_SQL
-from trident_assets.tpch import ensure_tpch
+from trident_assets.example.pipeline import Q3_SQL
+from trident_assets.example.tpch import ensure_tpch
 from trident_resources import Trident, TridentSettings
 from trident_resources.dagster import TridentResource
 
 SCALE = "0.01"
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")
