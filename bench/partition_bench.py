@@ -215,13 +215,13 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
         out |= {"wall_s": time.perf_counter() - t0, "cpu_s": _cpu() - c0}
         out |= {"rows": r.row_count, "partitions": len(t.describe(KEY).partitions)}
         sink = t.driver.sinks["iceberg_native"]
-        out["files"] = len(sink.data_files(sink.table(t.dataset_record(KEY))))
+        out["files"] = len(sink.tables.data_files(sink.tables.table(t.dataset_record(KEY))))
     elif args.child == "b":
         t0, c0 = time.perf_counter(), _cpu()
         r = t.write(KEY, _reader(args.file), mode="replace")
         out |= {"wall_s": time.perf_counter() - t0, "cpu_s": _cpu() - c0, "rows": r.row_count}
         sink = t.driver.sinks["iceberg_native"]
-        out["files"] = len(sink.data_files(sink.table(t.dataset_record(KEY))))
+        out["files"] = len(sink.tables.data_files(sink.tables.table(t.dataset_record(KEY))))
     else:  # c and d on (a)'s dataset
         day = lo + (hi - lo) // 2
         rows = _one_day(args.file, day)
@@ -232,13 +232,13 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
             t0 = time.perf_counter()
             r = t.write(KEY, rows, partition=part)
             times.append(time.perf_counter() - t0)
-            snap = sink.table(t.dataset_record(KEY)).current_snapshot()
+            snap = sink.tables.table(t.dataset_record(KEY)).current_snapshot()
             added.append(int(snap.summary["added-data-files"] if "added-data-files" in snap.summary.additional_properties else 0))
             deleted.append(
                 int(snap.summary["deleted-data-files"] if "deleted-data-files" in snap.summary.additional_properties else 0)
             )
         out |= {"c_median_s": statistics.median(times), "c_added": added, "c_deleted": deleted, "c_rows": r.rows_written}
-        table = sink.table(t.dataset_record(KEY))
+        table = sink.tables.table(t.dataset_record(KEY))
         row_filter = part.bind(t.schema(KEY)).to_row_filter()
         one_files = len(list(table.scan(row_filter=row_filter).plan_files()))
         all_files = len(list(table.scan().plan_files()))

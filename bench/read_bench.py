@@ -150,7 +150,7 @@ def main() -> None:
         f = pq.ParquetFile(path)
         t.write("b/li", pa.RecordBatchReader.from_batches(f.schema_arrow, f.iter_batches(batch_size=131_072)))
         plan = t.scan_plan("b/li")
-        table = t.driver.sink("iceberg_native").table(t.dataset_record("b/li"))  # type: ignore[attr-defined]
+        table = t.driver.sink("iceberg_native").tables.table(t.dataset_record("b/li"))  # type: ignore[attr-defined]
         assert table is not None
         print(f"scan path: {plan.path} ({len(plan.files)} data files)")
 
@@ -261,7 +261,7 @@ def small_appends(t: Trident, n: int, m: int, repeat: int) -> None:
     wrote = time.perf_counter() - t0
     t.write("b/one", pa.concat_tables([chunk(i) for i in range(n)]))
     sink = t.driver.sink("iceberg_native")
-    many = sink.existing_table(t.dataset_record("b/many"))  # type: ignore[attr-defined]
+    many = sink.tables.existing_table(t.dataset_record("b/many"))  # type: ignore[attr-defined]
     meta_kib = Path(many.metadata_location.removeprefix("file://")).stat().st_size / 1024
     q = 'select count(*), sum(v), count(distinct s) from "{k}"'
     files_before = len(t.scan_plan("b/many").files)
@@ -276,8 +276,8 @@ def small_appends(t: Trident, n: int, m: int, repeat: int) -> None:
 
     def cold(key: str) -> float:
         """The first read of a version: parsed table and file list not remembered yet."""
-        sink.read_caches.read_tables.clear()  # type: ignore[attr-defined]
-        sink.read_caches.files_by_snapshot.clear()  # type: ignore[attr-defined]
+        sink.tables.caches.read_tables.clear()  # type: ignore[attr-defined]
+        sink.tables.caches.files_by_snapshot.clear()  # type: ignore[attr-defined]
         t0 = time.perf_counter()
         t.read(key)
         return time.perf_counter() - t0

@@ -72,7 +72,7 @@ def main() -> None:
         w, c = time.perf_counter(), _cpu()
         t.write("b/li", pa.RecordBatchReader.from_batches(f.schema_arrow, f.iter_batches(batch_size=131_072)))
         write = (time.perf_counter() - w, _cpu() - c)
-        table = t.driver.sink("iceberg_native").table(t.dataset_record("b/li"))  # type: ignore[attr-defined]
+        table = t.driver.sink("iceberg_native").tables.table(t.dataset_record("b/li"))  # type: ignore[attr-defined]
         stored = table.schema().find_field("__row_id").field_type
         files = t.scan_plan("b/li").files
         size = sum(Path(p).stat().st_size for p in files)

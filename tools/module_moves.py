@@ -58,7 +58,7 @@ MOVES: dict[str, str] = {
     f"{R}.prefetch": f"{R}.planning.prefetch",
     f"{R}.inputs": f"{R}.planning.inputs",
     # operations, one module per verb
-    f"{R}.write_records": f"{R}.ops.write",
+    f"{R}.write_records": f"{R}.ops.commit_records",
     f"{R}.adoption": f"{R}.ops.adopt",
     f"{R}.canary": f"{R}.ops.migrate",
     f"{R}.dataset_maintenance": f"{R}.ops.maintain",
@@ -68,8 +68,8 @@ MOVES: dict[str, str] = {
     # reads
     f"{R}.versions": f"{R}.read.versions",
     f"{R}.sql": f"{R}.read.sql",
-    f"{R}.sql_guard": f"{R}.read.sql_guard",
-    f"{R}.reading": f"{R}.read.faults",
+    f"{R}.sql_guard": f"{R}.sql.guard",
+    f"{R}.reading": f"{R}.core.read_faults",
     # sinks
     f"{R}.sinks.base": f"{R}.sinks.contract",
     f"{R}.sinks.iceberg.maintenance": f"{R}.sinks.iceberg.purge",

@@ -27,7 +27,7 @@ from rich.table import Table
 from rich.text import Text
 
 from trident_resources import InvalidFilterError, Trident
-from trident_resources.control.router import SINKS, WRITERS
+from trident_resources.control.router import SINK_NAMES, WRITERS
 
 from .render import console, print_table
 
@@ -296,7 +296,7 @@ def flag() -> None:
 
 @flag.command("set")
 @click.argument("writer", type=click.Choice(sorted(WRITERS)))
-@click.argument("sink", type=click.Choice(SINKS))
+@click.argument("sink", type=click.Choice(SINK_NAMES))
 def flag_set(writer: str, sink: str) -> None:
     """Route WRITER to SINK."""
     with open_trident() as t:
@@ -323,7 +323,7 @@ def pin() -> None:
 
 @pin.command("set")
 @click.argument("key")
-@click.argument("sink", type=click.Choice(SINKS))
+@click.argument("sink", type=click.Choice(SINK_NAMES))
 def pin_set(key: str, sink: str) -> None:
     """Pin dataset KEY to SINK."""
     with open_trident() as t:
@@ -369,7 +369,7 @@ def pins() -> None:
 # -- canary and reconcile -------------------------------------------------------------------------
 @click.command("canary")
 @click.argument("key")
-@click.option("--to", "to_sink", type=click.Choice(SINKS), default="iceberg_native", show_default=True)
+@click.option("--to", "to_sink", type=click.Choice(SINK_NAMES), default="iceberg_native", show_default=True)
 def canary(key: str, to_sink: str) -> None:
     """Move dataset KEY to another sink: copy with identity, compare checksums, flip only on parity.
 

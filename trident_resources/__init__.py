@@ -59,9 +59,9 @@ from .core.keys import validate_key
 from .core.partitions import PartitionDim, PartitionFilter
 from .core.results import Description, ReconcileReport, WriteResult
 from .core.settings import TridentSettings
-from .read.sql import PARSER_DATABASE, close_soon, native_paths, parser, register_dataset, sandbox
-from .read.sql_guard import check_reads_only
 from .sinks.contract import VersionStats
+from .sql.guard import check_reads_only
+from .sql.sandbox import PARSER_DATABASE, close_soon, native_paths, parser, register_dataset, sandbox
 from .transaction.driver import PARTITION_META
 
 __all__ = [

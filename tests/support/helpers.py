@@ -36,7 +36,7 @@ def iceberg_table(t: Trident, key: str) -> Table:
 
     sink = t.driver.sink("iceberg_native")
     assert isinstance(sink, IcebergSink)
-    return sink.existing_table(t.dataset_record(key))
+    return sink.tables.existing_table(t.dataset_record(key))
 
 
 def table(**cols: list[Any]) -> pa.Table:

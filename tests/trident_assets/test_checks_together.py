@@ -38,9 +38,9 @@ class _Queries:
     def __init__(self) -> None:
         self.run, self.queries = trident_sql.run_sql, []  # type: ignore[var-annotated]
 
-    def __call__(self, t: Trident, query: str, staged: Any = None) -> Any:
+    def __call__(self, engine: Any, query: str, staged: Any = None) -> Any:
         self.queries.append(query)
-        return self.run(t, query, staged)
+        return self.run(engine, query, staged)
 
 
 def _expectations() -> list[ex.Expectation]:

@@ -329,7 +329,7 @@ def test_the_join_guard_plans_on_a_database_opened_ahead(trident: Trident, monke
     from trident_assets.compute import open_session
     from trident_assets.join_guard import JoinTooLargeError, SourceStats, check_join
     from trident_assets.strategies import replace
-    from trident_resources.read.sql import PARSER_DATABASE, SPARES
+    from trident_resources.sql.sandbox import PARSER_DATABASE, SPARES
 
     trident.write("src/a", pa.table({"k": [1] * 300, "v": list(range(300))}))
     trident.write("src/b", pa.table({"k": [1] * 200, "v": list(range(200))}))

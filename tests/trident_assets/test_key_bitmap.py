@@ -136,7 +136,7 @@ def test_key_bounds_fall_back_to_the_query_without_statistics(trident: Trident) 
     t = trident
     t.write("kb/nobounds", pa.table({"k": np.arange(N, dtype=np.int64)}))
     sink = t.driver.sink("iceberg_native")
-    table = sink.table(t.dataset_record("kb/nobounds"))  # type: ignore[attr-defined]
+    table = sink.tables.table(t.dataset_record("kb/nobounds"))  # type: ignore[attr-defined]
     with table.transaction() as txn:
         txn.set_properties({"write.metadata.metrics.column.k": "counts"})
     ids = np.arange(N, dtype=np.int64)
@@ -160,7 +160,7 @@ def test_statistics_are_read_once_per_version(trident: Trident, monkeypatch: obj
     """A step's checks ask for one version's statistics once per check: the snapshot's are
     remembered (it never changes), and a new version gets its own; a staged version's, asked
     again, need not even a look-up of the table."""
-    from trident_resources.sinks.iceberg import scans
+    from trident_resources.sinks.iceberg.tables import IcebergTables
 
     t = trident
     t.write("kb/once", pa.table({"k": [1, 2, 3]}))
@@ -173,12 +173,12 @@ def test_statistics_are_read_once_per_version(trident: Trident, monkeypatch: obj
     third = t.version_stats("kb/once", staged=staged.txn_id)
     assert third is not None and third.rows == 5
     lookups: list[object] = []
-    real = scans.table_to_read
+    real = IcebergTables.table_to_read
 
     def counting(*args: Any) -> Any:
         lookups.append(args)
         return real(*args)
 
-    monkeypatch.setattr(scans, "table_to_read", counting)  # type: ignore[attr-defined]
+    monkeypatch.setattr(IcebergTables, "table_to_read", counting)  # type: ignore[attr-defined]
     assert t.version_stats("kb/once", staged=staged.txn_id) is third and lookups == []
     assert t.version_stats("kb/once") is second and len(lookups) == 1  # the published one: is it still current?

@@ -10,7 +10,7 @@ import duckdb
 import pytest
 
 from trident_assets.compute import Session
-from trident_resources.read import sql
+from trident_resources.sql import sandbox as sql
 
 
 class _Recorder:

@@ -1,5 +1,8 @@
-"""The layout is the architecture: the engine never needs Dagster, and the pyiceberg internals
-we rely on are where ``pyiceberg_compat`` says."""
+"""The layout is the architecture: the engine never needs Dagster; its folders are layers and
+every import points down them (core < control < sinks, sql < planning < transaction < engine <
+read < ops < client < the package < the Dagster adapter), with no circle between modules, not even
+one closed by an import made only for type checking; a module's underscore names are its own; and
+the pyiceberg internals we rely on are where ``pyiceberg_compat`` says."""
 
 from __future__ import annotations
 
@@ -8,29 +11,21 @@ import subprocess
 import sys
 from pathlib import Path
 
-ENGINE_MODULES = [
-    "trident_resources",
-    "trident_resources.client",
-    "trident_resources.ops.adopt",
-    "trident_resources.read.versions",
-    "trident_resources.ops.write",
-    "trident_resources.ops.maintain",
-    "trident_resources.transaction.driver",
-    "trident_resources.planning.planner",
-    "trident_resources.ops.migrate",
-    "trident_resources.ops.stream_ingest",
-    "trident_resources.ops.edits",
-    "trident_resources.ops.manifest",
-    "trident_resources.read.sql",
-    "trident_resources.sinks.iceberg.sink",
-    "trident_resources.sinks.iceberg.scans",
-    "trident_resources.sinks.iceberg.wap",
-    "trident_resources.sinks.iceberg.committer",
-    "trident_resources.sinks.iceberg.snapshots",
-    "trident_resources.sinks.pg.sink",
-    "trident_resources.control.plane",
-    "trident_resources.control.embedded_pg",
-]
+ROOT = Path(__file__).resolve().parents[2]
+ENGINE = "trident_resources"
+
+
+def _engine_modules() -> list[str]:
+    """Every module of the engine: ``trident_resources`` without its Dagster adapter."""
+    found = []
+    for path in sorted((ROOT / ENGINE).rglob("*.py")):
+        module = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        if not module.startswith(f"{ENGINE}.dagster"):
+            found.append(module)
+    return found
+
+
+ENGINE_MODULES = _engine_modules()
 
 
 def test_the_engine_does_not_import_dagster() -> None:
@@ -189,6 +184,119 @@ def test_no_module_uses_another_modules_private_names() -> None:
             if node.attr.startswith("_") and not node.attr.startswith("__") and aliases[node.value.id] != module:
                 found.append(f"{module}:{node.lineno}: {node.value.id}.{node.attr}")
     assert not found, "private names used across modules (make them public names of their module):\n" + "\n".join(found)
+
+
+# Each folder (or root module) of the engine and its layer: a module may import its own layer and
+# the ones below, never one above. So no operation can take the public client (``client`` is above
+# ``ops`` and ``read``), the control plane and the sinks know nothing of writes being planned, and
+# the client is a door that only validates and calls one operation with the ``Engine``.
+LAYERS: dict[str, int] = {
+    "core": 0,  # pure rules and the vocabulary every layer shares: no I/O
+    "control": 1,  # the control plane, its queries and migrations, locks, the router
+    "sinks": 2,  # where rows are stored
+    "sql": 2,  # the DuckDB sandbox and what a query may read
+    "planning": 3,  # the write planner, merges, clustering, input readers
+    "transaction": 4,  # INTENT -> WRITE -> COMMIT
+    "engine": 5,  # what every operation takes
+    "read": 6,  # reads: rows, versions, records, SQL
+    "ops": 7,  # one module per verb
+    "client": 8,  # the public door
+    "": 9,  # the package's public names
+    "dagster": 10,  # the Dagster adapter
+}
+
+
+def _layer(module: str) -> int:
+    parts = module.split(".")
+    return LAYERS[parts[1] if len(parts) > 1 else ""]
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Every import between the engine's modules (top-level, in functions and under
+    ``TYPE_CHECKING`` alike): ``from .pkg import mod`` points at ``pkg.mod`` when that is a module."""
+    files = {}
+    for path in (ROOT / ENGINE).rglob("*.py"):
+        files[_module_name(path, ROOT)] = path
+    graph: dict[str, set[str]] = {m: set() for m in files}
+    for module, path in files.items():
+        is_package = path.name == "__init__.py"
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom):
+                source = _imported_from(node, module, is_package)
+                for a in node.names:
+                    target = f"{source}.{a.name}" if f"{source}.{a.name}" in files else source
+                    if target in files and target != module:
+                        graph[module].add(target)
+            elif isinstance(node, ast.Import):
+                graph[module].update(a.name for a in node.names if a.name in files and a.name != module)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan), each a circle of imports."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_every_engine_folder_has_a_layer() -> None:
+    folders = {m.split(".")[1] if m.count(".") else "" for m in import_graph()}
+    assert folders <= set(LAYERS), f"give these folders a layer in LAYERS: {sorted(folders - set(LAYERS))}"
+
+
+def test_no_module_imports_a_higher_layer() -> None:
+    graph = import_graph()
+    up = [f"{a} -> {b}" for a in sorted(graph) for b in sorted(graph[a]) if _layer(b) > _layer(a)]
+    assert not up, "imports that point up a layer (move the shared part down, or the caller up):\n" + "\n".join(up)
+
+
+def test_no_import_circle_between_modules() -> None:
+    found = cycles(import_graph())
+    assert not found, "modules that import each other, directly or round a circle (TYPE_CHECKING imports count):\n" + (
+        "\n".join(" <-> ".join(group) for group in found)
+    )
+
+
+def test_no_operation_takes_the_public_client() -> None:
+    """Only the package's public names and the Dagster adapter import the client."""
+    graph = import_graph()
+    takers = sorted(m for m, targets in graph.items() if f"{ENGINE}.client" in targets and _layer(m) <= LAYERS["client"])
+    assert not takers, f"these modules import the public client: {takers}; take an Engine instead"
+
+
+def test_the_checks_catch_a_circle() -> None:
+    """The circle check itself: a graph with a TYPE_CHECKING-style back edge is found."""
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(graph) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
 
 
 PUBLIC_MODULES = ("trident_resources", "trident_resources.dagster")  # whose ``__all__`` is the public API

@@ -211,7 +211,7 @@ class ControlPlane:
     @contextmanager
     def _single_on(self, conn: psycopg.Connection[Any] | None) -> Iterator[psycopg.Connection[Any]]:
         """A connection for ONE statement that is a whole change by itself (autocommit: atomic
-        on its own): ``_tx_on`` without BEGIN and COMMIT, two round trips less (issue 12)."""
+        on its own): ``_tx_on`` without BEGIN and COMMIT, two round trips less."""
         if conn is None:
             with self.pool.connection() as pooled:
                 yield pooled
@@ -260,7 +260,7 @@ class ControlPlane:
         with self.pool.connection() as conn:
             row = conn.execute(q.GET_DATASET_BY_ID_OPEN, (dataset_id,)).fetchone()
         if row is None:
-            return None, True  # no record: let the caller look for open entries as before
+            return None, True  # no record: let the caller look for open entries
         has_open = bool(row.pop("has_open"))
         return DatasetRecord(**row), has_open
 
@@ -630,6 +630,16 @@ class ControlPlane:
         """Aborted transactions whose storage leftovers could not be removed yet, oldest first."""
         with self.pool.connection() as conn:
             return [LedgerEntry(**r) for r in conn.execute(q.PENDING_CLEANUPS, (workspace, dataset_id, dataset_id))]
+
+    def delete_dataset(self, dataset_id: uuid.UUID) -> None:
+        """Forget a dataset: its record and everything keyed by it (the caller dropped its storage)."""
+        self.execute(q.DELETE_DATASET, (dataset_id,))
+
+    def commits_since(self, workspace: str, after: int, limit: int) -> list[tuple[int, str, LedgerEntry]]:
+        """``workspace``'s committed transactions after commit sequence ``after``, in commit order:
+        ``(sequence, dataset key, ledger entry)``, at most ``limit``."""
+        rows = self.execute(q.COMMITS_SINCE, (workspace, after, limit))
+        return [(r.pop("seq"), r.pop("dataset_key"), LedgerEntry(**r)) for r in rows]
 
     # -- watermarks, flags, pins --------------------------------------------------------------
     def watermarks(self, output_id: uuid.UUID, partition_keys: Sequence[str] = ("",)) -> dict[tuple[uuid.UUID, str], datetime]:

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 from ..core.errors import FlagNotFoundError, InvalidWriteError, PinNotFoundError
 from ..core.keys import validate_key
-from ..sinks import SINK_NAMES as SINKS  # ordered by capability: a clamp moves left
 from . import faults
 from . import queries as q
 from .plane import ControlPlane, DatasetRecord
@@ -58,6 +57,10 @@ class RouteDecision:
         return f"{self.sink} (by {self.reason}{clamp})"
 
 
+# The one registry of sinks, ordered by capability: a clamp moves left (the CLI offers these names).
+SINK_NAMES: tuple[str, ...] = ("pg", "iceberg_native")
+
+
 def writer_spec(writer: str) -> WriterSpec:
     try:
         return WRITERS[writer]
@@ -66,7 +69,7 @@ def writer_spec(writer: str) -> WriterSpec:
 
 
 def clamp(requested: str, max_mode: str) -> tuple[str, bool]:
-    if SINKS.index(requested) > SINKS.index(max_mode):
+    if SINK_NAMES.index(requested) > SINK_NAMES.index(max_mode):
         return max_mode, True
     return requested, False
 
@@ -155,8 +158,8 @@ class Router:
 
 
 def _check_sink(sink: str) -> None:
-    if sink not in SINKS:
-        raise InvalidWriteError(f"unknown sink {sink!r}; sinks are {list(SINKS)}")
+    if sink not in SINK_NAMES:
+        raise InvalidWriteError(f"unknown sink {sink!r}; sinks are {list(SINK_NAMES)}")
 
 
 faults.name_control_plane_faults(Router)  # the CLI's pin/flag commands call the router directly (control/faults.py)

@@ -12,9 +12,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..sinks.contract import WRITE_MODES
 from .errors import InvalidArgumentError, InvalidReadError, InvalidWriteError, PartitionError, TridentError
 from .partitions import PartitionFilter
+from .write_modes import WRITE_MODES
 
 _BIGINT_MAX = 2**63 - 1
 

@@ -37,6 +37,7 @@ IDENTITY_FIELDS: tuple[pa.Field, ...] = (
     pa.field(ROW_ID, ROW_ID_STORED),
     pa.field(CREATED_AT, TIMESTAMP_TYPE),
 )
+FILE_COLUMN = "__file"  # a keyed merge's column: the data file each existing row was read from (never stored)
 
 
 def identity_fields(row_id_type: pa.DataType = ROW_ID_STORED) -> tuple[pa.Field, ...]:

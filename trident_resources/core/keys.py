@@ -19,6 +19,11 @@ _KEY = re.compile(rf"{NAME_PATTERN}(?:/{NAME_PATTERN})*")
 MAX_KEY_LENGTH = 200
 
 
+def quote(name: str) -> str:
+    """``name`` as a quoted SQL identifier (DuckDB and Postgres): it can never end the quotes."""
+    return '"' + name.replace('"', '""') + '"'
+
+
 def is_name(value: object) -> bool:
     """True when ``value`` is one lowercase word of ``[a-z0-9_]`` and nothing else (no newline)."""
     return isinstance(value, str) and _NAME.fullmatch(value) is not None

@@ -94,12 +94,12 @@ def sql_catalog_metadata_location(catalog: Any, identifier: tuple[str, ...]) -> 
 class SqlCatalogReusingMetadata(SqlCatalog):
     """pyiceberg's SQL catalog, except that a metadata file it has parsed (or written, by a
     commit) is not read and parsed again: every ``load_table`` still asks the catalog which file
-    is current (the same query as before, so another process's commit is seen at once), but
+    is current (the query pyiceberg's own load runs, so another process's commit is seen at once), but
     turns a file it knows into a table without opening it.
 
     Why: a write-audit-publish write loaded its table six times (write, stage commit, checks,
     publish, publish commit, describe), and each load read and parsed the whole metadata JSON,
-    which grows with the table's history (issue 12). A metadata file is never rewritten in place
+    which grows with the table's history. A metadata file is never rewritten in place
     (every commit writes a new one, and ``commit_table`` swaps the catalog's pointer only if it
     still names the file the commit started from), so a file's parsed models stay right; they
     are frozen pydantic models that pyiceberg copies, never mutates. Kept for the most recently
@@ -113,7 +113,7 @@ class SqlCatalogReusingMetadata(SqlCatalog):
         # (a commit is ONE ``UPDATE ... WHERE metadata_location = <the file it started from>``,
         # a table or namespace creation one INSERT, a drop one DELETE), and the rest are reads.
         # In a transaction each catalog call was BEGIN, the statement, and COMMIT or ROLLBACK
-        # on return to the pool: three round trips to Postgres for one (issue 12).
+        # on return to the pool: three round trips to Postgres for one.
         self.engine = self.engine.execution_options(isolation_level="AUTOCOMMIT")
         self._parsed: Recent[str, TableMetadata] = Recent(self.METADATA_CACHED)
 
@@ -156,7 +156,7 @@ class _MemoTransaction(Transaction):
     pyiceberg 0.12 recomputes the property on every access: it replays the staged updates and
     ends in ``model_copy(deep=True)`` of the whole metadata, every snapshot included, and its
     snapshot producers read it ~15 times per commit. The cost of a one-row append therefore grew
-    with the table's history (issue 12: append #200 cost 4x append #10, most of it deep copies).
+    with the table's history (append #200 cost 4x append #10, most of it deep copies).
     The result depends only on the table's metadata and the staged updates, both replaced (never
     mutated) when they change, so it is remembered keyed on their identity; upstream's fix
     (apache/iceberg-python#3302, #3784) does the same. With nothing staged it IS the table's
@@ -180,7 +180,7 @@ class _MemoTransaction(Transaction):
 class _MemoCreateTableTransaction(_MemoTransaction, CreateTableTransaction):
     """A staged table creation with ``_MemoTransaction``'s once-per-state metadata: its updates are
     never empty (the creation itself), so pyiceberg's own deep-copied the new table's metadata
-    ~16 times per first write (issue 12: every write of a new dataset, e.g. each dataset of a
+    ~16 times per first write (every write of a new dataset, e.g. each dataset of a
     pipeline's first run, 0.1 s of its run)."""
 
 
@@ -319,7 +319,7 @@ def _spec_of(data_file: DataFile, default: int) -> int:
 def manage_snapshots(table: Table) -> Any:
     """``table.manage_snapshots()`` (its own autocommit transaction) on a ``_MemoTransaction``:
     pyiceberg's read the transaction's metadata four times per publish, each a deep copy of the
-    whole history (issue 12)."""
+    whole history."""
     from pyiceberg.table.update.snapshot import ManageSnapshots
 
     return ManageSnapshots(transaction=_MemoTransaction(table, autocommit=True))
@@ -338,7 +338,7 @@ def remove_branch_in(txn: Transaction, branch: str) -> None:
 def create_branch_in(txn: Transaction, snapshot_id: int, branch: str) -> None:
     """Create ``branch`` at ``snapshot_id`` in the same (not yet committed) transaction as the
     snapshot written onto it, so a staged write is ONE metadata commit (its own catalog load
-    and metadata file) instead of two (issue 12). The commit's requirement is that the branch
+    and metadata file) instead of two. The commit's requirement is that the branch
     does not exist yet, where the separate branch commit's was that it still pointed at the
     fork: nobody but this transaction writes its audit branch, so both say the same."""
     from pyiceberg.table.update.snapshot import ManageSnapshots

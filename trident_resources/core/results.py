@@ -68,7 +68,7 @@ class ReconcileReport:
     rolled_forward: list[uuid.UUID]
     aborted: list[uuid.UUID]
     still_running: list[uuid.UUID]
-    # Storage cleanup of aborted transactions (issue 8.10): leftovers an earlier abort could not
+    # Storage cleanup of aborted transactions: leftovers an earlier abort could not
     # remove (storage unreachable), removed now; and those still pending, retried next time.
     cleaned_up: list[uuid.UUID] = field(default_factory=list)
     cleanup_pending: list[uuid.UUID] = field(default_factory=list)

@@ -249,7 +249,7 @@ def usable_home(home: Path) -> None:
 def _duckdb_refuses(memory_limit: str) -> str | None:
     """Why DuckDB refuses ``memory_limit``, or None. Remembered: its parser's answer for a value
     never changes, and opening a database to ask was ~15-20 ms of every settings read (each run
-    of a Dagster job reads them, issue 12)."""
+    of a Dagster job reads them)."""
     import duckdb
 
     try:

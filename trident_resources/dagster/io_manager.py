@@ -46,7 +46,7 @@ from ..core.identity import IDENTITY_COLUMNS
 from ..core.keys import iceberg_identifier, validate_key
 from ..core.results import Description, WriteResult
 from ..core.schemas import describe_schema
-from ..sinks.contract import WriteMode
+from ..core.write_modes import WriteMode
 from .gate import GATE_META, GATE_STEPS_META, RUN_ID, audits, gate_checks, note_pending, staged_in_run, step_of, supersede
 from .partition_mapping import input_partition, output_partition, partition_metadata
 from .provenance import lineage_entry, merge_provenance

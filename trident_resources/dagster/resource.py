@@ -212,7 +212,7 @@ class _SharedClients:
     Why: ``TridentIOManager(trident=resource)`` nests the same resource that assets get under
     ``trident``, and Dagster initialises a nested resource as a copy of its own, so every run (and,
     under the multiprocess executor, every step process) opened two clients: two settings reads,
-    two connection pools, two catalogs, two sets of read caches (issue 12: ~0.1 s of each run's
+    two connection pools, two catalogs, two sets of read caches (~0.1 s of each run's
     start). Copies with the same field values stand for the same settings, so they share one
     client, counted: the last teardown closes it."""
 

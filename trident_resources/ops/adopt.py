@@ -13,41 +13,42 @@ from ..control.plane import DatasetRecord
 from ..core.errors import InvalidWriteError, TableOwnershipError
 from ..core.keys import iceberg_identifier, validate_key
 from ..core.results import Description
+from ..engine import Engine
+from ..read import records
 from ..transaction.driver import Intent
 
 if TYPE_CHECKING:
-    from ..client import Trident
     from ..sinks.iceberg.sink import IcebergSink
 
 log = logging.getLogger("trident")
 
 
-def adopt(t: Trident, key: str) -> Description:
+def adopt(engine: Engine, key: str) -> Description:
     """``Trident.adopt`` (see there for when a table is adopted, stamped or refused)."""
     from ..control.router import RouteDecision
     from ..sinks.iceberg.sink import IcebergSink
 
     validate_key(key)
-    sink = t.driver.sink("iceberg_native")
+    sink = engine.driver.sink("iceberg_native")
     assert isinstance(sink, IcebergSink)
-    existing = t.control.dataset(t.workspace, key)
+    existing = engine.control.dataset(engine.workspace, key)
     upgrade = existing is not None and existing.exists
     if upgrade and existing is not None and existing.sink != sink.name:
         raise InvalidWriteError(
             f"{key!r} is already a dataset of this control plane (in {existing.sink}); there is nothing to adopt"
         )
-    ident = ".".join(iceberg_identifier(t.settings.namespace_root, t.workspace, key))
-    ds = existing or t.control.ensure_dataset(t.workspace, key, sink.name, ident)
-    with t.driver.locked(ds) as ds:
+    ident = ".".join(iceberg_identifier(engine.settings.namespace_root, engine.workspace, key))
+    ds = existing or engine.control.ensure_dataset(engine.workspace, key, sink.name, ident)
+    with engine.driver.locked(ds) as ds:
         if upgrade:
-            _ledger_agrees(t, ds, sink)
+            _ledger_agrees(engine, ds, sink)
         elif ds.sink != sink.name:
-            t.control.set_dataset_sink(ds.dataset_id, sink.name, ident)
-            ds = t.control.dataset_by_id(ds.dataset_id) or ds
+            engine.control.set_dataset_sink(ds.dataset_id, sink.name, ident)
+            ds = engine.control.dataset_by_id(ds.dataset_id) or ds
         sink.adoptable(ds)  # refuse before any ledger row exists
         route = RouteDecision(sink=sink.name, requested=sink.name, clamped=False, reason="adopt")
         intent = Intent(txn_id=uuid.uuid4(), mode="adopt", writer="manual.table", sink=sink.name, route=route)  # type: ignore[arg-type]
-        transaction = t.driver.open(ds, intent)
+        transaction = engine.driver.open(ds, intent)
         assert transaction is not None
         try:
             outcome = sink.adopt(ds, transaction.txn_id)
@@ -58,10 +59,10 @@ def adopt(t: Trident, key: str) -> Description:
             raise
         transaction.commit(outcome)
     log.info("trident %s the Iceberg table %s as %s", "stamped" if upgrade else "adopted", ident, key)
-    return t.describe(key)
+    return records.describe(engine, key)
 
 
-def _ledger_agrees(t: Trident, ds: DatasetRecord, sink: IcebergSink) -> None:
+def _ledger_agrees(engine: Engine, ds: DatasetRecord, sink: IcebergSink) -> None:
     """For ``adopt`` of an existing dataset's unowned table: refuse unless the table's current
     snapshot is the one this dataset's ledger last committed (see ``adopt``)."""
     state = sink.ownership(ds)
@@ -69,7 +70,7 @@ def _ledger_agrees(t: Trident, ds: DatasetRecord, sink: IcebergSink) -> None:
         raise InvalidWriteError(f"{ds.key!r} is already a dataset of this control plane; there is nothing to adopt")
     if state.owner:
         return  # another dataset's table: adoptable() refuses it with the reason
-    entry = t.control.ledger_entry(state.txn_id) if state.txn_id is not None else None
+    entry = engine.control.ledger_entry(state.txn_id) if state.txn_id is not None else None
     ours = entry is not None and entry.dataset_id == ds.dataset_id and entry.status == "committed"
     if not ours or state.snapshot_id != ds.snapshot_id:
         if state.txn_id is None:

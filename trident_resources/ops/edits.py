@@ -5,20 +5,17 @@ core's copy-on-write upsert (which keeps the edited rows' identity and leaves ev
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import duckdb
 import pyarrow as pa
 
 from ..core.errors import InvalidWriteError, KeyNotFoundError, NullKeyError
 from ..core.identity import IDENTITY_COLUMNS, refuse_reserved
-from ..planning.merge import quote
+from ..core.keys import quote
+from ..engine import Engine
+from ..read import datasets
 
-if TYPE_CHECKING:
-    from ..client import Trident
 
-
-def complete_rows(t: Trident, key: str, edits: pa.Table, keys: tuple[str, ...]) -> pa.Table:
+def complete_rows(engine: Engine, key: str, edits: pa.Table, keys: tuple[str, ...]) -> pa.Table:
     """The full new version of every edited row: current values overlaid with ``edits``' columns.
 
     Refuses keys the dataset lacks (an update is not an insert). The read happens before the write
@@ -31,7 +28,7 @@ def complete_rows(t: Trident, key: str, edits: pa.Table, keys: tuple[str, ...]) 
     missing = [k for k in keys if k not in edits.column_names]
     if missing:
         raise InvalidWriteError(f"key column(s) {missing} are not in the edits (columns: {edits.column_names})")
-    schema = t.schema(key)
+    schema = datasets.schema(engine, key)
     user = [f.name for f in schema if f.name not in IDENTITY_COLUMNS]
     unknown = [c for c in edits.column_names if c not in user]
     if unknown:
@@ -40,10 +37,10 @@ def complete_rows(t: Trident, key: str, edits: pa.Table, keys: tuple[str, ...]) 
         nulls = edits.column(k).null_count
         if nulls:
             raise NullKeyError(k, nulls)
-    con = duckdb.connect(config={"threads": t.settings.duckdb_threads, "memory_limit": t.settings.duckdb_memory_limit})
+    con = duckdb.connect(config={"threads": engine.settings.duckdb_threads, "memory_limit": engine.settings.duckdb_memory_limit})
     try:
         con.execute("SET TimeZone = 'UTC'")
-        con.register("current_rows", t.arrow_source(key))
+        con.register("current_rows", datasets.arrow_source(engine, key))
         con.register("edits", edits)
         on = " AND ".join(f"e.{quote(k)} IS NOT DISTINCT FROM c.{quote(k)}" for k in keys)
         absent = con.execute(

@@ -9,23 +9,20 @@ import logging
 from contextlib import ExitStack
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
 
 from ..control.plane import DatasetRecord
 from ..core import arguments
+from ..core import read_faults as faults
 from ..core.errors import ConcurrentWriteError, DatasetNotFoundError, MaintenanceFailedError, TridentError, WriterLockLostError
 from ..core.keys import validate_key
-from ..read import faults
+from ..engine import Engine
 from ..sinks.contract import Maintenance
-
-if TYPE_CHECKING:
-    from ..client import Trident
 
 log = logging.getLogger("trident")
 
 
 def maintain(
-    t: Trident,
+    engine: Engine,
     key: str,
     *,
     older_than: timedelta,
@@ -34,32 +31,32 @@ def maintain(
 ) -> Maintenance:
     """``Trident.maintain`` of ``key`` (see there for what it does and why the lock is not waited for)."""
     arguments.maintenance_window(older_than, retain_last, uploads_older_than)
-    ds = t.control.dataset(t.workspace, validate_key(key))
+    ds = engine.control.dataset(engine.workspace, validate_key(key))
     if ds is None:
-        raise DatasetNotFoundError(key, t.workspace)
+        raise DatasetNotFoundError(key, engine.workspace)
     with ExitStack() as stack:
         try:
-            ds = stack.enter_context(t.driver.locked(ds, wait_s=0))
+            ds = stack.enter_context(engine.driver.locked(ds, wait_s=0))
         except WriterLockLostError:
             raise
         except ConcurrentWriteError:
-            reason = _busy_reason(t, ds)
+            reason = _busy_reason(engine, ds)
             log.info("trident maintain %s: skipped, %s", key, reason)
             return Maintenance(key=ds.key, expired_snapshots=0, deleted_files=0, skipped=reason)
-        cleanups = t.driver.retry_cleanups(t.workspace, ds)
+        cleanups = engine.driver.retry_cleanups(engine.workspace, ds)
         if not ds.exists:
             if not (cleanups.cleaned or cleanups.pending):
-                raise DatasetNotFoundError(key, t.workspace)
+                raise DatasetNotFoundError(key, engine.workspace)
             done = Maintenance(key=ds.key, expired_snapshots=0, deleted_files=0)
         else:
             now = datetime.now(UTC)
-            cutoff = now - timedelta(days=t.settings.staged_max_age_days)
-            stale = [e for e in t.control.staged_entries(ds.dataset_id) if e.staged_at is not None and e.staged_at < cutoff]
+            cutoff = now - timedelta(days=engine.settings.staged_max_age_days)
+            stale = [e for e in engine.control.staged_entries(ds.dataset_id) if e.staged_at is not None and e.staged_at < cutoff]
             for entry in stale:
-                t.driver.discard_staged(
-                    ds, entry, f"discarded by maintenance: staged over {t.settings.staged_max_age_days} days ago"
+                engine.driver.discard_staged(
+                    ds, entry, f"discarded by maintenance: staged over {engine.settings.staged_max_age_days} days ago"
                 )
-            sink = t.driver.sink(ds.sink)
+            sink = engine.driver.sink(ds.sink)
             try:
                 compacted = sink.compact(ds)
                 log.info("trident maintain %s: %s", key, compacted)
@@ -107,9 +104,9 @@ def _named(exc: Exception, key: str) -> Exception:
     )
 
 
-def _busy_reason(t: Trident, ds: DatasetRecord) -> str:
+def _busy_reason(engine: Engine, ds: DatasetRecord) -> str:
     """Why ``maintain`` could not take the writer lock, naming the open write when there is one."""
-    open_now = t.control.open_entries(ds.dataset_id)
+    open_now = engine.control.open_entries(ds.dataset_id)
     if not open_now:
         return "its writer lock is held (another maintenance or reconcile of it is running)"
     e = open_now[0]

@@ -20,21 +20,19 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import duckdb
 import pyarrow as pa
 
-from ..control.router import SINKS, RouteDecision, clamp, writer_spec
+from ..control.router import SINK_NAMES, RouteDecision, clamp, writer_spec
 from ..core.errors import MigrationError
 from ..core.failpoints import armed_action, failpoint
 from ..core.identity import public_schema
+from ..core.keys import quote
 from ..core.schemas import conform
-from ..planning.merge import quote
+from ..engine import Engine
 from ..transaction.driver import CANARY_WRITER, Intent
-
-if TYPE_CHECKING:
-    from ..client import Trident
 
 Progress = Callable[[str, int, int], None]  # (phase, rows done, rows total)
 
@@ -121,11 +119,11 @@ def _checksum(reader: pa.RecordBatchReader, schema: pa.Schema, total: int, progr
     return check
 
 
-def move_refusal(t: Trident, dataset_id: uuid.UUID, key: str, to_sink: str) -> str | None:
+def move_refusal(engine: Engine, dataset_id: uuid.UUID, key: str, to_sink: str) -> str | None:
     """Why ``key`` may not move to ``to_sink``, or None. A dataset may only go where every writer
     that writes it may go: otherwise the router would clamp its own writer back and refuse it
     forever after (the split rule)."""
-    writers = {e.writer for e in t.control.history(dataset_id, None) if e.status == "committed"} - {CANARY_WRITER}
+    writers = {e.writer for e in engine.control.history(dataset_id, None) if e.status == "committed"} - {CANARY_WRITER}
     for writer in sorted(writers):
         spec = writer_spec(writer)
         if clamp(to_sink, spec.max_mode)[1]:
@@ -136,20 +134,20 @@ def move_refusal(t: Trident, dataset_id: uuid.UUID, key: str, to_sink: str) -> s
     return None
 
 
-def _refuse_a_move_its_writers_cannot_follow(t: Trident, dataset_id: uuid.UUID, key: str, to_sink: str) -> None:
-    reason = move_refusal(t, dataset_id, key, to_sink)
+def _refuse_a_move_its_writers_cannot_follow(engine: Engine, dataset_id: uuid.UUID, key: str, to_sink: str) -> None:
+    reason = move_refusal(engine, dataset_id, key, to_sink)
     if reason is not None:
         raise MigrationError(f"{reason}. Not moved")
 
 
-def migrate(t: Trident, key: str, to_sink: str, progress: Progress | None = None) -> MigrationReport:
-    if to_sink not in SINKS:
-        raise MigrationError(f"unknown sink {to_sink!r}; sinks are {list(SINKS)}")
-    ds = t.dataset_record(key)
+def migrate(engine: Engine, key: str, to_sink: str, progress: Progress | None = None) -> MigrationReport:
+    if to_sink not in SINK_NAMES:
+        raise MigrationError(f"unknown sink {to_sink!r}; sinks are {list(SINK_NAMES)}")
+    ds = engine.dataset_record(key)
     if ds.sink == to_sink:
         raise MigrationError(f"dataset {key!r} already lives in {to_sink!r}; nothing to migrate")
-    _refuse_a_move_its_writers_cannot_follow(t, ds.dataset_id, key, to_sink)
-    driver = t.driver
+    _refuse_a_move_its_writers_cannot_follow(engine, ds.dataset_id, key, to_sink)
+    driver = engine.driver
     with driver.locked(ds) as ds:
         source, target = driver.sink(ds.sink), driver.sink(to_sink)
         from_sink = ds.sink
@@ -191,10 +189,10 @@ def migrate(t: Trident, key: str, to_sink: str, progress: Progress | None = None
         if parity:
             txn.commit(outcome, flip_to=to_sink)
             source.drop(ds)
-            pins = t.router.pins()
+            pins = engine.router.pins()
             note = ""
             if pins.get(key) == from_sink:
-                t.router.set_pin(key, to_sink)
+                engine.router.set_pin(key, to_sink)
                 note = f"; its pin now points to {to_sink}"
             message = f"parity: {src_sum.rows} rows, checksum {src_sum.digest}; flipped {from_sink} -> {to_sink}{note}"
         else:

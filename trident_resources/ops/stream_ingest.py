@@ -22,11 +22,12 @@ from ..core.errors import InvalidWriteError, StreamClosedError, TridentError
 from ..core.identity import refuse_reserved
 from ..core.results import WriteResult
 from ..core.schemas import conform
+from ..engine import Engine
 from ..planning.inputs import to_reader
+from . import write
 
 if TYPE_CHECKING:
-    from ..client import Trident
-    from ..sinks.contract import WriteMode
+    from ..core.write_modes import WriteMode
 
 log = logging.getLogger("trident")
 
@@ -44,7 +45,7 @@ class IngestStream:
 
     def __init__(
         self,
-        t: Trident,
+        engine: Engine,
         key: str,
         *,
         mode: WriteMode,
@@ -54,7 +55,7 @@ class IngestStream:
         max_queued: int,
         write_kwargs: dict[str, Any],
     ) -> None:
-        self._t = t
+        self._engine = engine
         self.key = key
         self._mode = mode
         self._keys = keys
@@ -161,8 +162,8 @@ class IngestStream:
 
     def _run(self, reader: pa.RecordBatchReader) -> None:
         try:
-            self.result = self._t.write(
-                self.key, reader, mode=self._mode, keys=self._keys or None, writer=self._writer, **self._kwargs
+            self.result = write.write(
+                self._engine, self.key, reader, mode=self._mode, keys=self._keys or None, writer=self._writer, **self._kwargs
             )
         except BaseException as exc:  # handed to the producer thread
             self._error = exc

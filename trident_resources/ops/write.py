@@ -1,98 +1,103 @@
-"""What a write records and reports besides its rows: watermarks as control-plane rows, the
-metadata a staged write keeps for its publish, and the ``WriteResult`` built from the ledger."""
+"""The write operation: one INTENT -> WRITE -> COMMIT transaction of rows into a dataset, whatever
+sink it lives in (``Trident.write`` documents the modes and their rules).
+
+Every argument is checked before the dataset is touched (a malformed one is a named error at the
+call, never a raw ``TypeError`` from deep inside), and the watermarks are resolved before the
+transaction opens: refused between its WRITE and COMMIT, a bad one would leave the transaction
+open with its data written, for the reconciler to roll forward.
+"""
 
 from __future__ import annotations
 
+import logging
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..control.plane import LedgerEntry, Outcome
-from ..control.router import RouteDecision
 from ..core import arguments
 from ..core.errors import DatasetNotFoundError, InvalidWriteError
-from ..core.keys import validate_key
+from ..core.identity import refuse_case_clash, refuse_reserved
+from ..core.keys import iceberg_identifier, validate_key
+from ..core.partitions import PartitionFilter
 from ..core.results import WriteResult
-from ..transaction.driver import Watermarks
+from ..core.write_modes import WriteMode
+from ..engine import Engine
+from ..planning.inputs import to_reader
+from ..transaction.driver import PARTITION_META, WATERMARK_META, Intent, watermark_meta
+from . import commit_records
 
-if TYPE_CHECKING:
-    from ..client import Trident
-
-
-def watermark_rows(
-    t: Trident, watermarks: Mapping[str, tuple[datetime, uuid.UUID | None]] | None, partition_keys: list[str]
-) -> Watermarks:
-    """``watermarks`` as control-plane rows, one per source and output partition (``[""]``: the
-    whole output); InvalidWriteError for a malformed one, and DatasetNotFoundError for a source
-    key that is not a dataset."""
-    if watermarks is None:
-        return []
-    if not isinstance(watermarks, Mapping):
-        raise InvalidWriteError(f"watermarks must map source keys to (committed_at, source txn id), got {watermarks!r}")
-    rows: Watermarks = []
-    # the sources' records in one query, not one per source (issue 12); refusals as before, in order
-    records = t.control.datasets_by_keys(t.workspace, [k for k in watermarks if isinstance(k, str)]) if watermarks else {}
-    for key, value in watermarks.items():
-        if not isinstance(value, (tuple, list)) or len(value) != 2 or not isinstance(value[0], datetime):
-            raise InvalidWriteError(f"watermarks[{key!r}] must be (committed_at: datetime, source txn id or None), got {value!r}")
-        found = records.get(validate_key(key))
-        if found is None or not found.exists:
-            raise DatasetNotFoundError(key, t.workspace)
-        source = found.dataset_id
-        rows.extend((source, part, value[0], arguments.txn_id(value[1])) for part in partition_keys)
-    return rows
+log = logging.getLogger("trident")
 
 
-def noop_result(t: Trident, key: str, txn: uuid.UUID, route: RouteDecision) -> WriteResult:
-    prior = t.control.ledger_entry(txn)
-    assert prior is not None and prior.status == "committed"
-    outcome = Outcome(
-        rows_written=prior.rows_written or 0,
-        row_count=prior.row_count or 0,
-        next_row_index=0,
-        snapshot_id=prior.snapshot_id,
-        schema=[],
-        skipped=prior.skipped or 0,
-        preserved=prior.preserved or 0,
-    )
-    return write_result(key, prior, outcome, route, noop=True)
-
-
-STAGED_META = "trident.staged"  # ledger metadata of a staged write: what publish records with it
-
-
-def staged_meta(
-    provenance: Mapping[str, Any] | None,
-    watermarks: Mapping[str, tuple[datetime, uuid.UUID | None]] | None,
-    partition_keys: list[str],
-) -> dict[str, Any]:
-    return {
-        "provenance": dict(provenance) if provenance is not None else None,
-        "watermarks": {k: [mark.isoformat(), str(src) if src else None] for k, (mark, src) in (watermarks or {}).items()},
-        "watermark_partitions": partition_keys,
-    }
-
-
-def write_result(
-    key: str, entry: LedgerEntry, outcome: Outcome, route: RouteDecision, noop: bool = False, staged: bool = False
+def write(
+    engine: Engine,
+    key: str,
+    data: Any = None,
+    *,
+    mode: WriteMode = "replace",
+    writer: str = "ingest.api",
+    keys: Iterable[str] | str | None = None,
+    row_filter: str | None = None,
+    source_refs: Iterable[str] | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    txn_id: uuid.UUID | str | None = None,
+    provenance: Mapping[str, Any] | None = None,
+    watermarks: Mapping[str, tuple[datetime, uuid.UUID | None]] | None = None,
+    stage: bool = False,
+    partition: PartitionFilter | None = None,
 ) -> WriteResult:
-    return WriteResult(
-        key=key,
-        txn_id=entry.txn_id,
-        mode=entry.mode,
-        writer=entry.writer,
-        sink=entry.sink,
-        rows_written=outcome.rows_written,
-        row_count=outcome.row_count,
-        skipped=outcome.skipped,
-        preserved=outcome.preserved,
-        deleted=outcome.deleted,
-        snapshot_id=outcome.snapshot_id,
-        committed_at=entry.committed_at or entry.staged_at or entry.started_at,
-        created_at=entry.started_at,
-        schema_version=entry.schema_version or 0,
-        route=route.describe(),
-        noop=noop,
-        staged=staged,
-    )
+    """``Trident.write`` (see there for the modes, and what it raises)."""
+    validate_key(key)
+    key_cols = arguments.write_keys(keys)
+    arguments.write_mode(mode, key_cols, row_filter, data)
+    refs, metadata = arguments.source_refs(source_refs), arguments.metadata(metadata)
+    provenance = arguments.metadata(provenance, "provenance") if provenance is not None else None
+    if partition is not None and mode == "delete":
+        raise InvalidWriteError("a delete takes row_filter=... (a partition is a filter like any other), not partition=")
+    reader = None if data is None else to_reader(data)
+    if reader is not None:
+        refuse_reserved(reader.schema)
+    partition = arguments.partition_filter(partition)
+    bound = partition.bind(reader.schema) if partition is not None and reader is not None else None
+    # delta per partition: a partition write's watermarks are recorded per output partition
+    marked = bound.watermark_keys() if bound is not None and watermarks else [""]
+    txn = arguments.txn_id(txn_id) or uuid.uuid4()
+    marks = commit_records.watermark_rows(engine, watermarks, marked)
+    existing = engine.control.dataset(engine.workspace, key)
+    if mode == "delete" and (existing is None or not existing.exists):
+        raise DatasetNotFoundError(key, engine.workspace)
+    if reader is not None and existing is not None and existing.schema and (mode != "replace" or partition is not None):
+        refuse_case_clash((c["name"] for c in existing.schema), reader.schema)
+    route = engine.route(key, writer, existing)
+    if partition is not None:
+        engine.require_partitions(key, route.sink)
+    ident = ".".join(iceberg_identifier(engine.settings.namespace_root, engine.workspace, key))
+    ds = existing or engine.control.ensure_dataset(engine.workspace, key, route.sink, ident)
+    with engine.lock(ds, bound) as ds:
+        route = engine.route(key, writer, ds)  # decided again: the dataset may have moved or been born meanwhile
+        if partition is not None:
+            engine.require_partitions(key, route.sink)
+        if ds.sink != route.sink:  # not born yet (an aborted first write may have named another sink)
+            engine.control.set_dataset_sink(ds.dataset_id, route.sink, ident)
+            ds = engine.control.dataset_by_id(ds.dataset_id) or ds
+        log.info("trident write %s mode=%s writer=%s sink=%s", key, mode, writer, route.describe())
+        meta = dict(metadata)
+        if partition is not None:
+            meta[PARTITION_META] = partition.as_metadata()
+        if marks and not stage:  # a roll-forward by the reconciler records them too
+            meta[WATERMARK_META] = watermark_meta(marks)
+        if stage:  # recorded by publish, with the version (a staged version changes nothing yet)
+            meta[commit_records.STAGED_META] = commit_records.staged_meta(provenance, watermarks, marked)
+        intent = Intent(txn_id=txn, mode=mode, writer=writer, sink=route.sink, route=route, source_refs=refs, metadata=meta)
+        sink = engine.sink(route.sink)
+        if stage and not sink.stages:
+            raise sink.staging_refusal(ds)
+        transaction = engine.driver.open(ds, intent)
+        if transaction is None:
+            return commit_records.noop_result(engine, key, txn, route)
+        outcome = transaction.write(reader, keys=key_cols, row_filter=row_filter, stage=stage, partition=partition)
+        if stage:
+            return commit_records.write_result(ds.key, transaction.stage(outcome), outcome, route, staged=True)
+        done = transaction.commit(outcome, provenance=provenance, watermarks=marks)
+        return commit_records.write_result(ds.key, done, outcome, route)

@@ -20,14 +20,10 @@ import duckdb
 import pyarrow as pa
 
 from ..core.errors import DuplicateKeyError, InvalidWriteError, NullKeyError, SchemaMismatchError
-from ..core.identity import CREATED_AT, ROW_ID, ROW_ID_TEXT, ROW_INDEX, RowIdBlock
+from ..core.identity import CREATED_AT, FILE_COLUMN, ROW_ID, ROW_ID_TEXT, ROW_INDEX, RowIdBlock
+from ..core.keys import quote
 
-FILE_COLUMN = "__file"
 BATCH_ROWS = 65_536
-
-
-def quote(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
 
 
 def capture_errors(reader: pa.RecordBatchReader) -> tuple[pa.RecordBatchReader, list[BaseException]]:

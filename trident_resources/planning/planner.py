@@ -16,13 +16,13 @@ import pyarrow.compute as pc
 from ..control.plane import Outcome
 from ..core.errors import DatasetNotFoundError, InvalidWriteError
 from ..core.filters import arrow_filter, check_key_columns
-from ..core.identity import IDENTITY_COLUMNS, ROW_ID, ROW_INDEX, stamp
+from ..core.identity import FILE_COLUMN, IDENTITY_COLUMNS, ROW_ID, ROW_INDEX, stamp
 from ..core.partitions import PartitionFilter
 from ..core.schemas import conform, plan_schema, user_fields, with_identity
 from ..core.settings import TridentSettings
 from ..sinks.contract import Sink, SinkWrite, StoredVersion, WriteCounts, WriteRequest
 from .clustering import cluster
-from .merge import FILE_COLUMN, KeyedMerge
+from .merge import KeyedMerge
 from .prefetch import prefetched
 
 # More partitions than this in one write and the input is clustered by partition first (the data

@@ -4,7 +4,7 @@ Why: a streamed write used to pull its input (a DuckDB query's Arrow stream, a P
 decoded) on the same thread that hands row groups to the Parquet encoders, and that thread waits
 whenever the encoder lane it needs is still busy. While it waited, nothing pulled the input: a
 DuckDB streaming result only computes when asked for its next batch, so the query and the encoders
-took turns instead of sharing the two cores (issue 12: Trident averaged ~1.6 busy cores over the
+took turns instead of sharing the two cores (Trident averaged ~1.6 busy cores over the
 example pipeline, DuckDB writing the same results ~1.8). Pulling on a helper thread keeps the
 source producing while the writer waits; both sides release the GIL in their native code.
 

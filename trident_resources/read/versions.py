@@ -6,18 +6,15 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
 
 from ..control.plane import DatasetRecord, LedgerEntry
 from ..core.errors import DatasetNotFoundError, InvalidReadError
 from ..core.keys import validate_key
+from ..engine import Engine
 from ..sinks.contract import AsOf
 
-if TYPE_CHECKING:
-    from ..client import Trident
 
-
-def version_at(t: Trident, ds: DatasetRecord, as_of: AsOf) -> int | None:
+def version_at(engine: Engine, ds: DatasetRecord, as_of: AsOf) -> int | None:
     """The snapshot id of the version ``as_of`` names, decided by the ledger: a transaction id,
     a snapshot id or an instant name a COMMITTED transaction of this dataset, and an instant
     reads the version that was visible then: the newest one whose ``committed_at`` (the instant it
@@ -27,7 +24,7 @@ def version_at(t: Trident, ds: DatasetRecord, as_of: AsOf) -> int | None:
     Anything else is an InvalidReadError, never an empty or older version."""
     if as_of is None:
         return None
-    committed = [e for e in t.control.history(ds.dataset_id, None) if e.status == "committed"]
+    committed = [e for e in engine.control.history(ds.dataset_id, None) if e.status == "committed"]
     if isinstance(as_of, bool) or not isinstance(as_of, (int, str, uuid.UUID, datetime)):
         raise InvalidReadError(f"as_of must be a transaction id, a snapshot id or a datetime, not {as_of!r}")
     if isinstance(as_of, datetime):
@@ -41,34 +38,34 @@ def version_at(t: Trident, ds: DatasetRecord, as_of: AsOf) -> int | None:
             if e.snapshot_id == as_of:
                 return as_of
         raise InvalidReadError(f"no committed version of {ds.key!r} has snapshot id {as_of}")
-    entry = _entry_of(t, ds, as_of, f"as_of {as_of!r} is neither a transaction id (uuid) nor a snapshot id")
+    entry = _entry_of(engine, ds, as_of, f"as_of {as_of!r} is neither a transaction id (uuid) nor a snapshot id")
     if entry.status != "committed" or entry.snapshot_id is None:
         raise InvalidReadError(f"transaction {entry.txn_id} of {ds.key!r} is {entry.status}, not committed: it has no version")
     return entry.snapshot_id
 
 
-def staged_entry(t: Trident, key: str, txn_id: uuid.UUID | str) -> tuple[DatasetRecord, LedgerEntry]:
-    """The dataset ``key`` and its staged transaction ``txn_id``, read in ONE query (issue 12:
-    every check of a staged version, every SQL read of one and publish named it in two)."""
+def staged_entry(engine: Engine, key: str, txn_id: uuid.UUID | str) -> tuple[DatasetRecord, LedgerEntry]:
+    """The dataset ``key`` and its staged transaction ``txn_id``, read in ONE query:
+    every check of a staged version, every SQL read of one and its publish ask for it."""
     try:
         txn = _txn_id(txn_id, f"{txn_id!r} is not a transaction id")
-    except InvalidReadError:  # refused after the key is known to name a dataset, as before
-        if t.control.dataset(t.workspace, validate_key(key)) is None:
-            raise DatasetNotFoundError(key, t.workspace) from None
+    except InvalidReadError:  # refused once the key is known to name a dataset
+        if engine.control.dataset(engine.workspace, validate_key(key)) is None:
+            raise DatasetNotFoundError(key, engine.workspace) from None
         raise
-    ds, entry = t.control.dataset_and_entry(t.workspace, validate_key(key), txn)
+    ds, entry = engine.control.dataset_and_entry(engine.workspace, validate_key(key), txn)
     if ds is None:
-        raise DatasetNotFoundError(key, t.workspace)
+        raise DatasetNotFoundError(key, engine.workspace)
     entry = _owned(entry, ds, txn)
     if entry.status != "staged":
         raise InvalidReadError(f"transaction {entry.txn_id} of {ds.key!r} is {entry.status}, not staged")
     return ds, entry
 
 
-def _entry_of(t: Trident, ds: DatasetRecord, txn_id: object, not_an_id: str) -> LedgerEntry:
+def _entry_of(engine: Engine, ds: DatasetRecord, txn_id: object, not_an_id: str) -> LedgerEntry:
     """The ledger entry ``txn_id`` names, refused unless it is a transaction of ``ds``."""
     txn = _txn_id(txn_id, not_an_id)
-    return _owned(t.control.ledger_entry(txn), ds, txn)
+    return _owned(engine.control.ledger_entry(txn), ds, txn)
 
 
 def _txn_id(txn_id: object, not_an_id: str) -> uuid.UUID:

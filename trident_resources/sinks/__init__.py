@@ -1,20 +1,19 @@
 """Sinks: where a dataset's rows are stored. Each only stores; the write planner decides what to
 store and the transaction driver when it counts.
 
-``SINK_NAMES`` is the one registry of sinks (the router clamps along its order, the CLI offers
-its names); ``open_sinks`` builds one of each for a ``Trident``.
+``open_sinks`` builds one of each for a ``Trident``.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..control.router import SINK_NAMES
+
 if TYPE_CHECKING:
     from ..control.plane import ControlPlane
     from ..core.settings import TridentSettings
     from .contract import Sink
-
-SINK_NAMES: tuple[str, ...] = ("pg", "iceberg_native")  # ordered by capability: a clamp moves left
 
 
 def open_sinks(settings: TridentSettings, control: ControlPlane, dsn: str) -> dict[str, Sink]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any, ClassVar, Literal, Protocol, get_args
+from typing import Any, ClassVar, Literal, Protocol
 
 import pyarrow as pa
 
@@ -23,9 +23,7 @@ from ..control.plane import DatasetRecord, Outcome
 from ..core.errors import UnsupportedBySinkError
 from ..core.identity import ROW_ID_TEXT
 from ..core.partitions import PartitionFilter
-
-WriteMode = Literal["replace", "append", "upsert", "append_new", "delete"]
-WRITE_MODES: tuple[WriteMode, ...] = get_args(WriteMode)
+from ..core.write_modes import WriteMode
 
 AsOf = int | str | uuid.UUID | datetime | None
 
@@ -52,7 +50,7 @@ class WriteRequest:
     # (another writer may own the dataset now), so a fenced writer never commits.
     fence: Callable[[], None] = lambda: None
     stage: bool = False  # write-audit-publish: commit on an audit branch, not the published version
-    # A partition write (issue 10): only the rows of this partition (range) are replaced, and new
+    # A partition write: only the rows of this partition (range) are replaced, and new
     # rows reserve their __row_index range through ``reserve_rows(n) -> first`` (writers of other
     # partitions run at the same time).
     partition: PartitionFilter | None = None
@@ -88,7 +86,7 @@ class Maintenance:
     expired_snapshots: int
     deleted_files: int  # data files
     discarded_staged: list[uuid.UUID] = field(default_factory=list)  # staged versions past their age
-    # compaction (issue 12): small data files rewritten into target-size ones, in one snapshot
+    # compaction: small data files rewritten into target-size ones, in one snapshot
     compacted_files: int = 0
     compaction_files_written: int = 0
     data_files_before: int | None = None

@@ -50,8 +50,9 @@ from ..core.failpoints import failpoint
 from ..core.partitions import PartitionFilter
 from ..core.results import ReconcileReport
 from ..core.settings import TridentSettings
+from ..core.write_modes import WriteMode
 from ..planning.planner import WritePlanner
-from ..sinks.contract import Discarded, Sink, WriteMode, WriteRequest
+from ..sinks.contract import Discarded, Sink, WriteRequest
 
 log = logging.getLogger("trident")
 

@@ -72,7 +72,7 @@ def _unreferenced_files(t: Trident, key: str) -> list[str]:
     ds = t.control.dataset(t.workspace, key)
     assert ds is not None
     locations = {e.location for e in t.history(key) if e.location}
-    table = t.driver.sinks["iceberg_native"].table(ds) if ds.sink == "iceberg_native" else None  # type: ignore[attr-defined]
+    table = t.driver.sinks["iceberg_native"].tables.table(ds) if ds.sink == "iceberg_native" else None  # type: ignore[attr-defined]
     referenced: set[str] = set()
     if table is not None:
         locations.add(table.location())

@@ -85,7 +85,7 @@ def test_empty_iterable_and_unknown_things(trident: Trident) -> None:
     with pytest.raises(InvalidWriteError, match="cannot write a str"):
         t.write("bad/str", "not data")
     with pytest.raises(InvalidWriteError, match="unknown mode"):
-        t.write("bad/mode", table(k=[1]), mode="merge")  # type: ignore[arg-type]  # deliberately not a WriteMode
+        t.write("bad/mode", table(k=[1]), mode="merge")  # type: ignore[call-overload]  # deliberately not a WriteMode
     with pytest.raises(InvalidWriteError, match="needs keys"):
         t.write("bad/mode", table(k=[1]), mode="upsert")
     with pytest.raises(InvalidWriteError, match="unknown writer"):

@@ -200,7 +200,7 @@ def test_a_mid_stream_schema_change_in_a_keyed_write_is_named(trident: Trident, 
 )
 def test_malformed_write_arguments_are_invalid_writes(trident: Trident, kwargs: dict[str, object], words: str) -> None:
     with pytest.raises(InvalidWriteError, match=words):
-        trident.write("args/w", table(k=[1]), **kwargs)  # type: ignore[arg-type]
+        trident.write("args/w", table(k=[1]), **kwargs)  # type: ignore[call-overload]
     assert not trident.exists("args/w")
 
 

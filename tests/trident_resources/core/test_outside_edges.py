@@ -72,7 +72,7 @@ def test_a_partition_that_is_not_a_partition_filter_is_a_named_error(trident: Tr
         lambda: trident.read("q/parts", partition=partition),  # type: ignore[arg-type]
         lambda: trident.stream("q/parts", partition=partition),  # type: ignore[arg-type]
         lambda: trident.arrow_source("q/parts", partition=partition),  # type: ignore[arg-type]
-        lambda: trident.write("q/parts", pa.table({"region": ["us"], "v": [2]}), partition=partition),  # type: ignore[arg-type]
+        lambda: trident.write("q/parts", pa.table({"region": ["us"], "v": [2]}), partition=partition),  # type: ignore[call-overload]
     ):
         with pytest.raises(PartitionError, match="PartitionFilter"):
             call()
@@ -178,7 +178,7 @@ def test_a_bad_watermark_fails_the_write_before_it_opens(trident: Trident, water
     trident.write("w/src", pa.table({"a": [1]}))
     trident.write("w/out", pa.table({"a": [1]}))
     with pytest.raises(error):
-        trident.write("w/out", pa.table({"a": [2]}), mode="append", watermarks=watermarks)  # type: ignore[arg-type]
+        trident.write("w/out", pa.table({"a": [2]}), mode="append", watermarks=watermarks)  # type: ignore[call-overload]
     rec = trident.reconcile()
     assert rec.rolled_forward == [] and rec.still_running == []
     assert trident.read("w/out", columns=["a"]).column("a").to_pylist() == [1]

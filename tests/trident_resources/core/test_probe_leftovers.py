@@ -219,7 +219,7 @@ def test_write_arguments_postgres_cannot_hold_are_refused_before_the_transaction
     was reported as ControlPlaneUnavailableError ("Postgres failed")."""
     trident.write("pe/args", pa.table({"id": [1]}))
     with pytest.raises(InvalidWriteError, match=needle):
-        trident.write("pe/args", pa.table({"id": [2]}), **kwargs)  # type: ignore[arg-type]
+        trident.write("pe/args", pa.table({"id": [2]}), **kwargs)  # type: ignore[call-overload]
     assert [e.status for e in trident.history("pe/args")] == ["committed"]  # no transaction was even opened
     assert trident.read("pe/args", columns=["id"]).to_pylist() == [{"id": 1}]
 

@@ -137,13 +137,13 @@ def test_a_partitioned_downstream_reads_only_its_partitions(settings: TridentSet
     assert res.success, step_errors(res)
     opened: list[int] = []
     sink = cast(IcebergSink, trident.driver.sinks["iceberg_native"])
-    original = sink.file_dataset
+    original = sink.tables.file_dataset
 
     def counting(table, paths, schema=None):
         opened.append(len(paths))
         return original(table, paths, schema)
 
-    sink.file_dataset = counting  # type: ignore[method-assign, assignment]  # a test double without the fmt parameter
+    sink.tables.file_dataset = counting  # type: ignore[method-assign, assignment]  # a test double without the fmt parameter
     try:
         from trident_resources.dagster import TridentIOManager, TridentResource
 
@@ -155,7 +155,7 @@ def test_a_partitioned_downstream_reads_only_its_partitions(settings: TridentSet
         resources = {"trident": r, "io_manager": TridentIOManager(trident=r)}
         res = dg.materialize([up, down], selection=[down], partition_key="2024-01-04", resources=resources, raise_on_error=False)
     finally:
-        sink.file_dataset = original  # type: ignore[method-assign]
+        sink.tables.file_dataset = original  # type: ignore[method-assign]
     assert res.success, step_errors(res)
     assert seen["days"] == [date(2024, 1, 4)]
     assert opened == [1]  # the one file of that partition, out of 10

@@ -76,7 +76,7 @@ def test_a_checksum_mismatch_reverts_the_flip(
     assert comparable(t.read("tpch/nation")) == comparable(before)
     entry = t.history("tpch/nation")[0]
     assert (entry.writer, entry.status) == ("canary", "aborted") and "no parity" in (entry.error or "")
-    assert t.driver.sinks["iceberg_native"].table(t.dataset_record("tpch/nation")) is None  # type: ignore[attr-defined]
+    assert t.driver.sinks["iceberg_native"].tables.table(t.dataset_record("tpch/nation")) is None  # type: ignore[attr-defined]
     # the CLI reports it and exits 1; a clean retry then flips
     env = {
         "TRIDENT_HOME": str(settings.home),

@@ -32,7 +32,7 @@ def _sink(t: Trident) -> IcebergSink:
 def _files(t: Trident, key: str) -> set[str]:
     ds = t.control.dataset(t.workspace, key)
     assert ds is not None
-    tbl = _sink(t).table(ds)
+    tbl = _sink(t).tables.table(ds)
     assert tbl is not None
     fs, path = filesystem_for(tbl.io, f"{tbl.location()}/data")
     return {i.base_name for i in fs.get_file_info(pafs.FileSelector(path)) if i.type == pafs.FileType.File}
@@ -41,7 +41,7 @@ def _files(t: Trident, key: str) -> set[str]:
 def _location(t: Trident, key: str) -> str:
     ds = t.control.dataset(t.workspace, key)
     assert ds is not None
-    tbl = _sink(t).table(ds)
+    tbl = _sink(t).tables.table(ds)
     assert tbl is not None
     return tbl.location()
 
@@ -64,7 +64,7 @@ def test_maintain_leaves_a_folder_neighbours_files_alone(folder_trident: Trident
     # shared/b: the same storage folder, a table of its own (created in the real catalog first)
     sink = _sink(t)
     b = t.control.ensure_dataset(t.workspace, "shared/b", "iceberg_native", None)
-    ident = sink.identifier(b)
+    ident = sink.tables.identifier(b)
     sink._ensure_namespaces(ident)
     sink.catalog.create_table(  # owned by shared/b, as if created by its first write
         ident,
@@ -81,7 +81,7 @@ def test_maintain_leaves_a_folder_neighbours_files_alone(folder_trident: Trident
     # a file nobody's metadata ever referenced (another tool's, a partial upload...)
     ds = t.control.dataset(t.workspace, "shared/a")
     assert ds is not None
-    tbl = sink.table(ds)
+    tbl = sink.tables.table(ds)
     assert tbl is not None
     with tbl.io.new_output(f"{location}/data/not-ours.parquet").create(overwrite=True) as out:
         out.write(b"PAR1 not ours")
@@ -103,7 +103,7 @@ def test_maintain_finishes_a_cleanup_an_earlier_run_could_not(trident: Trident) 
     t.write("m/log", table(k=[2]))
     ds = t.control.dataset(t.workspace, "m/log")
     assert ds is not None
-    tbl = _sink(t).table(ds)
+    tbl = _sink(t).tables.table(ds)
     assert tbl is not None
     first = min(tbl.snapshots(), key=lambda s: cast(int, s.sequence_number)).snapshot_id
     tbl.maintenance.expire_snapshots().by_ids([first]).commit()  # expired, files left behind

@@ -14,7 +14,7 @@ from trident_resources.sinks.iceberg.files import filesystem_for
 
 def _data_files(t: Trident, key: str) -> int:
     ds = t.control.dataset(t.workspace, key)
-    tbl = t.driver.sinks["iceberg_native"].table(ds)  # type: ignore[attr-defined]
+    tbl = t.driver.sinks["iceberg_native"].tables.table(ds)  # type: ignore[attr-defined]
     fs, path = filesystem_for(tbl.io, f"{tbl.location()}/data")
     import pyarrow.fs as pafs
 

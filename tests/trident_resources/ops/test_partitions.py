@@ -27,7 +27,7 @@ def window(start: date, n: int = 1) -> PartitionFilter:
 
 def _files(t: Trident, key: str) -> list:  # the current snapshot's data files
     sink = t.driver.sinks["iceberg_native"]
-    return sink.data_files(sink.table(t.dataset_record(key)))  # type: ignore[attr-defined]
+    return sink.tables.data_files(sink.tables.table(t.dataset_record(key)))  # type: ignore[attr-defined]
 
 
 def test_a_partition_replace_touches_only_its_partition(trident: Trident) -> None:
@@ -98,7 +98,7 @@ def test_a_wide_backfill_is_clustered_before_it_is_split(trident: Trident) -> No
 def test_reading_one_partition_opens_only_its_files(trident: Trident) -> None:
     trident.write("p/read", days(D0, 10, 4), partition=window(D0, 10))
     sink = trident.driver.sinks["iceberg_native"]
-    table_ = sink.table(trident.dataset_record("p/read"))  # type: ignore[attr-defined]
+    table_ = sink.tables.table(trident.dataset_record("p/read"))  # type: ignore[attr-defined]
     part = window(D0 + timedelta(days=3)).bind(trident.schema("p/read")).to_row_filter()
     assert len(list(table_.scan(row_filter=part).plan_files())) == 1
     assert trident.read("p/read", partition=window(D0 + timedelta(days=3))).num_rows == 4

@@ -214,7 +214,7 @@ def test_a_retry_of_an_aborted_txn_id_removes_its_leftovers_first(
             proxy.up()
             r = t.write("down/retry", pa.table({"k": [1, 2], "v": ["a", "b"]}), txn_id=txn)
             assert r.row_count == 2 and not r.noop
-            table = t.driver.sinks["iceberg_native"].table(t.dataset_record("down/retry"))  # type: ignore[attr-defined]
+            table = t.driver.sinks["iceberg_native"].tables.table(t.dataset_record("down/retry"))  # type: ignore[attr-defined]
             referenced = {task.file.file_path.split("/", 3)[-1] for task in table.scan().plan_files()}
             data_files = {k for k in _objects(s3, settings.s3_prefix, str(txn)) if "/data/" in k}
             assert data_files == referenced and len(leaked) > len(referenced)

@@ -29,7 +29,7 @@ def _txn_files(settings: TridentSettings, txn: object) -> list[Path]:
 def test_stream_commits_one_snapshot_and_nothing_is_visible_before(trident: Trident) -> None:
     t = trident
     t.write("st/x", _batch(0))
-    table = t.driver.sinks["iceberg_native"].table(t.dataset_record("st/x"))  # type: ignore[attr-defined]
+    table = t.driver.sinks["iceberg_native"].tables.table(t.dataset_record("st/x"))  # type: ignore[attr-defined]
     snapshots = len(table.metadata.snapshots)
     with t.ingest_stream("st/x") as s:
         for i in range(1, 6):

@@ -73,7 +73,7 @@ def test_discard_leaves_no_trace(trident: Trident) -> None:
     assert _ks(t, "wap/d") == [1]
     with pytest.raises(InvalidReadError):
         t.read("wap/d", staged=r.txn_id)
-    tbl = t.driver.sinks["iceberg_native"].table(t.dataset_record("wap/d"))  # type: ignore[attr-defined]
+    tbl = t.driver.sinks["iceberg_native"].tables.table(t.dataset_record("wap/d"))  # type: ignore[attr-defined]
     assert not [ref for ref in tbl.metadata.refs if ref != "main"]
 
 
@@ -140,7 +140,7 @@ def test_a_kill_at_any_step_ends_old_or_new_whole(trident: Trident, settings: Tr
         assert _ks(t, "wap/k") == [1, 2, 3, 4]
         assert t.describe("wap/k").row_count == 4
         assert t.history("wap/k")[0].status == "committed"
-    tbl = t.driver.sinks["iceberg_native"].table(t.dataset_record("wap/k"))  # type: ignore[attr-defined]
+    tbl = t.driver.sinks["iceberg_native"].tables.table(t.dataset_record("wap/k"))  # type: ignore[attr-defined]
     assert not [ref for ref in tbl.metadata.refs if ref != "main"]
 
 
@@ -199,7 +199,7 @@ def test_a_staged_partition_publishes_onto_other_partitions_committed_meanwhile(
     assert published.row_count == 5 and published.rows_written == 3
     assert t.history("wap/p")[0].status == "committed"
     assert t.staged() == []
-    tbl = t.driver.sinks["iceberg_native"].table(t.dataset_record("wap/p"))  # type: ignore[attr-defined]
+    tbl = t.driver.sinks["iceberg_native"].tables.table(t.dataset_record("wap/p"))  # type: ignore[attr-defined]
     assert not [ref for ref in tbl.metadata.refs if ref != "main"]  # the audit branch went in the same commit
     rows = t.read("wap/p").to_pylist()
     indexes = [r["__row_index"] for r in rows]
@@ -238,7 +238,7 @@ def test_a_discarded_staged_partition_leaves_no_file_and_reconcile_leaves_it_alo
     t.discard("wap/r", staged.txn_id)
     assert _txn_files(t, "wap/r", staged.txn_id) == []
     assert _rows(t, "wap/r") == [(D0, 1), (D1, 10)]
-    tbl = t.driver.sinks["iceberg_native"].table(t.dataset_record("wap/r"))  # type: ignore[attr-defined]
+    tbl = t.driver.sinks["iceberg_native"].tables.table(t.dataset_record("wap/r"))  # type: ignore[attr-defined]
     assert not [ref for ref in tbl.metadata.refs if ref != "main"]
 
 

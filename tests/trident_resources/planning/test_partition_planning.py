@@ -49,7 +49,7 @@ def entries_read(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
 
 def _manifests(t: Trident, key: str) -> list[ManifestFile]:
     sink = t.driver.sinks["iceberg_native"]
-    table = sink.table(t.dataset_record(key))  # type: ignore[attr-defined]
+    table = sink.tables.table(t.dataset_record(key))  # type: ignore[attr-defined]
     return table.current_snapshot().manifests(table.io)
 
 
@@ -111,7 +111,7 @@ def test_a_file_of_the_old_partitioning_outside_the_day_is_still_rewritten(tride
     far = D0 + timedelta(days=30)
     trident.write("pp/gain", pa.table({"d": [far], "v": [3]}), partition=window(far))
     sink = trident.driver.sinks["iceberg_native"]
-    files = sink.data_files(sink.table(trident.dataset_record("pp/gain")))  # type: ignore[attr-defined]
+    files = sink.tables.data_files(sink.tables.table(trident.dataset_record("pp/gain")))  # type: ignore[attr-defined]
     assert len(files) == 3 and all(f.partition[0] is not None for f in files)
     assert sorted(trident.read("pp/gain").column("v").to_pylist()) == [1, 2, 3]
 

@@ -44,7 +44,7 @@ def test_describe_looks_the_table_up_once_and_provenance_not_at_all(trident: Tri
     table (each look-up is a catalog query even when the parsed table is reused), and
     ``provenance`` (what node factories merge at every step) reads only the control plane."""
     from trident_resources.core.errors import DatasetNotFoundError
-    from trident_resources.sinks.iceberg import scans
+    from trident_resources.sinks.iceberg import tables
 
     t = trident
     days = PartitionFilter.time_window("d", D0, D2, "day")
@@ -52,13 +52,13 @@ def test_describe_looks_the_table_up_once_and_provenance_not_at_all(trident: Tri
     t.set_provenance("d/once", {"counterparty": "acme"})
     t.describe("d/once")
     lookups: list[Any] = []
-    real = scans.sql_catalog_metadata_location
+    real = tables.sql_catalog_metadata_location
 
     def counting(catalog: Any, identifier: Any) -> Any:
         lookups.append(identifier)
         return real(catalog, identifier)
 
-    monkeypatch.setattr(scans, "sql_catalog_metadata_location", counting)
+    monkeypatch.setattr(tables, "sql_catalog_metadata_location", counting)
     described = t.describe("d/once")
     assert described.partitioning == ["day(d)"] and len(described.partitions) == 2
     assert len(lookups) == 1

@@ -64,7 +64,7 @@ def test_a_compacted_table_reads_without_opening_the_manifest_of_removed_files(
     assert t.maintain("h/many").compacted_files == 12
 
     sink = t.driver.sinks["iceberg_native"]
-    table = sink.existing_table(t.dataset_record("h/many"))  # type: ignore[attr-defined]
+    table = sink.tables.existing_table(t.dataset_record("h/many"))  # type: ignore[attr-defined]
     manifests = table.current_snapshot().manifests(table.io)
     removed_only = [m.manifest_path for m in manifests if not (m.has_added_files() or m.has_existing_files())]
     assert len(manifests) == 2 and len(removed_only) == 1  # the compaction's record of the 12 removed files
@@ -148,7 +148,7 @@ def test_dropping_a_table_of_many_appends_reads_each_manifest_once_and_leaves_no
     t = trident
     _appends(t, "h/dropped", 30)
     sink = t.driver.sinks["iceberg_native"]
-    table = sink.existing_table(t.dataset_record("h/dropped"))  # type: ignore[attr-defined]
+    table = sink.tables.existing_table(t.dataset_record("h/dropped"))  # type: ignore[attr-defined]
     distinct = {m.manifest_path for s in table.snapshots() for m in s.manifests(table.io)}
     folder = Path(table.location().removeprefix("file://"))
     assert any(p.is_file() for p in folder.rglob("*"))

@@ -157,7 +157,7 @@ def test_read_in_parallel_gives_what_stream_gives(trident: Trident) -> None:
 
 
 def _view_sql(t: Trident, key: str) -> str:
-    from trident_resources.read.sql import register_dataset, sandbox
+    from trident_resources.sql.sandbox import register_dataset, sandbox
 
     plan = t.scan_plan(key)
     con = sandbox("256MB", 1, plan.files)
@@ -191,7 +191,7 @@ def test_a_versions_read_parquet_is_worked_out_once_per_process(trident: Trident
     read it) read all its files' schemas again to decide on the field-id map; the answer depends
     only on the version's files, schema and field ids, so it is worked out once. A new version
     (new files, or the same files under a new schema) gets its own, and reads what it should."""
-    from trident_resources.read import sql as trident_sql
+    from trident_resources.sql import sandbox as trident_sql
 
     t = trident
     t.write("n/once", pa.table({"id": [1, 2]}))

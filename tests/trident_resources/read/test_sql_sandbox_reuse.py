@@ -88,7 +88,7 @@ def test_a_sandbox_is_configured_on_a_database_opened_ahead_and_is_just_as_close
     import os
     import time
 
-    from trident_resources.read import sql
+    from trident_resources.sql import sandbox as sql
 
     t = trident
     t.write("r/spare", pa.table({"a": [1, 2]}))

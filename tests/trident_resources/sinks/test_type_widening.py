@@ -30,7 +30,7 @@ NARROW_WIDE = [
 
 def _live(t: Trident, key: str) -> Any:
     ds = t.control.dataset(t.workspace, key)
-    return t.driver.sinks["iceberg_native"].table(ds)  # type: ignore[attr-defined]
+    return t.driver.sinks["iceberg_native"].tables.table(ds)  # type: ignore[attr-defined]
 
 
 def _field_ids(t: Trident, key: str) -> dict[str, int]:

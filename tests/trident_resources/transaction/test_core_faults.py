@@ -183,7 +183,7 @@ def test_a_canary_killed_during_verification_is_aborted_by_reconcile(trident: Tr
     assert len(report.aborted) == 1 and not report.rolled_forward
     after = t.describe("cn/a")
     assert (after.sink, after.last_txn_id, after.row_count) == ("pg", before.last_txn_id, 100)
-    assert t.driver.sinks["iceberg_native"].table(t.dataset_record("cn/a")) is None  # type: ignore[attr-defined]
+    assert t.driver.sinks["iceberg_native"].tables.table(t.dataset_record("cn/a")) is None  # type: ignore[attr-defined]
     assert sorted(t.read("cn/a").column("k").to_pylist()) == list(range(100))
 
 

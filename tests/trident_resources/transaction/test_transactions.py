@@ -29,7 +29,7 @@ def _txn_files(t: Trident, key: str, txn_id: uuid.UUID) -> list[str]:
     sink = t.driver.sinks["iceberg_native"]
     ds = t.control.dataset(t.workspace, key)
     assert ds is not None
-    table_ = sink.table(ds)  # type: ignore[attr-defined]
+    table_ = sink.tables.table(ds)  # type: ignore[attr-defined]
     return [] if table_ is None else list_txn_files(table_.io, table_.location(), txn_id)
 
 
@@ -209,14 +209,14 @@ def test_iceberg_commit_conflicts_are_retried_on_a_refreshed_table(trident: Trid
 
     def racing() -> Iterator[pa.RecordBatch]:
         yield pa.record_batch({"k": [2]})
-        other = sink.catalog.load_table(sink.identifier(ds))  # type: ignore[attr-defined]
+        other = sink.catalog.load_table(sink.tables.identifier(ds))  # type: ignore[attr-defined]
         with other.transaction() as txn:  # an outside commit, as another engine would make
             with txn.update_snapshot(snapshot_properties={"who": "outsider"}).fast_append():
                 pass
 
     r = t.write("cf/x", racing(), mode="append")
     assert r.row_count == 2
-    snaps = sink.catalog.load_table(sink.identifier(ds)).snapshots()  # type: ignore[attr-defined]
+    snaps = sink.catalog.load_table(sink.tables.identifier(ds)).snapshots()  # type: ignore[attr-defined]
     assert [s.summary.get("who") for s in snaps][-2] == "outsider"
 
 

@@ -56,7 +56,7 @@ def catalog_properties(settings: TridentSettings, dsn: str) -> dict[str, str]:
         props |= credentials.catalog_properties(settings)
     else:
         props |= {
-            # pyiceberg's SQL catalog that reuses the metadata files it already parsed (issue 12)
+            # pyiceberg's SQL catalog that reuses the metadata files it already parsed
             "py-catalog-impl": f"{SqlCatalogReusingMetadata.__module__}.{SqlCatalogReusingMetadata.__qualname__}",
             "uri": sqlalchemy_url(dsn),
             "warehouse": settings.warehouse,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.io.pyarrow import schema_to_pyarrow
@@ -21,11 +21,8 @@ from ...core.pyiceberg_compat import added_manifests_in_groups, name_commit_file
 from ...core.schemas import promotable, widened
 from ..contract import WriteRequest
 from .reencoding import ENCODINGS_PROPERTY, STANDARD_ENCODINGS
-from .scans import remember_committed
 from .snapshots import BOUNDS_PROPERTY, EXACT_BOUNDS, TXN_PROPERTY, audit_branch, has_column, published_schema
-
-if TYPE_CHECKING:
-    from .sink import IcebergSink
+from .tables import IcebergTables
 
 # Files added by one commit of a partitioned table go into manifests of at most this many files,
 # by partition order: a manifest then covers a narrow range of partitions, and a one-partition
@@ -55,7 +52,7 @@ def _manifest_groups(files: list[DataFile]) -> list[list[DataFile]]:
 
 
 def commit_snapshot(
-    sink: IcebergSink,
+    tables: IcebergTables,
     req: WriteRequest,
     txn: Transaction,
     files: list[DataFile],
@@ -73,7 +70,7 @@ def commit_snapshot(
     try:
         if req.partition is not None:
             req.fence()
-            txn = _rebased(sink, req, txn, to_delete, base_snapshot_id)
+            txn = _rebased(tables, req, txn, to_delete, base_snapshot_id)
         branch: str | None = MAIN_BRANCH
         if req.stage:  # an audit branch; a table with no version yet takes an unreferenced snapshot
             branch = audit_branch(req.txn_id) if txn.table_metadata.current_snapshot() is not None else None
@@ -95,14 +92,14 @@ def commit_snapshot(
         ) from exc
     snap = committed.snapshot_by_id(snapshot_id)
     assert snap is not None and snap.summary is not None and snap.summary[TXN_PROPERTY] == str(req.txn_id)
-    remember_committed(sink, req.dataset, committed)  # what the staged version's checks read next
+    tables.remember_committed(req.dataset, committed)  # what the staged version's checks read next
     return snap
 
 
 def _rebased(
-    sink: IcebergSink, req: WriteRequest, txn: Transaction, to_delete: list[DataFile], base_snapshot_id: int | None
+    tables: IcebergTables, req: WriteRequest, txn: Transaction, to_delete: list[DataFile], base_snapshot_id: int | None
 ) -> Transaction:
-    fresh = sink.table(req.dataset)
+    fresh = tables.table(req.dataset)
     head = fresh.current_snapshot() if fresh is not None else None
     if fresh is None or (head.snapshot_id if head else None) == base_snapshot_id:
         return txn
@@ -132,7 +129,7 @@ def _rebased(
             f"the partitioning of {req.dataset.key!r} changed while this partition was being written; retry the write"
         )
     assert req.partition is not None
-    present = {f.file_path for f in sink.partition_scope(fresh, req.partition.bind(published_schema(fresh)))}
+    present = {f.file_path for f in tables.partition_scope(fresh, req.partition.bind(published_schema(fresh)))}
     gone = [f.file_path for f in to_delete if f.file_path not in present]
     if gone:
         raise TransactionConflictError(

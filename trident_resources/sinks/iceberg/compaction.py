@@ -42,10 +42,10 @@ from .files import DataFileWriter
 from .reencoding import ENCODINGS_PROPERTY, STANDARD_ENCODINGS, files_to_reencode
 from .reencoding import checked_marker as reencoding_marker
 from .snapshots import BOUNDS_PROPERTY, DATA_VERSION_PROPERTY, EXACT_BOUNDS, OPERATION_PROPERTY, data_version, has_column
+from .tables import IcebergTables
 
 if TYPE_CHECKING:
     from ...control.plane import DatasetRecord
-    from .sink import IcebergSink
 
 # Iceberg's own rewrite_data_files default: fewer small files than this are not worth a snapshot.
 MIN_INPUT_FILES = 5
@@ -68,11 +68,11 @@ def small_file_bytes(target_file_bytes: int) -> int:
     return max(target_file_bytes // 4, 1)
 
 
-def compact(sink: IcebergSink, ds: DatasetRecord, table: Table, *, min_input_files: int = MIN_INPUT_FILES) -> Compaction:
+def compact(tables: IcebergTables, ds: DatasetRecord, table: Table, *, min_input_files: int = MIN_INPUT_FILES) -> Compaction:
     """Rewrite the current snapshot's small data files, and those whose bounds lose rows, into
     target-size files, one snapshot."""
-    files = sink.data_files(table)
-    limit = small_file_bytes(sink.settings.target_file_bytes)
+    files = tables.data_files(table)
+    limit = small_file_bytes(tables.settings.target_file_bytes)
     small = [f for f in files if f.file_size_in_bytes < limit]
     current = table.current_snapshot()
     if current is None:
@@ -107,14 +107,14 @@ def compact(sink: IcebergSink, ds: DatasetRecord, table: Table, *, min_input_fil
                 dict(meta.properties),
                 spec_id=group[0].spec_id,
                 partition=group[0].partition,
-                target_file_bytes=sink.settings.target_file_bytes,
-                row_group_bytes=sink.settings.row_group_bytes,
-                parallelism=sink.settings.write_parallelism,
+                target_file_bytes=tables.settings.target_file_bytes,
+                row_group_bytes=tables.settings.row_group_bytes,
+                parallelism=tables.settings.write_parallelism,
                 spread_last=False,  # fewer files is the point: a small partition stays one file
             )
             writers.append(writer)
             for f in sorted(group, key=order):
-                for batch in sink.file_dataset(table, [f.file_path], stored).to_batches(batch_size=65_536):
+                for batch in tables.file_dataset(table, [f.file_path], stored).to_batches(batch_size=65_536):
                     writer.write(conform(batch, writer.arrow_schema))
             written += writer.close()
             inputs += group

@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 TRIAL_MIN_ROWS = 1024  # below this the trial says nothing useful about the next row groups
 # The trial encodes its rows twice, on a lane's thread, and every other lane of the write waits for
 # its answer: at 65,536 rows that was 0.1-0.3 s of a TPC-H SF1 write with one core idle (customer,
-# orders, lineitem and each half of the split; issue 12). 16,384 rows give the same choice on
+# orders, lineitem and each half of the split). 16,384 rows give the same choice on
 # lineitem and customer and on orders all but ``o_shippriority``, a constant int whose two
 # encodings are a few bytes apart; 8,192 rows already drop the date columns of lineitem. A column
 # at the border may go plain, which costs next to nothing in size and encodes faster.

@@ -2,7 +2,7 @@
 (data files, manifests, manifest lists, metadata files) and nothing it keeps still uses.
 
 Deleting "every file in the table's folder that my snapshots don't use" is how a dataset that
-shared a folder with another (the trailing-newline key of issue 8) lost all its files: a folder
+shared a folder with another (a key with a trailing newline) lost all its files: a folder
 is not a table. A table's metadata is: its snapshots, and the snapshots of the metadata files in
 its ``metadata_log``, followed back as far as those files exist (they remember snapshots
 expired by an earlier run that died before it deleted their files). Tables delete a metadata file

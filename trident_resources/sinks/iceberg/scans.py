@@ -5,10 +5,7 @@ locations, parsed tables, each snapshot's file list) are a ``ReadCaches`` the si
 
 from __future__ import annotations
 
-import threading
-import uuid
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
@@ -24,44 +21,10 @@ from ...core.errors import InvalidReadError
 from ...core.filters import arrow_filter, check_columns, filter_schema
 from ...core.identity import ROW_ID, is_row_id_bytes
 from ...core.partitions import BoundPartition
-from ...core.pyiceberg_compat import is_sql_catalog, sql_catalog_metadata_location
 from ...core.schemas import conform
 from ..contract import AsOf, ScanPath, ScanPlan, VersionStats
 from .snapshots import published_iceberg_schema, published_schema, snapshot_to_read, without_metadata
-
-if TYPE_CHECKING:
-    from .sink import IcebergSink
-
-
-@dataclass
-class ReadCaches:
-    """What the read side remembers per sink. A sink serves every thread of its ``Trident``, so
-    the entries filled concurrently (files, tables) change under ``lock``."""
-
-    locations: dict[uuid.UUID, str] = field(default_factory=dict)  # dataset id -> table location (scan_path)
-    files_by_snapshot: dict[tuple[str, int], tuple[str, ...]] = field(default_factory=dict)  # (table uuid, snapshot) -> files
-    read_tables: dict[uuid.UUID, tuple[str, Table]] = field(default_factory=dict)  # dataset id -> (metadata file, table)
-    # (dataset id, snapshot, published?) -> its statistics: a snapshot never changes, and a step's
-    # checks ask for the same version's statistics once per check (issue 12). A dropped dataset's
-    # key is never reused: a dataset written again after a drop is a new dataset id.
-    stats_by_snapshot: dict[tuple[uuid.UUID, int, bool], VersionStats] = field(default_factory=dict)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def remember(self, entries: dict[Any, Any], key: Any, value: Any) -> None:
-        """Keep ``value`` in one of these caches, dropping its oldest entries beyond
-        ``SNAPSHOT_FILES_CACHED`` (each holds immutable things, or checks its entry's freshness)."""
-        with self.lock:
-            entries[key] = value
-            while len(entries) > SNAPSHOT_FILES_CACHED:
-                entries.pop(next(iter(entries)))
-
-
-SNAPSHOT_FILES_CACHED = 256  # snapshots whose data file lists scan_plan remembers (immutable, so never stale)
-
-# Scans of this format (ours, or DuckDB's through arrow_source) read one row group at a time:
-# pre-buffering would hold whole files' compressed bytes in memory.
-PARQUET_FORMAT = pads.ParquetFileFormat(default_fragment_scan_options=pads.ParquetFragmentScanOptions(pre_buffer=False))
-
+from .tables import IcebergTables
 
 # ``read()`` holds the whole result anyway: pre-buffer each file's column chunks (fewer, larger
 # reads; what pyiceberg's own to_arrow does) and let pyarrow read files in parallel.
@@ -110,7 +73,7 @@ def _duckdb_version() -> str:
 
 
 def scan(
-    sink: IcebergSink, ds: DatasetRecord, *, columns: list[str] | None, row_filter: str | None, as_of: AsOf
+    tables: IcebergTables, ds: DatasetRecord, *, columns: list[str] | None, row_filter: str | None, as_of: AsOf
 ) -> pa.RecordBatchReader:
     """Stream rows with pyarrow's dataset scanner over the snapshot's data files.
 
@@ -121,13 +84,13 @@ def scan(
     facade resolved through the ledger; a past version is read by pyiceberg with THAT
     version's schema (columns matched by Iceberg field id, not by name).
     """
-    table = table_to_read(sink, ds)
+    table = tables.table_to_read(ds)
     current = table.current_snapshot()
     as_of = _to_read(table, as_of)
     if as_of is not None and (current is None or as_of != current.snapshot_id):
         return _scan_past(table, as_of, columns, row_filter)
-    schema, expr, files = _plan_current(sink, table, columns, row_filter)
-    return scan_batches(sink.file_dataset(table, files, filter_schema(schema)), columns or schema.names, expr)
+    schema, expr, files = _plan_current(tables, table, columns, row_filter)
+    return scan_batches(tables.file_dataset(table, files, filter_schema(schema)), columns or schema.names, expr)
 
 
 def _to_read(table: Table, as_of: AsOf) -> int | None:
@@ -137,7 +100,7 @@ def _to_read(table: Table, as_of: AsOf) -> int | None:
 
 
 def _plan_current(
-    sink: IcebergSink, table: Table, columns: list[str] | None, row_filter: str | None
+    tables: IcebergTables, table: Table, columns: list[str] | None, row_filter: str | None
 ) -> tuple[pa.Schema, Any, list[str]]:
     """The published version's schema, the filter as a pyarrow expression, and the data files
     that may hold matching rows (pruned by partition and column statistics). Without a filter
@@ -152,31 +115,31 @@ def _plan_current(
     if current is None:
         return schema, expr, []
     if not row_filter:
-        return schema, expr, _snapshot_files(sink, table, current.snapshot_id)
-    return schema, expr, [f.file_path for f in sink.data_files(table, row_filter=row_filter)]
+        return schema, expr, _snapshot_files(tables, table, current.snapshot_id)
+    return schema, expr, [f.file_path for f in tables.data_files(table, row_filter=row_filter)]
 
 
-def read(sink: IcebergSink, ds: DatasetRecord, *, columns: list[str] | None, row_filter: str | None, as_of: AsOf) -> pa.Table:
+def read(tables: IcebergTables, ds: DatasetRecord, *, columns: list[str] | None, row_filter: str | None, as_of: AsOf) -> pa.Table:
     """The whole result at once (the caller holds it in memory anyway), so every file is read
     in parallel with pre-buffered I/O (pyarrow's threaded ``to_table``), unlike ``scan``,
     which keeps one file and one batch in flight to stay bounded. The parsed table is reused
     while the catalog names the same metadata file (``table_to_read``): a table's metadata
     file grows with every snapshot it keeps (1 MiB after 1,000 appends), and parsing it was
     most of a compacted table's read beyond the one-go table's."""
-    table = table_to_read(sink, ds)
+    table = tables.table_to_read(ds)
     current = table.current_snapshot()
     as_of = _to_read(table, as_of)
     if as_of is not None and (current is None or as_of != current.snapshot_id):
         return _scan_past(table, as_of, columns, row_filter).read_all()
-    schema, expr, files = _plan_current(sink, table, columns, row_filter)
-    dataset = sink.file_dataset(table, files, filter_schema(schema), fmt=_PARQUET_PARALLEL)
+    schema, expr, files = _plan_current(tables, table, columns, row_filter)
+    dataset = tables.file_dataset(table, files, filter_schema(schema), fmt=_PARQUET_PARALLEL)
     if _filters_ids(dataset, expr):  # (see ``_filters_ids``)
         return dataset.to_table(use_threads=True).filter(expr).select(columns or schema.names)
     return dataset.to_table(columns=columns or schema.names, filter=expr, use_threads=True)
 
 
 def scan_staged(
-    sink: IcebergSink, ds: DatasetRecord, snapshot_id: int, *, columns: list[str] | None, row_filter: str | None
+    tables: IcebergTables, ds: DatasetRecord, snapshot_id: int, *, columns: list[str] | None, row_filter: str | None
 ) -> pa.RecordBatchReader:
     """A staged snapshot streamed like the current version: its own schema, its data files (pruned
     by the filter), pyarrow's bounded scanner, columns matched by name as ``arrow_source`` (the
@@ -184,15 +147,15 @@ def scan_staged(
     child of the table as it is, and the trident never renames a column nor keeps an older file
     through a change of a column's type or id (a replace rewrites every file). pyiceberg's
     time-travel reader (``_scan_past``) read it before at about twice the CPU, and
-    write-audit-publish checks stream every staged version (issue 12)."""
-    table = sink.existing_table(ds)
+    write-audit-publish checks stream every staged version."""
+    table = tables.existing_table(ds)
     if table.snapshot_by_id(snapshot_id) is None:
         raise InvalidReadError(f"the dataset has no snapshot {snapshot_id} any more (expired by `trident maintain`)")
     schema = snapshot_schema(table, snapshot_id)
     check_columns(columns, schema)
     expr = arrow_filter(schema, row_filter) if row_filter else None
-    files = [f.file_path for f in sink.data_files(table, snapshot_id=snapshot_id, row_filter=row_filter or None)]
-    return scan_batches(sink.file_dataset(table, files, filter_schema(schema)), columns or schema.names, expr)
+    files = [f.file_path for f in tables.data_files(table, snapshot_id=snapshot_id, row_filter=row_filter or None)]
+    return scan_batches(tables.file_dataset(table, files, filter_schema(schema)), columns or schema.names, expr)
 
 
 def _scan_past(table: Table, snapshot_id: int, columns: list[str] | None, row_filter: str | None) -> pa.RecordBatchReader:
@@ -210,12 +173,12 @@ def _scan_past(table: Table, snapshot_id: int, columns: list[str] | None, row_fi
 
 
 def arrow_source(
-    sink: IcebergSink, ds: DatasetRecord, partition: BoundPartition | None = None, snapshot_id: int | None = None
+    tables: IcebergTables, ds: DatasetRecord, partition: BoundPartition | None = None, snapshot_id: int | None = None
 ) -> Any:
-    table = sink.existing_table(ds)
+    table = tables.existing_table(ds)
     expr = partition.iceberg_expr() if partition is not None else None
-    files = [f.file_path for f in sink.data_files(table, snapshot_id=snapshot_id, row_filter=expr)]
-    return sink.file_dataset(table, files, None if snapshot_id is None else snapshot_schema(table, snapshot_id))
+    files = [f.file_path for f in tables.data_files(table, snapshot_id=snapshot_id, row_filter=expr)]
+    return tables.file_dataset(table, files, None if snapshot_id is None else snapshot_schema(table, snapshot_id))
 
 
 def snapshot_iceberg_schema(table: Table, snapshot_id: int) -> Any:
@@ -228,17 +191,17 @@ def snapshot_schema(table: Table, snapshot_id: int) -> pa.Schema:
     return schema_to_pyarrow(snapshot_iceberg_schema(table, snapshot_id), include_field_ids=False)
 
 
-def scan_path(sink: IcebergSink, ds: DatasetRecord) -> tuple[ScanPath, str]:
+def scan_path(tables: IcebergTables, ds: DatasetRecord) -> tuple[ScanPath, str]:
     """``native`` when the table's files are on the local filesystem; on object storage the
     Arrow path, because DuckDB's S3 reader (httpfs) is not built into the pinned DuckDB and
     no wheel of it matches that version, and loading one would be a download at run time.
     A table's location never changes, so it is looked up once per dataset."""
-    location = sink.read_caches.locations.get(ds.dataset_id)
-    if location is None and not sink.settings.catalog_uri:
-        location = sink.settings.warehouse  # the SQL catalog puts every table under it
+    location = tables.caches.locations.get(ds.dataset_id)
+    if location is None and not tables.settings.catalog_uri:
+        location = tables.settings.warehouse  # the SQL catalog puts every table under it
     if location is None:  # a REST catalog decides where tables live: ask it once
-        location = sink.existing_table(ds).location()
-        sink.read_caches.locations[ds.dataset_id] = location
+        location = tables.existing_table(ds).location()
+        tables.caches.locations[ds.dataset_id] = location
     scheme = location.split("://", 1)[0] if "://" in location else "file"
     if scheme == "file":
         return "native", "local warehouse: DuckDB read_parquet over the snapshot's data files"
@@ -248,13 +211,13 @@ def scan_path(sink: IcebergSink, ds: DatasetRecord) -> tuple[ScanPath, str]:
     )
 
 
-def scan_plan(sink: IcebergSink, ds: DatasetRecord, snapshot_id: int | None = None) -> ScanPlan:
+def scan_plan(tables: IcebergTables, ds: DatasetRecord, snapshot_id: int | None = None) -> ScanPlan:
     """The current snapshot's exact data files, its schema and each column's field id.
 
     The trident never writes delete files, so these files ARE the dataset; DuckDB matches
     columns by field id (as Iceberg does), so a column added later reads NULL in older files."""
-    path, reason = sink.scan_path(ds)
-    table = table_to_read(sink, ds)
+    path, reason = scan_path(tables, ds)
+    table = tables.table_to_read(ds)
     snap = table.current_snapshot() if snapshot_id is None else table.snapshot_by_id(snapshot_id)
     iceberg_schema = published_iceberg_schema(table) if snapshot_id is None else snapshot_iceberg_schema(table, snapshot_id)
     schema = schema_to_pyarrow(iceberg_schema, include_field_ids=False)
@@ -262,7 +225,7 @@ def scan_plan(sink: IcebergSink, ds: DatasetRecord, snapshot_id: int | None = No
         return ScanPlan(
             key=ds.key, path=path, schema=schema, reason=reason, snapshot_id=None if snap is None else snap.snapshot_id
         )
-    locations = _snapshot_files(sink, table, snap.snapshot_id if snap is not None else None)
+    locations = _snapshot_files(tables, table, snap.snapshot_id if snap is not None else None)
     if any("://" in p and not p.startswith("file://") for p in locations):  # a file written elsewhere
         return ScanPlan(
             key=ds.key,
@@ -283,7 +246,7 @@ def scan_plan(sink: IcebergSink, ds: DatasetRecord, snapshot_id: int | None = No
     )
 
 
-def version_stats(sink: IcebergSink, ds: DatasetRecord, snapshot_id: int | None = None) -> VersionStats | None:
+def version_stats(tables: IcebergTables, ds: DatasetRecord, snapshot_id: int | None = None) -> VersionStats | None:
     """Row count, null counts and integer bounds of a snapshot from its data files' records (the
     statistics the write computed from the Parquet footers it wrote). The trident never writes
     delete files, so the files' record counts sum to the version's rows. A column's null count
@@ -291,21 +254,21 @@ def version_stats(sink: IcebergSink, ds: DatasetRecord, snapshot_id: int | None 
     ``VersionStats``); NaN is not NULL here, as in SQL. Remembered per snapshot: it never changes,
     so a named (staged) snapshot seen before needs not even the table."""
     if snapshot_id is not None:
-        with sink.read_caches.lock:
-            hit = sink.read_caches.stats_by_snapshot.get((ds.dataset_id, snapshot_id, False))
+        with tables.caches.lock:
+            hit = tables.caches.stats_by_snapshot.get((ds.dataset_id, snapshot_id, False))
         if hit is not None:
             return hit
-    table = table_to_read(sink, ds)
+    table = tables.table_to_read(ds)
     snap = table.current_snapshot() if snapshot_id is None else table.snapshot_by_id(snapshot_id)
     if snap is None:
         return None
     key = (ds.dataset_id, snap.snapshot_id, snapshot_id is None)
-    with sink.read_caches.lock:
-        hit = sink.read_caches.stats_by_snapshot.get(key)
+    with tables.caches.lock:
+        hit = tables.caches.stats_by_snapshot.get(key)
     if hit is not None:
         return hit
     schema = published_iceberg_schema(table) if snapshot_id is None else snapshot_iceberg_schema(table, snapshot_id)
-    files = sink.data_files(table, snapshot_id=snap.snapshot_id)
+    files = tables.data_files(table, snapshot_id=snap.snapshot_id)
     nulls: dict[str, int] = {}
     bounds: dict[str, tuple[int, int]] = {}
     for column in schema.fields:
@@ -323,62 +286,21 @@ def version_stats(sink: IcebergSink, ds: DatasetRecord, snapshot_id: int | None 
                     max(int(from_bytes(column.field_type, b)) for b in highs if b is not None),
                 )
     stats = VersionStats(rows=sum(f.record_count for f in files), null_counts=nulls, integer_bounds=bounds)
-    sink.read_caches.remember(sink.read_caches.stats_by_snapshot, key, stats)
+    tables.caches.remember(tables.caches.stats_by_snapshot, key, stats)
     return stats
 
 
-def table_to_read(sink: IcebergSink, ds: DatasetRecord) -> Table:
-    """The table for ``scan_plan`` (read only, never committed through): on the SQL catalog
-    the parsed metadata is reused while the catalog still names the same metadata file
-    (one small query instead of ``load_table``'s query and parse: issue 12's per-query cost)."""
-    location = sql_catalog_metadata_location(sink.catalog, sink.identifier(ds))
-    with sink.read_caches.lock:
-        hit = sink.read_caches.read_tables.get(ds.dataset_id)
-    if location is not None and hit is not None and hit[0] == location:
-        return hit[1]
-    table = sink.existing_table(ds)
-    if location is not None and table.metadata_location == location:
-        sink.read_caches.remember(sink.read_caches.read_tables, ds.dataset_id, (location, table))
-    return table
-
-
-def remember_committed(sink: IcebergSink, ds: DatasetRecord, table: Table) -> None:
-    """Keep the table a commit of ours just left (pyiceberg updates it in place to the metadata
-    it wrote) as ``table_to_read``'s entry: the staged version's checks and the ``describe``
-    after a publish then find it under the metadata file the catalog names, instead of loading
-    the table again (issue 12: two table loads less per write). Checked like every entry, by the
-    catalog's current metadata file, so a later commit by anyone is seen at once. A copy is
-    kept: the committed table object may be committed through again by its holder."""
-    if not isinstance(table.metadata_location, str) or not is_sql_catalog(sink.catalog):
-        return  # only the SQL catalog's reads consult the entry
-    kept = Table(table.name(), table.metadata, table.metadata_location, table.io, table.catalog)
-    sink.read_caches.remember(sink.read_caches.read_tables, ds.dataset_id, (table.metadata_location, kept))
-
-
-def last_known_table(sink: IcebergSink, ds: DatasetRecord) -> Table | None:
-    """The table as this process last saw it (a commit of its own, or a read's look-up), NOT
-    checked against the catalog: only for a commit, which the catalog checks anyway (a changed
-    table fails it, and the caller then loads the table). A copy, so the commit through it
-    leaves the kept entry as it was."""
-    with sink.read_caches.lock:
-        hit = sink.read_caches.read_tables.get(ds.dataset_id)
-    if hit is None:
-        return None
-    table = hit[1]
-    return Table(table.name(), table.metadata, table.metadata_location, table.io, table.catalog)
-
-
-def _snapshot_files(sink: IcebergSink, table: Table, snapshot_id: int | None) -> list[str]:
+def _snapshot_files(tables: IcebergTables, table: Table, snapshot_id: int | None) -> list[str]:
     """The data file paths of one snapshot, remembered: a snapshot never changes, and reading
-    its manifests was a third of a small SQL query's fixed cost (issue 12). Keyed by the
+    its manifests was a third of a small SQL query's fixed cost. Keyed by the
     table's uuid too, so a dropped and recreated table never reuses another's entry."""
     if snapshot_id is None:
         return []
     key = (str(table.metadata.table_uuid), snapshot_id)
-    with sink.read_caches.lock:
-        hit = sink.read_caches.files_by_snapshot.get(key)
+    with tables.caches.lock:
+        hit = tables.caches.files_by_snapshot.get(key)
     if hit is not None:
         return list(hit)
-    files = tuple(f.file_path for f in sink.data_files(table, snapshot_id=snapshot_id))
-    sink.read_caches.remember(sink.read_caches.files_by_snapshot, key, files)
+    files = tuple(f.file_path for f in tables.data_files(table, snapshot_id=snapshot_id))
+    tables.caches.remember(tables.caches.files_by_snapshot, key, files)
     return list(files)

@@ -38,7 +38,7 @@ _PART_BYTES = 8 * 1024 * 1024  # S3's minimum part is 5 MiB (except the last)
 def _s3_errors() -> tuple[type[Exception], ...]:
     """botocore's failures and the signer's. boto3/botocore are imported on first use, not with
     this module: the credentials module imports it for every catalog, and importing boto3 cost
-    ~0.1-0.2 s of every process start (a Dagster run, the CLI) that never signs a request (issue 12).
+    ~0.1-0.2 s of every process start (a Dagster run, the CLI) that never signs a request.
     By the time one of these can be raised, ``make_signed_client`` has imported them anyway."""
     from botocore.exceptions import BotoCoreError, ClientError
 

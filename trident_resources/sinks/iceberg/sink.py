@@ -14,10 +14,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as pads
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError, RESTError
-from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io import load_file_io
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.manifest import DataFile, DataFileContent, ManifestContent
@@ -30,13 +28,11 @@ from ...control.plane import DatasetRecord, Outcome
 from ...core.errors import (
     DatasetNotFoundError,
     PartitionError,
-    StorageUnavailableError,
     TableOwnershipError,
 )
 from ...core.failpoints import failpoint
 from ...core.filters import filter_schema
-from ...core.identity import CREATED_AT, ROW_ID, ROW_ID_STORED, ROW_INDEX, convert_ids
-from ...core.keys import iceberg_identifier
+from ...core.identity import CREATED_AT, FILE_COLUMN, ROW_ID, ROW_ID_STORED, ROW_INDEX, convert_ids
 from ...core.partitions import (
     BoundPartition,
     Partitioner,
@@ -50,14 +46,12 @@ from ...core.pyiceberg_compat import (
     create_branch_in,
     manage_snapshots,
     memoized_creation,
-    plan_live_files,
     transaction,
     transaction_io,
     transaction_table,
 )
 from ...core.schemas import compatible, conform, describe_schema, promotable, to_iceberg, widened, with_identity
 from ...core.settings import TridentSettings
-from ...planning.merge import FILE_COLUMN
 from ..contract import (
     AsOf,
     Discarded,
@@ -75,11 +69,10 @@ from ..contract import (
 )
 from . import committer, scans, wap
 from .catalog import ensure_namespace
-from .credentials import StorageAccess
-from .files import DataFileWriter, PartitionedDataFileWriter, delete_paths, filesystem_for, list_txn_files, list_txn_metadata
+from .files import DataFileWriter, PartitionedDataFileWriter, delete_paths, list_txn_files, list_txn_metadata
 from .purge import purge_files, still_needed, unreferenced_files
 from .s3_housekeeping import abort_incomplete_uploads
-from .scans import PARQUET_FORMAT, scan_batches
+from .scans import scan_batches
 from .snapshots import (
     TXN_PROPERTY,
     audit_branch,
@@ -90,8 +83,8 @@ from .snapshots import (
     summary_outcome,
     without_metadata,
 )
+from .tables import OWNER_PROPERTY, IcebergTables
 
-OWNER_PROPERTY = "trident.dataset-id"
 """Table property naming the control-plane dataset that created (or adopted) the table."""
 
 
@@ -186,7 +179,7 @@ class IcebergVersion(StoredVersion):
     @property
     def files(self) -> list[DataFile]:
         if self._files is None:
-            self._files = self.sink.data_files(self.table)
+            self._files = self.sink.tables.data_files(self.table)
         return self._files
 
     def existing_keys(self, keys: tuple[str, ...], partition: PartitionFilter | None = None) -> pa.RecordBatchReader:
@@ -207,7 +200,7 @@ class IcebergVersion(StoredVersion):
         def batches() -> Iterator[pa.RecordBatch]:
             for i in wanted:
                 f = files[i]
-                for b in scan_batches(self.sink.file_dataset(table, [f.file_path], existing), cols, expr):
+                for b in scan_batches(self.sink.tables.file_dataset(table, [f.file_path], existing), cols, expr):
                     yield pa.RecordBatch.from_arrays([*b.columns, _constant(i, b.num_rows)], schema=out_schema)
 
         return pa.RecordBatchReader.from_batches(out_schema, batches())
@@ -222,7 +215,7 @@ class IcebergVersion(StoredVersion):
 
         def batches() -> Iterator[pa.RecordBatch]:
             for i, f in enumerate(files):
-                for b in scan_batches(self.sink.file_dataset(table, [f.file_path], read_as), [ROW_ID], expr):
+                for b in scan_batches(self.sink.tables.file_dataset(table, [f.file_path], read_as), [ROW_ID], expr):
                     ids = b.column(0)
                     ids = convert_ids(ids, row_id_type) if not ids.type.equals(row_id_type) else ids
                     yield pa.RecordBatch.from_arrays([ids, _constant(i, b.num_rows)], schema=out_schema)
@@ -261,9 +254,9 @@ class IcebergVersion(StoredVersion):
         plans (nor reads the manifest entries of) the whole table."""
         assert self.table is not None
         if self._files is None:
-            self._files = self.sink.partition_scope(self.table, bound)
+            self._files = self.sink.tables.partition_scope(self.table, bound)
             return list(range(len(self._files)))
-        scope = {f.file_path for f in self.sink.partition_scope(self.table, bound)}
+        scope = {f.file_path for f in self.sink.tables.partition_scope(self.table, bound)}
         return [i for i, f in enumerate(self._files) if f.file_path in scope]
 
 
@@ -298,7 +291,9 @@ class IcebergWrite(SinkWrite):
         if not affected:
             return
         assert self.version.table is not None
-        rows = scan_batches(self.version.sink.file_dataset(self.version.table, [f.file_path for f in affected]), None, None)
+        rows = scan_batches(
+            self.version.sink.tables.file_dataset(self.version.table, [f.file_path for f in affected]), None, None
+        )
         self.writer.write_all(conform(b, self.arrow_schema) for b in removal.kept_rows(rows))
         self.to_delete = affected
 
@@ -311,7 +306,7 @@ class IcebergWrite(SinkWrite):
         old = self.version.schema
         keep = pc_invert(self.bound.arrow_expr())
         rows = scan_batches(
-            self.version.sink.file_dataset(self.version.table, [f.file_path for f in self.partial], old), None, keep
+            self.version.sink.tables.file_dataset(self.version.table, [f.file_path for f in self.partial], old), None, keep
         )
         self.writer.write_all(conform(b, self.arrow_schema) for b in rows)
         self.to_delete = [*self.to_delete, *self.partial]
@@ -343,52 +338,19 @@ class IcebergSink(Sink):
     partitions = True
 
     def __init__(self, catalog: Catalog, settings: TridentSettings) -> None:
+        self.tables = IcebergTables(catalog, settings)
         self.catalog = catalog
         self.settings = settings
-        self.access = StorageAccess(settings)
+        self.access = self.tables.access
         self._staged_create = not self.access.refreshable_only
-        self.read_caches = scans.ReadCaches()  # filled by scans.py: locations, parsed tables, snapshot files
         self._manifest_rows: dict[str, list[dict[str, Any]]] = {}  # manifest path -> its live entries (immutable)
-        self._nested = (
-            settings.catalog_nested_namespaces if settings.catalog_nested_namespaces is not None else bool(settings.catalog_uri)
-        )
 
-    # -- tables -----------------------------------------------------------------------------
-    def identifier(self, ds: DatasetRecord) -> tuple[str, ...]:
-        """``(<root>, <workspace>, *dirs, table)``; folded into one namespace level for catalogs
-        without nested namespaces (pyiceberg's SQL catalog)."""
-        parts = iceberg_identifier(self.settings.namespace_root, ds.workspace, ds.key)
-        if self._nested:
-            return parts
-        return (".".join(parts[:-1]), parts[-1])
-
-    def table(self, ds: DatasetRecord) -> Table | None:
-        ident = self.identifier(ds)
-        try:
-            table = self.catalog.load_table(ident)
-        except NoSuchTableError:
-            return None
-        except (OSError, ConnectionError) as exc:
-            raise StorageUnavailableError(f"Iceberg catalog unavailable: {type(exc).__name__}: {exc}") from exc
-        self._check_owner(ds, table)
-        return self.access.bind(table, reload=lambda: self.catalog.load_table(ident))
-
-    def _check_owner(self, ds: DatasetRecord, table: Table) -> None:
-        """Never write to (nor clean up, nor read as a dataset) a table this control plane did not
-        create: its ``__row_index`` and files are someone else's."""
-        owner = table.properties.get(OWNER_PROPERTY)
-        if owner != str(ds.dataset_id):
-            whose = f"dataset {owner}, not this control plane's {ds.dataset_id}" if owner else "no Trident dataset"
-            raise TableOwnershipError(
-                f"the Iceberg table {'.'.join(self.identifier(ds))} for {ds.key!r} belongs to {whose}; "
-                f"Trident will not write over it. If this control plane should own it, run `trident adopt {ds.key}`"
-            )
-
+    # -- tables (``tables.py``) ------------------------------------------------------------
     def adoptable(self, ds: DatasetRecord) -> Table:
         """The table at ``ds``'s identifier if this control plane may adopt it: unowned (or already
         ours), and carrying Trident's identity columns (a table without them would need every row
         rewritten to gain them: that is a copy, ``write(key, rows)``, not an adoption)."""
-        ident = self.identifier(ds)
+        ident = self.tables.identifier(ds)
         try:
             table = self.catalog.load_table(ident)
         except NoSuchTableError:
@@ -417,7 +379,7 @@ class IcebergSink(Sink):
         Trident older than the ownership property created. A current snapshot of Trident's own
         maintenance (a compaction) reports the data version it holds and that version's
         transaction: it is the version the ledger committed, in other files."""
-        ident = self.identifier(ds)
+        ident = self.tables.identifier(ds)
         try:
             table = self.catalog.load_table(ident)
         except NoSuchTableError:
@@ -446,7 +408,7 @@ class IcebergSink(Sink):
         schema = without_metadata(schema_to_pyarrow(table.schema(), include_field_ids=False))
         top = -1
         for batch in scan_batches(
-            self.file_dataset(table, [f.file_path for f in self.data_files(table)], schema), [ROW_INDEX], None
+            self.tables.file_dataset(table, [f.file_path for f in self.tables.data_files(table)], schema), [ROW_INDEX], None
         ):
             m = pc.max(batch.column(0)).as_py()
             if m is not None and m > top:
@@ -461,29 +423,21 @@ class IcebergSink(Sink):
             schema=describe_schema(schema),
         )
 
-    def existing_table(self, ds: DatasetRecord) -> Table:
-        """The dataset's table, which must exist (``DatasetNotFoundError``): the read side and
-        write-audit-publish start from it."""
-        table = self.table(ds)
-        if table is None:
-            raise DatasetNotFoundError(ds.key, ds.workspace)
-        return table
-
     def _ensure_namespaces(self, ident: tuple[str, ...]) -> None:
         for i in range(1, len(ident)):
             ensure_namespace(self.catalog, ident[:i])
 
     def schema(self, ds: DatasetRecord) -> pa.Schema:
-        return published_schema(self.existing_table(ds))
+        return published_schema(self.tables.existing_table(ds))
 
     # -- WRITE (storage only: the planner decides the rows) ------------------------------------
     def current(self, ds: DatasetRecord) -> IcebergVersion:
-        return IcebergVersion(self, ds, self.table(ds))
+        return IcebergVersion(self, ds, self.tables.table(ds))
 
     def begin_transaction(self, req: WriteRequest, table: Table | None, target: pa.Schema, *, replace: bool) -> Transaction:
         """Open the Iceberg transaction that creates or evolves the table to ``target``."""
         if table is None:
-            ident = self.identifier(req.dataset)
+            ident = self.tables.identifier(req.dataset)
             try:  # the namespace usually exists (a key folder's first dataset creates it): no check first
                 txn = self._create_transaction(ident, target, owner=req.dataset.dataset_id)
             except NoSuchNamespaceError:
@@ -590,38 +544,13 @@ class IcebergSink(Sink):
             parallelism=self.settings.write_parallelism,
         )
 
-    def data_files(self, table: Table | None, snapshot_id: int | None = None, row_filter: Any = None) -> list[DataFile]:
-        """The data files of the current (or ``snapshot_id``'s) version; with ``row_filter`` only
-        those that may hold matching rows (pruned by partition and column statistics)."""
-        if table is None or (snapshot_id is None and table.current_snapshot() is None):
-            return []
-        scan = table.scan(snapshot_id=snapshot_id, row_filter=row_filter if row_filter is not None else AlwaysTrue())
-        return [task.file for task in plan_live_files(scan)]  # manifests of only removed files unread
-
-    def partition_scope(self, table: Table, bound: BoundPartition) -> list[DataFile]:
-        """The current data files a write of one partition (or range) can touch: those that may
-        hold its rows (pyiceberg prunes manifests by their partition summaries, then entries by
-        partition and column statistics), plus every file of another partitioning, which such a
-        write rewrites whole (see ``IcebergVersion.partition_files``)."""
-        files = self.data_files(table, row_filter=bound.iceberg_expr())
-        schema = table.schema()
-        foreign = {i for i, spec in table.specs().items() if not matches_spec(spec, schema, bound.filter.spec)}
-        snap = table.current_snapshot()
-        if foreign and snap is not None:
-            seen = {f.file_path for f in files}
-            for m in snap.manifests(table.io):
-                if m.content == ManifestContent.DATA and m.partition_spec_id in foreign:
-                    live = (e.data_file for e in m.fetch_manifest_entry(table.io, discard_deleted=True))
-                    files += [f for f in live if f.content == DataFileContent.DATA and f.file_path not in seen]
-        return files
-
     def _described_table(self, ds: DatasetRecord) -> Table | None:
         """The table for ``partitioning``/``partition_stats`` (read only; ``None`` when there is
         none): ``describe`` calls both, and the pipeline describes each source of a node three
         times while it starts, so loading and parsing the metadata file each time was ~4% of a
-        pipeline run's CPU; ``scans.table_to_read`` reuses it while the catalog names the same file."""
+        pipeline run's CPU; ``IcebergTables.table_to_read`` reuses it while the catalog names the same file."""
         try:
-            return scans.table_to_read(self, ds)
+            return self.tables.table_to_read(ds)
         except DatasetNotFoundError:
             return None
 
@@ -710,15 +639,6 @@ class IcebergSink(Sink):
                 self._manifest_rows[m.manifest_path] = rows
             yield from rows
 
-    def file_dataset(
-        self, table: Table, paths: list[str], schema: pa.Schema | None = None, fmt: pads.ParquetFileFormat = PARQUET_FORMAT
-    ) -> pads.Dataset:
-        schema = schema or published_schema(table)
-        if not paths:
-            return pads.dataset(pa.Table.from_batches([], schema=schema))
-        fs, _ = filesystem_for(table.io, paths[0])
-        return pads.dataset([filesystem_for(table.io, p)[1] for p in paths], schema=schema, filesystem=fs, format=fmt)
-
     def commit_snapshot(
         self,
         req: WriteRequest,
@@ -730,7 +650,7 @@ class IcebergSink(Sink):
         base_snapshot_id: int | None = None,
     ) -> Snapshot:
         """Commit ONE snapshot (``committer.py``: re-based onto other partitions' commits when needed)."""
-        return committer.commit_snapshot(self, req, txn, files, to_delete, props, base_snapshot_id=base_snapshot_id)
+        return committer.commit_snapshot(self.tables, req, txn, files, to_delete, props, base_snapshot_id=base_snapshot_id)
 
     # -- recovery ---------------------------------------------------------------------------
     def _txn_snapshot(self, table: Table, txn_id: uuid.UUID) -> Snapshot | None:
@@ -738,7 +658,7 @@ class IcebergSink(Sink):
         return next((s for s in ancestors_of(table.current_snapshot(), table.metadata) if carries_txn(s, txn_id)), None)
 
     def find_committed(self, ds: DatasetRecord, txn_id: uuid.UUID) -> Outcome | None:
-        table = self.table(ds)
+        table = self.tables.table(ds)
         snap = None if table is None else self._txn_snapshot(table, txn_id)
         if snap is None:
             return None
@@ -750,7 +670,7 @@ class IcebergSink(Sink):
         not own counts as none, so a write refused with TableOwnershipError is still aborted (its
         ledger row must not stay open) and the refused table is left exactly as it was."""
         try:
-            return self.table(ds)
+            return self.tables.table(ds)
         except TableOwnershipError:
             return None
 
@@ -762,7 +682,7 @@ class IcebergSink(Sink):
         if snap is None or snap.summary is None or snap.summary.get(TXN_PROPERTY) != str(txn_id):
             return
         if snap.parent_snapshot_id is None:
-            self.catalog.drop_table(self.identifier(ds))
+            self.catalog.drop_table(self.tables.identifier(ds))
         else:
             manage_snapshots(table).set_current_snapshot(snap.parent_snapshot_id).commit()
         delete_paths(table.io, list_txn_files(table.io, table.location(), txn_id))
@@ -778,7 +698,7 @@ class IcebergSink(Sink):
         where = location or (table.location() if table is not None else None)
         io = table.io if table is not None else None
         if table is not None and table.current_snapshot() is None:
-            self.catalog.drop_table(self.identifier(ds))  # created empty (or staged only) by an aborted first write
+            self.catalog.drop_table(self.tables.identifier(ds))  # created empty (or staged only) by an aborted first write
         elif table is not None and audit_branch(txn_id) in table.metadata.refs:
             wap.drop_audit_branch(table, txn_id)
         if not where:
@@ -794,41 +714,41 @@ class IcebergSink(Sink):
         self, ds: DatasetRecord, txn_id: uuid.UUID, base_snapshot_id: int | None, partition: PartitionFilter | None = None
     ) -> Outcome:
         """Make a staged version the published one in ONE metadata-only commit (see ``wap.publish``)."""
-        return wap.publish(self, ds, txn_id, base_snapshot_id, partition)
+        return wap.publish(self.tables, ds, txn_id, base_snapshot_id, partition)
 
     def discard_staged(self, ds: DatasetRecord, txn_id: uuid.UUID, location: str | None = None) -> None:
         """Drop a staged version: its branch, its snapshot and the files only it wrote."""
-        wap.discard_staged(self, ds, txn_id, location)
+        self.discard(ds, txn_id, location)
 
     # -- READ (``scans.py``) ------------------------------------------------------------------
     def scan(self, ds: DatasetRecord, *, columns: list[str] | None, row_filter: str | None, as_of: AsOf) -> pa.RecordBatchReader:
         """Stream rows with bounded memory (see ``scans.scan``)."""
-        return scans.scan(self, ds, columns=columns, row_filter=row_filter, as_of=as_of)
+        return scans.scan(self.tables, ds, columns=columns, row_filter=row_filter, as_of=as_of)
 
     def scan_staged(
         self, ds: DatasetRecord, snapshot_id: int, *, columns: list[str] | None, row_filter: str | None
     ) -> pa.RecordBatchReader:
         """A staged snapshot streamed like the current version (see ``scans.scan_staged``)."""
-        return scans.scan_staged(self, ds, snapshot_id, columns=columns, row_filter=row_filter)
+        return scans.scan_staged(self.tables, ds, snapshot_id, columns=columns, row_filter=row_filter)
 
     def read(self, ds: DatasetRecord, *, columns: list[str] | None, row_filter: str | None, as_of: AsOf) -> pa.Table:
         """The whole result at once, files read in parallel (see ``scans.read``)."""
-        return scans.read(self, ds, columns=columns, row_filter=row_filter, as_of=as_of)
+        return scans.read(self.tables, ds, columns=columns, row_filter=row_filter, as_of=as_of)
 
     def arrow_source(self, ds: DatasetRecord, partition: BoundPartition | None = None, snapshot_id: int | None = None) -> Any:
-        return scans.arrow_source(self, ds, partition, snapshot_id)
+        return scans.arrow_source(self.tables, ds, partition, snapshot_id)
 
     def scan_path(self, ds: DatasetRecord) -> tuple[ScanPath, str]:
         """``native`` on a local warehouse, ``arrow`` on object storage (see ``scans.scan_path``)."""
-        return scans.scan_path(self, ds)
+        return scans.scan_path(self.tables, ds)
 
     def scan_plan(self, ds: DatasetRecord, snapshot_id: int | None = None) -> ScanPlan:
         """A snapshot's exact data files, schema and field ids (see ``scans.scan_plan``)."""
-        return scans.scan_plan(self, ds, snapshot_id)
+        return scans.scan_plan(self.tables, ds, snapshot_id)
 
     def version_stats(self, ds: DatasetRecord, snapshot_id: int | None = None) -> VersionStats | None:
         """A snapshot's row and null counts from its data files' records (see ``scans.version_stats``)."""
-        return scans.version_stats(self, ds, snapshot_id)
+        return scans.version_stats(self.tables, ds, snapshot_id)
 
     def compact(self, ds: DatasetRecord) -> Maintenance:
         """Small data files, and files whose bounds lose rows (``bounds_repair.py``), rewritten
@@ -836,7 +756,7 @@ class IcebergSink(Sink):
         ``Trident.maintain`` runs it before expiring snapshots."""
         from .compaction import compact
 
-        done = compact(self, ds, self.existing_table(ds))
+        done = compact(self.tables, ds, self.tables.existing_table(ds))
         return Maintenance(
             key=ds.key,
             expired_snapshots=0,
@@ -859,7 +779,7 @@ class IcebergSink(Sink):
         started before ``uploads_before``. Never "every unused file in the folder": a folder may
         hold another dataset's files (see ``purge.py``). The caller holds the dataset's
         writer lock, so no Trident write has files in flight."""
-        table = self.existing_table(ds)
+        table = self.tables.existing_table(ds)
         if any(table.properties.get(k) != v for k, v in METADATA_PROPERTIES.items()):  # a table from before them
             with transaction(table) as txn:
                 txn.set_properties(METADATA_PROPERTIES)
@@ -885,8 +805,8 @@ class IcebergSink(Sink):
         )
 
     def drop(self, ds: DatasetRecord) -> None:
-        self.read_caches.locations.pop(ds.dataset_id, None)
+        self.tables.caches.locations.pop(ds.dataset_id, None)
         with contextlib.suppress(NoSuchTableError):
-            table = self.catalog.load_table(self.identifier(ds))
-            self.catalog.drop_table(self.identifier(ds))
+            table = self.catalog.load_table(self.tables.identifier(ds))
+            self.catalog.drop_table(self.tables.identifier(ds))
             purge_files(table)

@@ -6,7 +6,6 @@ without losing anything, or ``discard_staged`` drops it."""
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING
 
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table import Table
@@ -18,7 +17,7 @@ from ...core.errors import InvalidWriteError, StagedVersionConflictError
 from ...core.partitions import PartitionFilter
 from ...core.pyiceberg_compat import manage_snapshots, remove_branch_in, transaction
 from .committer import commit_files
-from .scans import last_known_table, remember_committed, snapshot_iceberg_schema, snapshot_schema
+from .scans import snapshot_iceberg_schema, snapshot_schema
 from .snapshots import (
     TXN_PROPERTY,
     audit_branch,
@@ -29,13 +28,11 @@ from .snapshots import (
     same_data_version,
     summary_outcome,
 )
-
-if TYPE_CHECKING:
-    from .sink import IcebergSink
+from .tables import IcebergTables
 
 
 def publish(
-    sink: IcebergSink,
+    tables: IcebergTables,
     ds: DatasetRecord,
     txn_id: uuid.UUID,
     base_snapshot_id: int | None,
@@ -54,19 +51,19 @@ def publish(
     the staged rows in the files it was staged with (the next ``maintain`` compacts them)."""
     # the table as this process last saw it (its own stage commit, usually): committed against
     # when it shows main still at the fork; the catalog's commit checks that main is really
-    # there (optimistic), and only if it is not is the table loaded to decide (issue 12: one
+    # there (optimistic), and only if it is not is the table loaded to decide (one
     # catalog query and load less per publish)
-    known = last_known_table(sink, ds)
+    known = tables.last_known_table(ds)
     if known is not None:
         seen = _staged_snapshot(known, txn_id)
         head = known.current_snapshot()
         fork = (seen.parent_snapshot_id if partition is not None else base_snapshot_id) if seen is not None else None
         if seen is not None and same_data_version(known, head.snapshot_id if head is not None else None, fork):
             try:
-                return _move_main(sink, ds, known, seen, txn_id)
+                return _move_main(tables, ds, known, seen, txn_id)
             except CommitFailedException:
                 pass  # changed since: decided below on the table as it is now
-    table = sink.existing_table(ds)
+    table = tables.existing_table(ds)
     staged = _staged_snapshot(table, txn_id)
     if staged is None:
         raise InvalidWriteError(f"transaction {txn_id} has no staged version of {ds.key!r} (discarded or expired?)")
@@ -77,7 +74,7 @@ def publish(
     fork = staged.parent_snapshot_id if partition is not None else base_snapshot_id
     moved = not same_data_version(table, now, fork)
     if moved and partition is not None and now is not None and fork is not None:
-        return _publish_rebased(sink, ds, table, staged, partition)
+        return _publish_rebased(tables, ds, table, staged, partition)
     if moved:
         raise StagedVersionConflictError(
             f"{ds.key!r} changed since transaction {txn_id} was staged (published version "
@@ -85,12 +82,12 @@ def publish(
             f"change. Discard it (`trident discard {ds.key} {txn_id}`) and write again"
         )
     try:
-        return _move_main(sink, ds, table, staged, txn_id)
+        return _move_main(tables, ds, table, staged, txn_id)
     except CommitFailedException as exc:
         raise StagedVersionConflictError(f"{ds.key!r} changed while publishing {txn_id}: {exc}") from exc
 
 
-def _move_main(sink: IcebergSink, ds: DatasetRecord, table: Table, staged: Snapshot, txn_id: uuid.UUID) -> Outcome:
+def _move_main(tables: IcebergTables, ds: DatasetRecord, table: Table, staged: Snapshot, txn_id: uuid.UUID) -> Outcome:
     """Main to the staged snapshot and the audit branch dropped, one commit (CommitFailedException
     when main is not where ``table`` says, or anything else the update assumes changed)."""
     branch = audit_branch(txn_id)
@@ -98,14 +95,16 @@ def _move_main(sink: IcebergSink, ds: DatasetRecord, table: Table, staged: Snaps
     if branch in table.metadata.refs:
         update = update.remove_branch(branch)
     update.commit()
-    remember_committed(sink, ds, table)  # what the describe after a publish reads
+    tables.remember_committed(ds, table)  # what the describe after a publish reads
     # the commit left ``table`` at the metadata it committed (pyiceberg updates it in place): a
-    # reload was one more catalog query and metadata parse per publish (issue 12), and could
+    # reload was one more catalog query and metadata parse per publish, and could
     # have shown a later commit's schema instead of the published one's
     return summary_outcome(staged, published_schema(table), table)
 
 
-def _publish_rebased(sink: IcebergSink, ds: DatasetRecord, table: Table, staged: Snapshot, partition: PartitionFilter) -> Outcome:
+def _publish_rebased(
+    tables: IcebergTables, ds: DatasetRecord, table: Table, staged: Snapshot, partition: PartitionFilter
+) -> Outcome:
     """Publish a staged partition write onto a main that other partitions' writers moved (the
     caller holds the dataset's commit lock): refused unless the partition's files on main are
     exactly those it was staged on; then one snapshot on main deletes and adds what the staged
@@ -113,12 +112,12 @@ def _publish_rebased(sink: IcebergSink, ds: DatasetRecord, table: Table, staged:
     txn_id = uuid.UUID(str(staged.summary[TXN_PROPERTY])) if staged.summary is not None else None
     assert txn_id is not None and staged.parent_snapshot_id is not None
     expr = partition.bind(snapshot_schema(table, staged.snapshot_id)).iceberg_expr()
-    parent = {f.file_path: f for f in sink.data_files(table, staged.parent_snapshot_id)}
-    mine = {f.file_path: f for f in sink.data_files(table, staged.snapshot_id)}
+    parent = {f.file_path: f for f in tables.data_files(table, staged.parent_snapshot_id)}
+    mine = {f.file_path: f for f in tables.data_files(table, staged.snapshot_id)}
     head = table.current_snapshot()
     assert head is not None
-    was = {f.file_path for f in sink.data_files(table, staged.parent_snapshot_id, row_filter=expr)}
-    now_files = {f.file_path: f for f in sink.data_files(table, head.snapshot_id, row_filter=expr)}
+    was = {f.file_path for f in tables.data_files(table, staged.parent_snapshot_id, row_filter=expr)}
+    now_files = {f.file_path: f for f in tables.data_files(table, head.snapshot_id, row_filter=expr)}
     added = [f for p, f in mine.items() if p not in parent]
     deleted = [f for p, f in parent.items() if p not in mine]
     conflict = StagedVersionConflictError(
@@ -127,7 +126,7 @@ def _publish_rebased(sink: IcebergSink, ds: DatasetRecord, table: Table, staged:
         f"publishing would lose that change. Discard it (`trident discard {ds.key} {txn_id}`) and write again"
     )
     if was != set(now_files):
-        if not _rows_unchanged(sink, table, staged.parent_snapshot_id, head, expr):
+        if not _rows_unchanged(tables, table, staged.parent_snapshot_id, head, expr):
             raise conflict
         # only maintenance rewrote the partition's files: its rows are those the write was staged
         # on. A write that replaced them all replaces the rewritten files; one that kept some of
@@ -137,7 +136,7 @@ def _publish_rebased(sink: IcebergSink, ds: DatasetRecord, table: Table, staged:
             if not was <= replaced:
                 raise conflict
             deleted = [f for f in deleted if f.file_path not in was] + list(now_files.values())
-    live = {f.file_path for f in sink.data_files(table, head.snapshot_id)}
+    live = {f.file_path for f in tables.data_files(table, head.snapshot_id)}
     if any(f.file_path not in live for f in deleted):
         raise StagedVersionConflictError(
             f"data files transaction {txn_id} replaces in {ds.key!r} were changed by a later commit; "
@@ -160,13 +159,13 @@ def _publish_rebased(sink: IcebergSink, ds: DatasetRecord, table: Table, staged:
         committed = txn.commit_transaction()
     except CommitFailedException as exc:
         raise StagedVersionConflictError(f"{ds.key!r} changed while publishing {txn_id}: {exc}") from exc
-    remember_committed(sink, ds, committed)
+    tables.remember_committed(ds, committed)
     snap = committed.snapshot_by_id(snapshot_id)
     assert snap is not None
     return summary_outcome(snap, published_schema(committed), committed)
 
 
-def _rows_unchanged(sink: IcebergSink, table: Table, fork: int, head: Snapshot, expr: object) -> bool:
+def _rows_unchanged(tables: IcebergTables, table: Table, fork: int, head: Snapshot, expr: object) -> bool:
     """Did every snapshot from ``fork`` (exclusive) to ``head`` that changed the partition ``expr``'s
     files change only their layout (a maintenance snapshot)? False when the chain is broken."""
     by_id = {s.snapshot_id: s for s in table.snapshots()}
@@ -176,8 +175,8 @@ def _rows_unchanged(sink: IcebergSink, table: Table, fork: int, head: Snapshot, 
         if parent is None or parent not in by_id:
             return False
         if not is_maintenance(snap):
-            ours = {f.file_path for f in sink.data_files(table, snap.snapshot_id, row_filter=expr)}
-            before = {f.file_path for f in sink.data_files(table, parent, row_filter=expr)}
+            ours = {f.file_path for f in tables.data_files(table, snap.snapshot_id, row_filter=expr)}
+            before = {f.file_path for f in tables.data_files(table, parent, row_filter=expr)}
             if ours != before:
                 return False
         snap = by_id[parent]
@@ -205,8 +204,3 @@ def drop_audit_branch(table: Table, txn_id: uuid.UUID) -> None:
     snap = table.snapshot_by_id(ref.snapshot_id)
     if snap is not None and carries_txn(snap, txn_id):
         table.maintenance.expire_snapshots().by_id(ref.snapshot_id).commit()  # only the staged one
-
-
-def discard_staged(sink: IcebergSink, ds: DatasetRecord, txn_id: uuid.UUID, location: str | None = None) -> None:
-    """Drop a staged version: its branch, its snapshot and the files only it wrote."""
-    sink.discard(ds, txn_id, location)

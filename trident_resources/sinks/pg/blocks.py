@@ -1,6 +1,6 @@
 """The pg sink's read cache: row blocks (Arrow IPC, zstd) next to the jsonb rows, which stay the truth.
 
-Why (issue 12.3, measured on 200k lineitem rows): Postgres renders each jsonb member a read asks
+Why (measured on 200k lineitem rows): Postgres renders each jsonb member a read asks
 for at ~0.035 s of server CPU per member per 200k rows, whatever the query shape, so a full read
 of a 16-column dataset cannot reach 5x the old cursor reader from jsonb. A batch written by a
 replace or an append has contiguous ascending ``__row_index``; it is also stored as ONE Arrow IPC
@@ -13,7 +13,7 @@ generation whose row index lies in a block's [first, last] is exactly that block
 is dense (last - first + 1 = rows), row indexes are unique in a generation, and every later
 change of such a row (a keyed write's removal, ``undo``, a DELETE/UPDATE/TRUNCATE by hand) goes
 through a trigger that drops the blocks it touches. Keyed writes (upsert, update_rows, delete,
-replace with keys) write no block: their rows are read from jsonb as before, until ``maintain``
+replace with keys) write no block: their rows are read from jsonb until ``maintain``
 rebuilds blocks over them (``PgSink.compact``): in one transaction that holds the rows it encodes
 (FOR SHARE), so a change by hand waits for the new blocks and then drops them like any other.
 

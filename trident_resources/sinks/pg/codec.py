@@ -19,8 +19,8 @@ import pyarrow as pa
 
 from ...core.errors import SchemaMismatchError
 from ...core.identity import CREATED_AT, ROW_ID, ROW_INDEX
+from ...core.keys import quote
 from ...core.schemas import user_fields
-from ...planning.merge import quote
 from .blocks import decode_block
 from .columns import ColumnReader
 from .reader import RangeQuery

@@ -1,7 +1,7 @@
 """Typed column extraction for pg-sink reads: Postgres picks each wanted member out of the jsonb
 server side and ships a range's values as CSV text; pyarrow's C++ CSV reader types them.
 
-Why (issue 12, measured with the backends' CPU from /proc on 200k lineitem rows): rendering whole
+Why (measured with the backends' CPU from /proc on 200k lineitem rows): rendering whole
 documents (``data::text``, ~0.6 s of server CPU, 85 MB) and decoding that JSON client side
 (``json_transform_strict``, ~0.6 s) were the cost of a read. Extracting each member with ``->>``
 and rendering the row as ``ROW(...)::text`` costs the server about two thirds of that, ships less
@@ -47,8 +47,8 @@ from psycopg import sql
 from ...control import queries as q
 from ...core.errors import SchemaMismatchError, StorageUnavailableError
 from ...core.identity import CREATED_AT, ROW_ID, ROW_INDEX
+from ...core.keys import quote
 from ...core.schemas import conform
-from ...planning.merge import quote
 from .reader import RawChunk
 
 GROUP_COLUMNS = 1000  # members per ROW(...) (a row type holds at most 1664 columns)

@@ -1,6 +1,6 @@
 """Bulk reads of the pg sink's rows: a few aggregated binary COPYs, run on several connections.
 
-Why this shape (issue 12, measured on the lineitem bench):
+Why this shape (measured on the lineitem bench):
 
 - Postgres renders each row's jsonb as text (``jsonb_out``) on one backend per query, and that
   render is most of the server's work: a single backend cannot go much faster than ~200k rows/s

@@ -36,7 +36,7 @@ LONG = "m" + "x" * 5000  # over Parquet's 4 KiB statistics limit: its row group 
 def _table(t: Trident, key: str) -> Table:
     ds = t.control.dataset(t.workspace, key)
     assert ds is not None
-    return t.driver.sink(ds.sink).existing_table(ds)  # type: ignore[attr-defined]
+    return t.driver.sink(ds.sink).tables.existing_table(ds)  # type: ignore[attr-defined]
 
 
 def _write_two_row_groups(t: Trident, key: str) -> None:

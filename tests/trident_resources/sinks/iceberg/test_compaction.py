@@ -152,7 +152,7 @@ def _partition_files(t: Trident, key: str) -> list[tuple[int, tuple[Any, ...], i
     assert ds is not None
     sink = t.driver.sink(ds.sink)
     assert isinstance(sink, IcebergSink)
-    files = sink.data_files(sink.existing_table(ds))
+    files = sink.tables.data_files(sink.tables.existing_table(ds))
     return sorted((f.spec_id, tuple(f.partition[i] for i in range(len(f.partition))), f.record_count) for f in files)
 
 

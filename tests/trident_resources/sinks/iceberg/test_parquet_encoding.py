@@ -40,7 +40,7 @@ def _data() -> pa.Table:
 def _trident_files(t: Trident, key: str) -> tuple[list[tuple[str, int]], Any]:
     ds = t.control.dataset(t.workspace, key)
     sink = t.driver.sinks["iceberg_native"]
-    table = sink.table(ds)  # type: ignore[attr-defined]
+    table = sink.tables.table(ds)  # type: ignore[attr-defined]
     return [(task.file.file_path, task.file.file_size_in_bytes) for task in table.scan().plan_files()], table.io
 
 
@@ -127,7 +127,7 @@ def test_identity_columns_are_in_encodings_every_reader_decodes(trident_home: Pa
         ducked = t.sql('SELECT __row_index, __row_id FROM "enc/ids" ORDER BY __row_index')
         assert ducked["__row_id"].to_pylist() == ids["__row_id"].to_pylist()
         ds = t.control.dataset(t.workspace, "enc/ids")
-        scanned = t.driver.sinks["iceberg_native"].table(ds).scan(selected_fields=("__row_index", "__row_id")).to_arrow()  # type: ignore[attr-defined]
+        scanned = t.driver.sinks["iceberg_native"].tables.table(ds).scan(selected_fields=("__row_index", "__row_id")).to_arrow()  # type: ignore[attr-defined]
         # pyiceberg reads the uuid column as ``pa.uuid()`` (16 bytes): the same ids
         assert [str(u) for u in scanned.sort_by("__row_index")["__row_id"].to_pylist()] == ids["__row_id"].to_pylist()
         local = [p.removeprefix("file://") for p, _ in files]
@@ -194,7 +194,7 @@ def test_integer_columns_without_a_dictionary_are_delta_encoded_and_read_back_th
         ducked = t.sql(f'SELECT {names} FROM "enc/ints" ORDER BY __row_index')
         assert ducked.cast(read.schema).equals(read)
         ds = t.control.dataset(t.workspace, "enc/ints")
-        scanned = t.driver.sinks["iceberg_native"].table(ds).scan().to_arrow()  # type: ignore[attr-defined]
+        scanned = t.driver.sinks["iceberg_native"].tables.table(ds).scan().to_arrow()  # type: ignore[attr-defined]
         assert scanned.sort_by("__row_index").select([*delta, "bucket"]).cast(read.schema).equals(read)
 
         assert t.maintain("enc/ints").compacted_files == len(files)

@@ -27,7 +27,7 @@ def _batch(start: int, rows: int) -> pa.RecordBatch:
 def _row_groups(t: Trident, key: str) -> list[list[int]]:
     """Per data file, the rows of each of its row groups."""
     ds = t.control.dataset(t.workspace, key)
-    table = t.driver.sinks["iceberg_native"].table(ds)  # type: ignore[attr-defined]
+    table = t.driver.sinks["iceberg_native"].tables.table(ds)  # type: ignore[attr-defined]
     groups = []
     for task in table.scan().plan_files():
         with table.io.new_input(task.file.file_path).open() as f:

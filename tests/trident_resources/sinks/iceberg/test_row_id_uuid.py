@@ -34,7 +34,7 @@ def _sink(t: Trident) -> IcebergSink:
 
 
 def _table(t: Trident, key: str) -> Any:
-    return _sink(t).table(t.dataset_record(key))
+    return _sink(t).tables.table(t.dataset_record(key))
 
 
 def _legacy(t: Trident, key: str, data: pa.Table) -> None:
@@ -94,7 +94,7 @@ def test_a_new_dataset_stores_row_ids_as_16_byte_uuids(trident: Trident) -> None
     described = {c["name"]: c["type"] for c in t.describe("u/new").schema}
     assert described["__row_id"] == "large_string"  # the public type did not change
     # the column's bounds are the file's lowest and highest ids (Iceberg uuid bounds: the 16 bytes)
-    files = _sink(t).data_files(table)
+    files = _sink(t).tables.data_files(table)
     field_id = table.schema().find_field("__row_id").field_id
     lows = [uuid.UUID(bytes=f.lower_bounds[field_id]) for f in files]
     highs = [uuid.UUID(bytes=f.upper_bounds[field_id]) for f in files]

@@ -59,7 +59,7 @@ def _referenced(table: Any) -> set[str]:
 def _unreferenced_objects(t: Trident, s3: Any, key: str) -> list[str]:
     ds = t.control.dataset(t.workspace, key)
     assert ds is not None
-    table = t.driver.sinks["iceberg_native"].table(ds)  # type: ignore[attr-defined]
+    table = t.driver.sinks["iceberg_native"].tables.table(ds)  # type: ignore[attr-defined]
     assert table is not None
     prefix = urlsplit(table.location()).path.strip("/") + "/"
     # keys ending in "/" are pyarrow's empty-directory markers (it leaves one when a delete

@@ -20,7 +20,7 @@ D1, D2, D3 = date(2024, 1, 1), date(2024, 1, 2), date(2024, 1, 3)
 
 def _static(t: Trident, key: str) -> StaticTable:
     ds = t.control.dataset(t.workspace, key)
-    live = t.driver.sinks["iceberg_native"].table(ds)  # type: ignore[attr-defined]
+    live = t.driver.sinks["iceberg_native"].tables.table(ds)  # type: ignore[attr-defined]
     return StaticTable.from_metadata(live.metadata_location)
 
 

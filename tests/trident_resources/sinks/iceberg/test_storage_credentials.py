@@ -304,7 +304,7 @@ def test_remote_signing_aborts_incomplete_uploads_through_the_catalog_without_st
         with Trident(settings) as t:
             t.write("sign/up", _rows(10))
             ds = t.control.dataset(t.workspace, "sign/up")
-            table = t.driver.sinks["iceberg_native"].table(ds)  # type: ignore[attr-defined]
+            table = t.driver.sinks["iceberg_native"].tables.table(ds)  # type: ignore[attr-defined]
             path = table.location().split("://", 1)[1].split("/", 1)[1]
             moto.create_multipart_upload(Bucket=s3.bucket, Key=f"{path}/data/{uuid.uuid4()}-00000.parquet")
             # an aborted write's cleanup (its files, its uploads) runs through the signer too

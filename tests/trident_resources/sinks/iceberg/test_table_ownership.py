@@ -50,7 +50,7 @@ def test_a_table_it_created_carries_its_dataset_id(trident: Trident) -> None:
     _, sink = _catalog(trident)
     ds = trident.control.dataset(trident.workspace, "own/mine")
     assert ds is not None
-    table = sink.table(ds)
+    table = sink.tables.table(ds)
     assert table is not None and table.properties[OWNER_PROPERTY] == str(ds.dataset_id)
 
 
@@ -113,7 +113,7 @@ def _strip_owner(t: Trident, key: str) -> Table:
     _, sink = _catalog(t)
     ds = t.control.dataset(t.workspace, key)
     assert ds is not None
-    table = sink.catalog.load_table(sink.identifier(ds))
+    table = sink.catalog.load_table(sink.tables.identifier(ds))
     with table.transaction() as txn:
         txn.remove_properties(OWNER_PROPERTY)
     return table.refresh()

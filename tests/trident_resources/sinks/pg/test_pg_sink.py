@@ -32,7 +32,7 @@ def _pin_both(t: Trident, key: str) -> dict[str, str]:
 
 
 def _step(t: Trident, names: dict[str, str], data: pa.Table | None, **kw: object) -> None:
-    results = {s: t.write(k, data, **kw) for s, k in names.items()}  # type: ignore[arg-type]
+    results = {s: t.write(k, data, **kw) for s, k in names.items()}  # type: ignore[call-overload]
     pg, ice = results["pg"], results["iceberg_native"]
     assert (pg.sink, ice.sink) == ("pg", "iceberg_native")
     counts = ("rows_written", "row_count", "skipped", "preserved", "deleted", "schema_version")

@@ -1,0 +1,138 @@
+"""Reads of a dataset's rows and of how its versions are read: streams, tables, Arrow sources,
+scan plans and file statistics, of the current, a past (``as_of``) or a staged version, from
+whichever sink holds it.
+
+Every read error a caller sees is named (``core/read_faults.py``): a missing or corrupt data file,
+storage or the control plane going away mid-read.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+import pyarrow as pa
+
+from ..control.plane import DatasetRecord
+from ..core import arguments, read_faults
+from ..core.errors import InvalidReadError
+from ..core.identity import ROW_INDEX, public_schema
+from ..core.partitions import PartitionFilter
+from ..engine import Engine
+from ..sinks.contract import AsOf, ScanPlan, VersionStats
+from . import versions
+
+log = logging.getLogger("trident")
+
+
+def stream(
+    engine: Engine,
+    key: str,
+    columns: list[str] | None = None,
+    row_filter: str | None = None,
+    as_of: AsOf = None,
+    partition: PartitionFilter | None = None,
+    *,
+    staged: uuid.UUID | str | None = None,
+) -> pa.RecordBatchReader:
+    """``Trident.stream``: the rows as a bounded-memory stream (see there)."""
+    columns = arguments.read_columns(columns)
+    if columns == []:  # no user columns, as pyarrow's columns=[]: batches that carry only their row counts
+        rows = stream(engine, key, [ROW_INDEX], row_filter, as_of, partition, staged=staged)
+        return pa.RecordBatchReader.from_batches(pa.schema([]), (b.select([]) for b in rows))
+    if staged is not None:
+        if as_of is not None:
+            raise InvalidReadError("read either a staged version or a past one (as_of), not both")
+        ds, entry = versions.staged_entry(engine, key, staged)
+        sink = engine.sink(ds.sink)
+        row_filter = engine.with_partition(sink, ds, row_filter, partition)
+        snapshot = entry.snapshot_id
+        if snapshot is None:  # a staged version without a snapshot of its own: the table's current one
+            return read_faults.guarded(key, lambda: sink.scan(ds, columns=columns, row_filter=row_filter, as_of=None))
+        return read_faults.guarded(key, lambda: sink.scan_staged(ds, snapshot, columns=columns, row_filter=row_filter))
+    ds = engine.dataset_record(key)
+    sink = engine.sink(ds.sink)
+    row_filter = engine.with_partition(sink, ds, row_filter, partition)
+    version = versions.version_at(engine, ds, as_of) if sink.time_travel else as_of
+    return read_faults.guarded(key, lambda: sink.scan(ds, columns=columns, row_filter=row_filter, as_of=version))
+
+
+def read_table(
+    engine: Engine,
+    key: str,
+    columns: list[str] | None = None,
+    row_filter: str | None = None,
+    as_of: AsOf = None,
+    partition: PartitionFilter | None = None,
+    *,
+    staged: uuid.UUID | str | None = None,
+) -> pa.Table:
+    """``Trident.read``: the whole result in memory (see there)."""
+    if staged is not None:
+        return stream(
+            engine, key, columns=columns, row_filter=row_filter, as_of=as_of, partition=partition, staged=staged
+        ).read_all()
+    columns = arguments.read_columns(columns)
+    if columns == []:  # as pyarrow's read_table(columns=[]): no columns, the matching rows' count kept
+        return read_table(engine, key, [ROW_INDEX], row_filter, as_of, partition).select([])
+    ds = engine.dataset_record(key)
+    sink = engine.sink(ds.sink)
+    row_filter = engine.with_partition(sink, ds, row_filter, partition)
+    version = versions.version_at(engine, ds, as_of) if sink.time_travel else as_of
+    return read_faults.read_all(key, lambda: sink.read(ds, columns=columns, row_filter=row_filter, as_of=version))
+
+
+def schema(engine: Engine, key: str) -> pa.Schema:
+    """The dataset's schema as readers get it (``__row_id`` as text, however it is stored)."""
+    ds = engine.dataset_record(key)
+    return public_schema(engine.sink(ds.sink).schema(ds))
+
+
+def arrow_source(
+    engine: Engine, key: str, partition: PartitionFilter | None = None, *, staged: uuid.UUID | str | None = None
+) -> Any:
+    """``Trident.arrow_source``: a re-scannable Arrow source (see there)."""
+    if staged is not None:
+        ds, entry = versions.staged_entry(engine, key, staged)
+        return engine.sink(ds.sink).arrow_source(ds, snapshot_id=entry.snapshot_id)
+    ds = engine.dataset_record(key)
+    sink = engine.sink(ds.sink)
+    partition = arguments.partition_filter(partition)
+    if partition is None:
+        return sink.arrow_source(ds)
+    bound = partition.bind(sink.schema(ds))
+    source = sink.arrow_source(ds, partition=bound) if sink.partitions else sink.arrow_source(ds)
+    return source.filter(bound.arrow_expr())
+
+
+def scan_plan(engine: Engine, key: str, *, staged: uuid.UUID | str | None = None) -> ScanPlan:
+    """``Trident.scan_plan``: how DuckDB reads a version (see there)."""
+    if staged is not None:
+        ds, entry = versions.staged_entry(engine, key, staged)
+        return scan_plan_of(engine, ds, snapshot_id=entry.snapshot_id)
+    return scan_plan_of(engine, engine.dataset_record(key))
+
+
+def scan_plan_of(engine: Engine, ds: DatasetRecord, *, snapshot_id: int | None = None) -> ScanPlan:
+    """``scan_plan`` for a record the caller just read (no second look-up by key)."""
+    plan = engine.sink(ds.sink).scan_plan(ds, snapshot_id=snapshot_id)
+    log.info("trident scan %s path=%s files=%d (%s)", ds.key, plan.path, len(plan.files), plan.reason)
+    return plan
+
+
+def version_stats(engine: Engine, key: str, *, staged: uuid.UUID | str | None = None) -> VersionStats | None:
+    """``Trident.version_stats``: what a version's data files record (see there)."""
+    if staged is not None:
+        ds, entry = versions.staged_entry(engine, key, staged)
+        sink, snapshot_id = engine.sink(ds.sink), entry.snapshot_id
+    else:
+        ds = engine.dataset_record(key)
+        sink, snapshot_id = engine.sink(ds.sink), None
+    try:
+        return sink.version_stats(ds, snapshot_id)
+    except Exception as exc:
+        err = read_faults.named(exc, key)
+        if err is exc:
+            raise
+        raise err from exc
