@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from trident_assets.tpch import TABLES, ensure_tpch
+from trident_assets.example.tpch import TABLES, ensure_tpch
 
 SCALE = "0.01"
 
@@ -29,7 +29,7 @@ CHILD = textwrap.dedent(
     import json, sys, time
     from pathlib import Path
     import pyarrow.parquet as pq
-    from trident_assets.tpch import TABLES, ensure_tpch
+    from trident_assets.example.tpch import TABLES, ensure_tpch
 
     home, flags, i, n = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[4]), int(sys.argv[5])
     (flags / f"ready-{i}").touch()
