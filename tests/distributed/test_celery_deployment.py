@@ -209,12 +209,15 @@ def test_the_example_runs_on_two_workers_and_survives_a_killed_one(deployment: D
         expected = _contents(t)
     assert "tpch/lineitem" in expected and len(expected) > 5
 
+    # The instance's tables are created once, before any process shares them: dagster-postgres
+    # creates them on first use, and processes racing to do so on an empty database fail (the
+    # deployment's runbook runs `dagster instance migrate` once for the same reason).
+    instance = deployment.instance()
     deployment.start_worker("w1")
     deployment.start_worker("w2")
     first = deployment.launch("first")
     out = _wait(first, RUN_BOUND)
     assert first.returncode == 0, out[-4000:]
-    instance = deployment.instance()
     [run] = instance.get_runs(dg.RunsFilter(tags={"test/run": "first"}))
     assert run.status == dg.DagsterRunStatus.SUCCESS
     plan_steps = set(instance.get_execution_plan_snapshot(run.execution_plan_snapshot_id).step_keys_to_execute)
