@@ -139,3 +139,18 @@ def test_every_path_and_module_the_docs_cite_exists() -> None:
         missing += [f"{doc.name}: {f}" for f in FILE.findall(text) if f not in ours and not (ROOT / f).exists()]
         missing += [f"{doc.name}: {d}" for d in DOTTED.findall(text) if not _resolves(d)]
     assert not missing, "the docs cite what the tree does not have:\n" + "\n".join(sorted(set(missing)))
+
+
+def test_every_path_the_tool_configuration_names_exists() -> None:
+    """mypy refuses to start on a missing path in `files` (CI failed exactly so once a folder was
+    removed), and ruff's first-party list silently misclassifies a renamed package."""
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]
+    named = {
+        "mypy files": config["mypy"]["files"],
+        "ruff first-party": config["ruff"]["lint"]["isort"]["known-first-party"],
+        "setuptools packages": [p.rstrip("*").rstrip(".") for p in config["setuptools"]["packages"]["find"]["include"]],
+    }
+    missing = [f"{what}: {p}" for what, paths in named.items() for p in paths if p and not (ROOT / p).exists()]
+    assert not missing, "pyproject.toml names paths the tree does not have:\n" + "\n".join(missing)

@@ -15,7 +15,7 @@ from typing import Any
 import dagster as dg
 import pyarrow as pa
 import pytest
-from dagster._core.events import DagsterEventType
+from dagster._core.events import AssetObservationData, DagsterEventType
 
 from tests.support.dagster_helpers import materialize_nodes, materialized, resources_for, step_errors, succeeded
 from tests.support.helpers import settings_env
@@ -152,7 +152,11 @@ def _run(settings: TridentSettings, defs: list[Any], instance: dg.DagsterInstanc
 def _observations(instance: dg.DagsterInstance, run_id: str, key: str) -> list[dict[str, Any]]:
     out = []
     for rec in instance.all_logs(run_id, of_type=DagsterEventType.ASSET_OBSERVATION):
-        obs = rec.dagster_event.event_specific_data.asset_observation  # type: ignore[union-attr]
+        event = rec.dagster_event
+        assert event is not None
+        data = event.event_specific_data
+        assert isinstance(data, AssetObservationData)
+        obs = data.asset_observation
         if obs.asset_key == dg.AssetKey(key) and "trident/gate" in obs.metadata:  # the gate's reports
             out.append({k: getattr(v, "value", v) for k, v in obs.metadata.items()})
     return out

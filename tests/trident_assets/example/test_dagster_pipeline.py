@@ -187,7 +187,12 @@ def test_definitions_load_cleanly() -> None:
     )
     assert repo.get_sensor_def("trident_ledger_commits")
     assert defs.assets is not None and defs.asset_checks is not None
-    conditions = {k.to_user_string(): c for a in defs.assets for k, c in a.automation_conditions_by_key.items()}  # type: ignore[union-attr]
+    conditions = {
+        k.to_user_string(): c
+        for a in defs.assets
+        if isinstance(a, dg.AssetsDefinition)
+        for k, c in a.automation_conditions_by_key.items()
+    }
     assert conditions == {"sales/lineitem_revenue": dg.AutomationCondition.eager()}  # the example's delta node
     in_step = [a for a in defs.assets or [] if isinstance(a, dg.AssetsDefinition)]  # checks are the assets' own
     checked = {spec.asset_key for c in [*(defs.asset_checks or []), *in_step] for spec in c.check_specs}
