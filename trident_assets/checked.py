@@ -102,6 +102,7 @@ def staged_write(context: dg.AssetExecutionContext, trident: TridentResource, ke
         upstream=[asset_key_to_key(d.asset_key) for d in spec.deps],
         partition=run_partition(context, key),  # a partition run stages exactly its partition(s)
         gate=gate,
+        partition_keys=list(context.partition_keys) if context.has_partition_key or context.has_partition_key_range else None,
     )
     return AuditedVersion(result, provenance, out.metadata)
 

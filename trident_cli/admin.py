@@ -7,13 +7,12 @@ and goes through the facade, so what it shows is exactly what a pipeline would r
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,24 +22,32 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-from rich.table import Table
 from rich.text import Text
 
-from trident_resources import InvalidFilterError, Trident
+from trident_resources import FlagNotFoundError, InvalidFilterError, PinNotFoundError, Trident
 from trident_resources.control.router import SINK_NAMES, WRITERS
+from trident_resources.core.settings import settings_from_env
 
-from .render import console, print_table
+from .home import announce_new_home, where
+from .options import JSON_OPTION, limit_option
+from .render import console, json_block, new_table, plain, print_json, print_table, when, write_rows
+from .txn import resolve_staged
 
 
 @contextmanager
 def open_trident() -> Iterator[Trident]:
     """The ``Trident`` of this command's environment, closed when the command ends (every
-    command module opens it the same way)."""
-    with Trident.from_env() as t:
+    command module opens it the same way). A command that creates the home says so, with where
+    it was found, on stderr (stdout may be a script's JSON)."""
+    settings = settings_from_env()
+    fresh = settings.pg_dsn is None and not settings.home.exists()
+    with Trident(settings) as t:
+        if fresh:
+            announce_new_home(settings)
         yield t
 
 
-def _progress() -> Progress:
+def _progress(*, disable: bool = False) -> Progress:
     return Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -50,17 +57,19 @@ def _progress() -> Progress:
         TimeRemainingColumn(),
         console=console,
         transient=False,
+        disable=disable,
     )
 
 
 def _kv(title: str, rows: list[tuple[str, Any]]) -> None:
     """A two-column table. Values are data, so their brackets are escaped; a value that is meant
     to be styled is passed as a rich ``Text`` (escaping markup would print it literally)."""
-    out = Table(title=title, show_header=False)
+    out = new_table(title, show_header=False)
     out.add_column("field", style="bold")
     out.add_column("value", overflow="fold")
     for k, v in rows:
-        out.add_row(k, v if isinstance(v, Text) else "" if v is None else escape(str(v)))
+        shown = when(v) if isinstance(v, datetime) else v
+        out.add_row(k, shown if isinstance(shown, Text) else "" if shown is None else escape(str(shown)))
     console.print(out)
 
 
@@ -84,41 +93,63 @@ def _where_error(where: str, exc: InvalidFilterError) -> InvalidFilterError | No
     )
 
 
+SQL_TABLE_ROWS = 50  # `trident sql` prints this many rows in a table unless told --limit
+
+
 # -- readers --------------------------------------------------------------------------------------
 @click.command("datasets")
-def datasets() -> None:
+@JSON_OPTION
+def datasets(as_json: bool) -> None:
     """List this workspace's datasets: sink, rows, schema version, last commit."""
     with open_trident() as t:
-        out = Table(title=f"datasets in workspace {t.workspace!r}")
-        # a key or id is never cut: in a narrow terminal it folds onto the next line instead
-        for col in ("key", "sink", "rows", "schema v", "committed at", "last txn"):
-            out.add_column(col, justify="right" if col in ("rows", "schema v") else "left", overflow="fold")
-        for d in t.datasets():
-            out.add_row(
-                d.key,
-                d.sink,
-                f"{d.row_count:,}",
-                str(d.schema_version),
-                f"{d.committed_at:%Y-%m-%d %H:%M:%S}" if d.committed_at else "",
-                str(d.last_txn_id),
+        found = t.datasets()
+        if as_json:
+            print_json(
+                [
+                    {
+                        "key": d.key,
+                        "dataset_id": d.dataset_id,
+                        "sink": d.sink,
+                        "row_count": d.row_count,
+                        "schema_version": d.schema_version,
+                        "snapshot_id": d.snapshot_id,
+                        "last_txn_id": d.last_txn_id,
+                        "committed_at": d.committed_at,
+                        "iceberg_identifier": d.iceberg_identifier,
+                    }
+                    for d in found
+                ]
             )
-        console.print(out)
+        else:
+            out = new_table(f"datasets in workspace {t.workspace!r}")
+            # a key or id is never cut: in a narrow terminal it folds onto the next line instead
+            for col in ("key", "sink", "rows", "schema v", "committed at", "last txn"):
+                out.add_column(col, justify="right" if col in ("rows", "schema v") else "left", overflow="fold")
+            for d in found:
+                out.add_row(d.key, d.sink, f"{d.row_count:,}", str(d.schema_version), when(d.committed_at), str(d.last_txn_id))
+            console.print(out)
+        if not found:  # say where it looked: an empty table from the wrong home looks like data loss
+            click.echo(f"no datasets in workspace {t.workspace!r} ({where(t.settings)})", err=as_json)
 
 
 @click.command("describe")
 @click.argument("key")
-@click.option(
-    "--max-partitions",
-    type=click.IntRange(min=0),
-    default=100,
-    show_default=True,
-    help="Partitions to list (a daily dataset over years has thousands); 0 lists all.",
-)
-def describe(key: str, max_partitions: int) -> None:
+@limit_option(100, "Partitions to list (a daily dataset over years has thousands)")
+@JSON_OPTION
+def describe(key: str, limit: int, as_json: bool) -> None:
     """Show a dataset: sink, rows, schema, snapshot, provenance, and its partitions (key, rows,
     files, last txn) when it is partitioned."""
     with open_trident() as t:
         d = t.describe(key)
+        pin_sink = t.router.pins().get(key)
+        if as_json:
+            out = d.as_dict()
+            out["pin"] = pin_sink
+            out["partition_count"] = len(d.partitions)
+            if limit > 0:
+                out["partitions"] = d.partitions[:limit]
+            print_json(out)
+            return
         _kv(
             d.key,
             [
@@ -133,19 +164,22 @@ def describe(key: str, max_partitions: int) -> None:
                 ("updated at", d.updated_at),
                 ("iceberg identifier", d.iceberg_identifier),
                 ("metadata location", d.metadata_location),
-                ("pin", t.router.pins().get(key)),
-                ("provenance", json.dumps(d.provenance, default=str) if d.provenance else None),
+                ("pin", pin_sink),
+                ("provenance", "below" if d.provenance else None),
                 ("partitioning", ", ".join(d.partitioning) if d.partitioning else "none"),
             ],
         )
-        schema = Table(title="schema")
+        schema = new_table("schema")
         for col in ("column", "type", "nullable"):
             schema.add_column(col)
         for f in d.schema:
             schema.add_row(escape(f["name"]), escape(f["type"]), str(f["nullable"]))
         console.print(schema)
         if d.partitions:
-            _partitions(d.partitions, max_partitions)
+            _partitions(d.partitions, limit)
+        if d.provenance:
+            console.print("provenance", style="bold")
+            json_block(d.provenance)
 
 
 def _partitions(parts: list[dict[str, Any]], limit: int) -> None:
@@ -153,7 +187,7 @@ def _partitions(parts: list[dict[str, Any]], limit: int) -> None:
     transaction that last wrote it. ``limit`` rows at most (0: all), and says how many it left out."""
     fields = list(parts[0]["partition"])
     shown = parts if limit <= 0 else parts[:limit]
-    out = Table(title=f"partitions ({len(parts):,})")
+    out = new_table(f"partitions ({len(parts):,})")
     for col in fields:
         out.add_column(escape(col), overflow="fold")
     for col in ("rows", "files"):
@@ -168,23 +202,29 @@ def _partitions(parts: list[dict[str, Any]], limit: int) -> None:
         )
     console.print(out)
     if len(shown) < len(parts):
-        console.print(f"{len(parts) - len(shown):,} more partition(s) not shown (--max-partitions 0 lists all)")
+        console.print(f"{len(parts) - len(shown):,} more partition(s) not shown (--limit 0 lists all)")
 
 
 @click.command("history")
 @click.argument("key")
-@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True, help="Newest transactions to show.")
-def history(key: str, limit: int) -> None:
+@limit_option(20, "Newest transactions to show")
+@JSON_OPTION
+def history(key: str, limit: int, as_json: bool) -> None:
     """The ledger of a dataset, newest first (committed, aborted and open transactions)."""
     with open_trident() as t:
-        out = Table(title=f"history of {key}")
+        entries = t.history(key, limit or None)
+        if as_json:
+            print_json([{"key": key, **_entry(e)} for e in entries])
+            return
+        out = new_table(f"history of {key}")
         for col in ("started", "status", "mode", "writer", "sink", "route", "written", "rows", "txn", "error"):
             out.add_column(col, overflow="fold")
-        for e in t.history(key, limit):
+        colour = {"committed": "green", "aborted": "red", "open": "yellow", "staged": "cyan", "rejected": "red"}
+        for e in entries:
             route = (e.route_reason or "") + (f" (clamped from {e.requested_sink})" if e.clamped else "")
-            status = {"committed": "[green]committed", "aborted": "[red]aborted", "open": "[yellow]open"}[e.status]
+            status = f"[{colour[e.status]}]{e.status}" if e.status in colour else escape(e.status)
             out.add_row(
-                f"{e.started_at:%Y-%m-%d %H:%M:%S}",
+                when(e.started_at),
                 status,
                 e.mode,
                 e.writer,
@@ -198,24 +238,68 @@ def history(key: str, limit: int) -> None:
         console.print(out)
 
 
+def _entry(e: Any) -> dict[str, Any]:
+    """A ledger entry as ``--json`` prints it (every field but the writer's pid and host)."""
+    return {
+        "txn_id": e.txn_id,
+        "status": e.status,
+        "mode": e.mode,
+        "writer": e.writer,
+        "sink": e.sink,
+        "requested_sink": e.requested_sink,
+        "clamped": e.clamped,
+        "route_reason": e.route_reason,
+        "started_at": e.started_at,
+        "committed_at": e.committed_at,
+        "ended_at": e.ended_at,
+        "staged_at": e.staged_at,
+        "rows_written": e.rows_written,
+        "row_count": e.row_count,
+        "skipped": e.skipped,
+        "preserved": e.preserved,
+        "snapshot_id": e.snapshot_id,
+        "schema_version": e.schema_version,
+        "source_refs": e.source_refs,
+        "metadata": e.metadata,
+        "error": e.error,
+    }
+
+
 @click.command("sql")
 @click.argument("query")
+@limit_option(None, "Rows to print (default: 50 in a table, all as csv or json; a table says how many it left out)")
 @click.option(
-    "--max-rows", type=click.IntRange(min=0), default=50, show_default=True, help="Rows to print (the count is always shown)."
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "csv", "json"]),
+    default="table",
+    show_default=True,
+    help="table for people; csv (a header, then rows) or json (an array of row objects) for scripts, nothing else on stdout.",
 )
-@click.option("--staged", "staged", multiple=True, metavar="KEY=TXN", help="Read KEY's staged version TXN (audit); repeatable.")
-def sql(query: str, max_rows: int, staged: tuple[str, ...]) -> None:
+@click.option(
+    "--staged",
+    "staged",
+    multiple=True,
+    metavar="KEY=TXN",
+    help="Read KEY's staged version TXN (a unique prefix will do); repeatable.",
+)
+def sql(query: str, limit: int | None, fmt: str, staged: tuple[str, ...]) -> None:
     """Run read-only SQL (DuckDB) over datasets named by key, e.g. 'select count(*) from "sales/orders"'.
 
     Writes, DDL, COPY, ATTACH, INSTALL/LOAD and reading files or URLs are refused."""
-    versions = {}
+    pairs = []
     for item in staged:
         key, sep, txn = item.partition("=")
         if not sep or not key or not txn:
             raise click.BadParameter(f"{item!r}: expected KEY=TXN", param_hint="--staged")
-        versions[key] = txn
+        pairs.append((key, txn))
     with open_trident() as t:
-        print_table(t.sql(query, staged=versions), max_rows=max_rows)
+        versions = {key: str(resolve_staged(t, key, txn)) for key, txn in pairs}
+        result = t.sql(query, staged=versions)
+        if fmt == "table":
+            print_table(result, limit=SQL_TABLE_ROWS if limit is None else limit)
+        else:
+            write_rows(result, fmt, limit=limit or 0)
 
 
 @click.command("export")
@@ -280,7 +364,7 @@ def writers() -> None:
     """The writer registry: tier, default and max mode, and where each writer routes now."""
     with open_trident() as t:
         flags = t.router.flags()
-        out = Table(title="writers")
+        out = new_table("writers")
         for col in ("writer", "tier", "default_mode", "max_mode", "flag", "routes new datasets to"):
             out.add_column(col)
         for w in WRITERS.values():
@@ -310,9 +394,14 @@ def flag_set(writer: str, sink: str) -> None:
 @flag.command("clear")
 @click.argument("writer", type=click.Choice(sorted(WRITERS)))
 def flag_clear(writer: str) -> None:
-    """Remove WRITER's flag (back to its default)."""
+    """Remove WRITER's flag (back to its default). Clearing a flag that is not set succeeds, with a
+    note: the state asked for is the state there is (a script may run it twice)."""
     with open_trident() as t:
-        t.router.clear_flag(writer)
+        try:
+            t.router.clear_flag(writer)
+        except FlagNotFoundError as exc:
+            console.print(f"[yellow]note:[/] {escape(str(exc))}", highlight=False)
+            return
         console.print(f"flag of {writer} cleared")
 
 
@@ -324,44 +413,59 @@ def pin() -> None:
 @pin.command("set")
 @click.argument("key")
 @click.argument("sink", type=click.Choice(SINK_NAMES))
-def pin_set(key: str, sink: str) -> None:
-    """Pin dataset KEY to SINK."""
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Pin even though the dataset lives in another sink (its writes are then refused until it is moved).",
+)
+def pin_set(key: str, sink: str, force: bool) -> None:
+    """Pin dataset KEY to SINK. Refused when KEY lives in another sink (every write of it would be
+    refused until a canary moves it) unless --force."""
     with open_trident() as t:
-        t.router.set_pin(key, sink)
-        if t.exists(key) and t.describe(key).sink != sink:
+        lives = t.describe(key, storage=False).sink if t.exists(key) else None
+        if lives is not None and lives != sink:
             refusal = t.move_refusal(key, sink)
-            if refusal is not None:
-                console.print(
-                    f"[yellow]{escape(refusal)}: the pin cannot move it, and its writer keeps the dataset "
-                    f"where it is (clear the pin: `trident pin clear {key}`)"
-                )
-            else:
-                console.print(
-                    f"[yellow]{key} lives in {t.describe(key).sink}: writes will be refused until it is moved "
-                    f"(`trident canary {key} --to {sink}`)"
-                )
+            then = (
+                f"{refusal}: the pin cannot move it"
+                if refusal is not None
+                else f"writes would be refused until it is moved (`trident canary {key} --to {sink}`, which needs no pin)"
+            )
+            if not force:
+                raise click.UsageError(f"{key} lives in {lives}, not {sink}; {then}. Pass --force to pin it anyway")
+            console.print(f"[yellow]{escape(key)} lives in {lives}: {escape(then)}[/]", highlight=False)
+        t.router.set_pin(key, sink)
         console.print(f"pin {key} -> {sink}")
 
 
 @pin.command("clear")
 @click.argument("key")
 def pin_clear(key: str) -> None:
-    """Remove KEY's pin."""
+    """Remove KEY's pin. Clearing a pin that is not there succeeds, with a note naming the pins
+    that are (a typo'd key is visible, and a script may run it twice)."""
     with open_trident() as t:
-        t.router.clear_pin(key)
+        try:
+            t.router.clear_pin(key)
+        except PinNotFoundError as exc:
+            console.print(f"[yellow]note:[/] {escape(str(exc))}", highlight=False)
+            return
         console.print(f"pin of {key} cleared")
 
 
 @click.command("pins")
-def pins() -> None:
+@JSON_OPTION
+def pins(as_json: bool) -> None:
     """List flags and pins in force."""
     with open_trident() as t:
-        out = Table(title="flags and pins")
+        flags, pinned = sorted(t.router.flags().items()), sorted(t.router.pins().items())
+        if as_json:
+            print_json({"flags": dict(flags), "pins": dict(pinned)})
+            return
+        out = new_table("flags and pins")
         for col in ("kind", "name", "sink"):
             out.add_column(col)
-        for w, s in sorted(t.router.flags().items()):
+        for w, s in flags:
             out.add_row("flag", w, s)
-        for k, s in sorted(t.router.pins().items()):
+        for k, s in pinned:
             out.add_row("pin", k, s)
         console.print(out)
 
@@ -448,7 +552,8 @@ def _finite(value: float, name: str) -> float:
 @click.option(
     "--retain-last", type=click.IntRange(min=1), default=5, show_default=True, help="Always keep this many newest snapshots."
 )
-def maintain(keys: tuple[str, ...], older_than_days: float, retain_last: int) -> None:
+@JSON_OPTION
+def maintain(keys: tuple[str, ...], older_than_days: float, retain_last: int, as_json: bool) -> None:
     """Table maintenance: compact small data files, expire old snapshots and delete the files only
     they used; for a pg dataset, rebuild the row blocks its keyed writes dropped (default: every
     dataset). Time travel to expired versions ends here."""
@@ -456,10 +561,12 @@ def maintain(keys: tuple[str, ...], older_than_days: float, retain_last: int) ->
         sinks = {d.key: d.sink for d in t.datasets()}
         targets = list(keys) or sorted(set(sinks) | set(t.pending_cleanup_keys()))
         rows = []
-        with _progress() as bar:
+        reports = []
+        with _progress(disable=as_json) as bar:
             task = bar.add_task("maintain", total=len(targets))
             for key in targets:
                 r = t.maintain(key, older_than=timedelta(days=older_than_days), retain_last=retain_last)
+                reports.append({"key": key, "sink": sinks.get(key), **plain(r)})
                 if r.skipped:
                     rows.append((key, f"skipped: {r.skipped}"))
                     bar.advance(task)
@@ -481,6 +588,9 @@ def maintain(keys: tuple[str, ...], older_than_days: float, retain_last: int) ->
                     )
                 )
                 bar.advance(task)
+        if as_json:
+            print_json(reports)
+            return
         _kv("maintain", rows or [("datasets", "none")])
 
 

@@ -1,8 +1,11 @@
 """``trident check``: run the asset checks (expectations) against the current data, for CI.
 
 The checks run exactly as Dagster runs them (an in-process run of a checks-only job over the
-user's Definitions), but nothing is materialized. The exit status is 1 when a blocking check failed
-or could not run, 0 otherwise; non-blocking failures are shown as warnings.
+user's Definitions, on the instance ``trident ui`` shows), but nothing is materialized. The exit
+status is 1 when a blocking check failed or could not run (or, with ``--fail-on-staged``, a
+staged version waits), 2 when nothing could be checked (Definitions that do not load, asset keys
+that are not dataset keys, a selection that matches no check), 0 otherwise; non-blocking failures
+are shown as warnings. ``--json`` and ``--junit-xml`` give the same results to scripts and CI.
 
 Which Definitions: ``-w workspace.yaml``, ``-f file.py`` or ``-m module`` as in Dagster's own CLI
 (``-f`` puts the file's directory on ``sys.path``, ``-m`` the current directory, a workspace its own
@@ -18,6 +21,7 @@ from __future__ import annotations
 import fnmatch
 import importlib
 import importlib.util
+import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,11 +29,13 @@ from typing import TYPE_CHECKING, Any
 
 import click
 from rich.markup import escape
-from rich.table import Table
 
 from trident_resources import TridentError
+from trident_resources.core.settings import settings_from_env
 
-from .render import console
+from .instance import command_instance
+from .options import JSON_OPTION, definitions_options
+from .render import console, new_table, print_json, when
 
 if TYPE_CHECKING:
     import dagster as dg
@@ -209,9 +215,32 @@ def _reason(error: Any) -> str:
     return lines[0] if lines else ""
 
 
-def run_checks(defs: dg.Definitions, patterns: tuple[str, ...] = (), *, verbose: bool = False) -> list[CheckOutcome]:
-    """Run the selected checks in-process and say how each went. Dagster's own log (ERROR blocks
-    with stack traces) is shown only when ``verbose``; the outcomes carry the reasons."""
+def _detail(spec: dg.AssetCheckSpec, description: str | None, meta: dict[str, Any]) -> str:
+    """What a check's failure line says: the check's own description (its spec's), the evaluation's
+    description, and every metadata entry it reported (Trident's expectations report violations,
+    row counts and samples; a user's own check whatever it chose)."""
+    parts = [p for p in (description, spec.description) if p]
+    shown = {k: v for k, v in meta.items() if k != "missing" and not k.startswith("dagster/")}
+    if shown:
+        parts.append(", ".join(f"{k}={_short(v)}" for k, v in shown.items()))
+    return "; ".join(dict.fromkeys(parts))
+
+
+def _short(value: Any, limit: int = 200) -> str:
+    text = json.dumps(value, default=str) if isinstance(value, (dict, list)) else str(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def run_checks(
+    defs: dg.Definitions,
+    patterns: tuple[str, ...] = (),
+    *,
+    verbose: bool = False,
+    instance: dg.DagsterInstance | None = None,
+) -> list[CheckOutcome]:
+    """Run the selected checks in-process (on ``instance``, so the UI shows the run and its
+    results; None: an ephemeral one) and say how each went. Dagster's own log (ERROR blocks with
+    stack traces) is shown only when ``verbose``; the outcomes carry the reasons."""
     import dagster as dg
     from dagster._core.execution.plan.objects import StepFailureData
 
@@ -223,7 +252,7 @@ def run_checks(defs: dg.Definitions, patterns: tuple[str, ...] = (), *, verbose:
     result = (
         dg.Definitions.merge(defs, dg.Definitions(jobs=[job]))
         .resolve_job_def(CHECK_JOB)
-        .execute_in_process(run_config=QUIET if verbose else SILENT, raise_on_error=False)
+        .execute_in_process(run_config=QUIET if verbose else SILENT, raise_on_error=False, instance=instance)
     )
     evaluated = {e.asset_check_key: e for e in result.get_asset_check_evaluations()}
     errors = {
@@ -243,7 +272,7 @@ def run_checks(defs: dg.Definitions, patterns: tuple[str, ...] = (), *, verbose:
             outcomes.append(CheckOutcome(key.asset_key.to_user_string(), key.name, spec.blocking, "error", detail))
             continue
         meta = {k: getattr(v, "value", v) for k, v in ev.metadata.items()}
-        detail = ev.description or ", ".join(f"{k}={v}" for k, v in meta.items() if k in ("violations", "row_count", "error"))
+        detail = _detail(spec, ev.description, meta)
         status = "passed" if ev.passed else "missing" if meta.get("missing") else "error" if "error" in meta else "failed"
         outcomes.append(CheckOutcome(key.asset_key.to_user_string(), key.name, spec.blocking, status, detail))
     return outcomes
@@ -251,7 +280,7 @@ def run_checks(defs: dg.Definitions, patterns: tuple[str, ...] = (), *, verbose:
 
 def print_outcomes(outcomes: list[CheckOutcome], title: str = "trident check") -> None:
     console.print(escape(title), style="bold", soft_wrap=True)  # a heading line: rich wraps table titles to the table
-    table = Table(show_lines=False)
+    table = new_table(show_lines=False)
     for col in ("asset", "check", "blocking", "result", "detail"):
         table.add_column(col, overflow="fold")
     style = {"passed": "green", "failed": "red", "error": "red", "missing": "red"}
@@ -267,6 +296,67 @@ def print_outcomes(outcomes: list[CheckOutcome], title: str = "trident check") -
     console.print(table)
 
 
+@dataclass(frozen=True)
+class WaitingVersion:
+    """A staged version of a checked asset that nobody published or discarded: one its blocking
+    checks rejected (readers still see the previous version) or one staged for review."""
+
+    asset: str
+    txn_id: str
+    staged_at: str
+    rows: int | None
+    run_id: str | None
+
+
+def waiting_versions(assets: set[str]) -> list[WaitingVersion]:
+    """Staged versions of ``assets`` waiting for ``trident publish`` / ``trident discard``."""
+    from trident_resources.dagster import RUN_ID
+
+    from .admin import open_trident
+
+    with open_trident() as t:
+        return [
+            WaitingVersion(k, str(e.txn_id), when(e.staged_at), e.row_count, (e.metadata or {}).get(RUN_ID))
+            for k, e in t.staged()
+            if k in assets
+        ]
+
+
+def junit_xml(outcomes: list[CheckOutcome], waiting: list[WaitingVersion], fail_on_staged: bool, title: str) -> bytes:
+    """The outcomes as a JUnit XML report (one testcase per check, classname the asset): what CI
+    systems show as test results. A blocking failure is a <failure>, a check that could not run an
+    <error>; a non-blocking failure passes with its warning in <system-out>; a waiting staged
+    version is a failing testcase of its own under --fail-on-staged, else a note."""
+    import xml.etree.ElementTree as ET
+
+    suite = ET.Element("testsuite", name=title, tests=str(len(outcomes)))
+    failures = errors = 0
+    for o in outcomes:
+        case = ET.SubElement(suite, "testcase", classname=o.asset, name=o.check)
+        if o.status == "passed":
+            continue
+        if not o.blocking:
+            ET.SubElement(case, "system-out").text = f"WARNING (not blocking) {o.status}: {o.detail}"
+        elif o.status == "failed":
+            failures += 1
+            ET.SubElement(case, "failure", message=o.detail or "failed", type="blocking check failed").text = o.detail
+        else:
+            errors += 1
+            ET.SubElement(case, "error", message=o.detail or o.status, type=f"check {o.status}").text = o.detail
+    for w in waiting:
+        case = ET.SubElement(suite, "testcase", classname=w.asset, name=f"staged version {w.txn_id}")
+        text = f"staged version {w.txn_id} of {w.asset} (staged at {w.staged_at}) waits for publish or discard"
+        if fail_on_staged:
+            failures += 1
+            ET.SubElement(case, "failure", message=text, type="staged version waits").text = text
+        else:
+            ET.SubElement(case, "system-out").text = text
+    suite.set("tests", str(len(outcomes) + len(waiting)))
+    suite.set("failures", str(failures))
+    suite.set("errors", str(errors))
+    return bytes(ET.tostring(suite, encoding="utf-8", xml_declaration=True))
+
+
 @click.command("check")
 @click.option(
     "--select",
@@ -275,33 +365,23 @@ def print_outcomes(outcomes: list[CheckOutcome], title: str = "trident check") -
     metavar="PATTERN",
     help="Asset key glob or prefix (tpch/*, sales), or asset:check; repeatable. Default: every check.",
 )
+@definitions_options
 @click.option(
-    "-w",
-    "--workspace",
-    "workspaces",
-    multiple=True,
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="A Dagster workspace.yaml (its python_module / python_file entries); repeatable.",
+    "-v", "--verbose", is_flag=True, help="Show what happens: Dagster's log (each failure's ERROR block) and the trident's."
+)
+@JSON_OPTION
+@click.option(
+    "--junit-xml",
+    "junit",
+    type=click.Path(path_type=Path, dir_okay=False, writable=True),
+    default=None,
+    help="Also write the results as a JUnit XML report to this file (for CI test reports).",
 )
 @click.option(
-    "-f",
-    "--python-file",
-    "files",
-    multiple=True,
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="A Python file holding Definitions; its directory goes on sys.path. Repeatable.",
+    "--fail-on-staged",
+    is_flag=True,
+    help="Exit 1 when a checked asset has a staged version waiting for publish or discard (default: a warning).",
 )
-@click.option(
-    "-m",
-    "--module-name",
-    "--module",
-    "modules",
-    multiple=True,
-    metavar="MODULE",
-    help="A module holding Definitions, imported with the current directory on sys.path. Repeatable.",
-)
-@click.option("-a", "--attribute", default=None, help="The Definitions' name in the file or module (default: the only one).")
-@click.option("-v", "--verbose", is_flag=True, help="Also show Dagster's log: each failure's ERROR block and stack trace.")
 @click.pass_context
 def check(
     ctx: click.Context,
@@ -311,31 +391,78 @@ def check(
     modules: tuple[str, ...],
     attribute: str | None,
     verbose: bool,
+    as_json: bool,
+    junit: Path | None,
+    fail_on_staged: bool,
 ) -> None:
-    """Run asset checks against the current data; exit 1 when a blocking check fails.
+    """Run asset checks against the current data; exit 1 when a blocking check fails (or, with
+    --fail-on-staged, a staged version waits), 2 when nothing could be checked.
 
     Definitions come from -w/-f/-m as with `dagster`; with none, ./workspace.yaml, else the example
     pipeline. Their resources must include `trident` (TridentResource) for trident expectations,
-    and `io_manager` (TridentIOManager) so assets load through the trident."""
+    and `io_manager` (TridentIOManager) so assets load through the trident. The run is recorded in
+    the instance `trident ui` shows (DAGSTER_HOME's when set)."""
+    import logging
+
+    from trident_resources.dagster import validate_asset_keys
+
     verbose = verbose or bool((ctx.find_root().params or {}).get("verbose"))
+    if verbose:
+        logging.getLogger().setLevel(logging.INFO)
     outcomes: list[CheckOutcome] = []
     labels = []
-    for target in resolve_targets(workspaces, files, modules, attribute):
-        outcomes += run_checks(_definitions(target), select, verbose=verbose)
-        labels.append(target.label)
+    targets = resolve_targets(workspaces, files, modules, attribute)
+    loaded = [(target, validate_asset_keys(_definitions(target))) for target in targets]
+    with command_instance(settings_from_env()) as (instance, _which):
+        for target, defs in loaded:
+            outcomes += run_checks(defs, select, verbose=verbose, instance=instance)
+            labels.append(target.label)
     if not outcomes:
-        raise click.ClickException(f"no asset checks match {list(select) or 'anything'} in {', '.join(labels)}")
-    print_outcomes(outcomes, f"trident check: {', '.join(labels)}")
+        what = f"match {list(select)}" if select else "are defined"
+        raise click.UsageError(f"no asset checks {what} in {', '.join(labels)}")
+    title = f"trident check: {', '.join(labels)}"
+    waiting = waiting_versions({o.asset for o in outcomes})
     bad = [o for o in outcomes if o.blocking and o.status != "passed"]
     warned = [o for o in outcomes if not o.blocking and o.status != "passed"]
     passed = sum(o.status == "passed" for o in outcomes)
-    for o in bad + warned:  # one greppable line per problem: tables fold long reasons
-        console.print(
-            f"{'FAILED' if o.blocking else 'WARNING'} {escape(o.asset)}:{escape(o.check)} ({o.status}): {escape(o.detail)}",
-            highlight=False,
+    failing = bool(bad) or (fail_on_staged and bool(waiting))
+    if junit is not None:
+        try:
+            junit.write_bytes(junit_xml(outcomes, waiting, fail_on_staged, title))
+        except OSError as exc:
+            raise click.FileError(str(junit), hint=str(exc)) from exc
+    if as_json:
+        print_json(
+            {
+                "definitions": labels,
+                "checks": outcomes,
+                "staged_waiting": waiting,
+                "passed": passed,
+                "blocking_failures": len(bad),
+                "warnings": len(warned),
+                "exit_code": 1 if failing else 0,
+            }
         )
-    console.print(f"{passed} passed, {len(bad)} blocking failure(s), {len(warned)} warning(s), {len(outcomes)} checks")
-    if bad:
+    else:
+        print_outcomes(outcomes, title)
+        for o in bad + warned:  # one greppable line per problem: tables fold long reasons
+            console.print(
+                f"{'FAILED' if o.blocking else 'WARNING'} {escape(o.asset)}:{escape(o.check)} ({o.status}): {escape(o.detail)}",
+                highlight=False,
+            )
+        for w in waiting:
+            console.print(
+                f"{'FAILED' if fail_on_staged else 'WARNING'} {escape(w.asset)}: staged version {w.txn_id} "
+                f"(staged at {w.staged_at}, {w.rows} rows) waits: its blocking checks rejected it or it awaits review; "
+                f"readers still see the published version (`trident publish {escape(w.asset)} {w.txn_id[:8]}` "
+                f"or `trident discard ...`)",
+                highlight=False,
+            )
+        console.print(
+            f"{passed} passed, {len(bad)} blocking failure(s), {len(warned)} warning(s), {len(outcomes)} checks"
+            + (f", {len(waiting)} staged version(s) waiting" if waiting else "")
+        )
+    if failing:
         sys.exit(1)
 
 

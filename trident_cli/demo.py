@@ -11,12 +11,14 @@ import time
 from typing import TYPE_CHECKING
 
 import click
-from rich.table import Table
+from rich.markup import escape
 
 from trident_resources import Trident
+from trident_resources.core.settings import settings_from_env
 
 from .check import QUIET
-from .render import console
+from .instance import command_instance
+from .render import console, new_table
 
 if TYPE_CHECKING:
     from dagster_shared.error import SerializableErrorInfo
@@ -53,17 +55,21 @@ def demo(scale: str | None) -> None:
     from trident_assets.definitions import defs
     from trident_assets.example.schedules import daily_job, pipeline_job
 
-    console.print(f"materializing [bold]{pipeline_job.name}[/] (TPC-H sf{os.environ.get('TRIDENT_TPCH_SCALE', '0.01')}) ...")
-    started = time.monotonic()
-    runs = [defs.resolve_job_def(pipeline_job.name).execute_in_process(run_config=QUIET, raise_on_error=False)]
-    if runs[0].success:  # the partitioned part: one week of ship days, as ONE single-run backfill
-        first, last = DEMO_DAYS
-        console.print(f"materializing [bold]{daily_job.name}[/] for ship days {first} .. {last} (one run, one snapshot) ...")
-        tags = {ASSET_PARTITION_RANGE_START_TAG: first, ASSET_PARTITION_RANGE_END_TAG: last}
-        runs.append(defs.resolve_job_def(daily_job.name).execute_in_process(run_config=QUIET, tags=tags, raise_on_error=False))
-    elapsed = time.monotonic() - started
+    with command_instance(settings_from_env()) as (instance, which):
+        console.print(f"runs recorded in {escape(which)}", highlight=False)
+        console.print(f"materializing [bold]{pipeline_job.name}[/] (TPC-H sf{os.environ.get('TRIDENT_TPCH_SCALE', '0.01')}) ...")
+        started = time.monotonic()
+        pipeline = defs.resolve_job_def(pipeline_job.name)
+        runs = [pipeline.execute_in_process(run_config=QUIET, raise_on_error=False, instance=instance)]
+        if runs[0].success:  # the partitioned part: one week of ship days, as ONE single-run backfill
+            first, last = DEMO_DAYS
+            console.print(f"materializing [bold]{daily_job.name}[/] for ship days {first} .. {last} (one run, one snapshot) ...")
+            tags = {ASSET_PARTITION_RANGE_START_TAG: first, ASSET_PARTITION_RANGE_END_TAG: last}
+            daily = defs.resolve_job_def(daily_job.name)
+            runs.append(daily.execute_in_process(run_config=QUIET, tags=tags, raise_on_error=False, instance=instance))
+        elapsed = time.monotonic() - started
 
-    table = Table(title=f"datasets ({elapsed:.1f}s)")
+    table = new_table(f"datasets ({elapsed:.1f}s)")
     for col in ("dataset", "rows", "written", "mode", "plan", "sink", "txn"):
         table.add_column(col, overflow="fold")
     shown: set[tuple[str, str]] = set()
@@ -116,7 +122,7 @@ def demo(scale: str | None) -> None:
                     err = err.cause
                 console.print(f"[red]{event.step_key} failed:[/] " + "\n  caused by: ".join(lines))
         sys.exit(1)
-    console.print("\nserve it in the UI: trident ui (a persistent instance under TRIDENT_HOME)")
+    console.print("\nsee its runs, materializations and partitions in the UI: trident ui (the same instance)")
 
 
 COMMANDS = [demo]

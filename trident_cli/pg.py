@@ -194,13 +194,19 @@ def status(as_json: bool) -> None:
 @pg.command("start")
 @click.option(
     "--idle-minutes",
-    type=click.FloatRange(min=0),
+    type=click.FloatRange(min=0, min_open=True),
     default=None,
-    help="Stop after this many idle minutes (default TRIDENT_EMBEDDED_PG_IDLE_MINUTES; 0: never, "
-    "since an explicit start means keep it up).",
+    help="Stop after this many minutes without a client (default: TRIDENT_EMBEDDED_PG_IDLE_MINUTES).",
 )
-def start(idle_minutes: float | None) -> None:
-    """Start the embedded Postgres (every command starts it when needed; this is for symmetry)."""
+@click.option("--keep-running", is_flag=True, help="Run until `trident pg stop`, however long it is idle.")
+def start(idle_minutes: float | None, keep_running: bool) -> None:
+    """Start the embedded Postgres (every command starts it when needed; this is for symmetry).
+
+    Idle minutes mean what TRIDENT_EMBEDDED_PG_IDLE_MINUTES means; its 0 ("stop when the process
+    that started it ends") would stop a server this command started at once, so there it runs
+    until `trident pg stop`, as with --keep-running."""
+    if keep_running and idle_minutes is not None:
+        raise click.UsageError("--keep-running and --idle-minutes contradict each other; give one")
     settings = settings_from_env()
     if (msg := _external(settings)) is not None:
         raise NotEmbeddedPostgresError(msg + "; nothing was started")
@@ -212,10 +218,12 @@ def start(idle_minutes: float | None) -> None:
             f"idle shutdown: {_policy(before.idle_minutes)}"
         )
         return
-    idle = settings.embedded_pg_idle_minutes if idle_minutes is None else idle_minutes
-    ensure_embedded_postgres(root, idle_minutes=math.inf if idle == 0 else idle, announce=False)
+    idle = math.inf if keep_running else settings.embedded_pg_idle_minutes if idle_minutes is None else idle_minutes
+    if idle == 0:
+        idle = math.inf
+    ensure_embedded_postgres(root, idle_minutes=idle, announce=False)
     after = embedded_status(root)
-    policy = "it runs until `trident pg stop`" if idle == 0 else f"it stops after {idle:g} idle minute(s)"
+    policy = "it runs until `trident pg stop`" if math.isinf(idle) else f"it stops after {idle:g} idle minute(s)"
     click.echo(
         f"started the embedded Postgres on 127.0.0.1:{after.port} (data in {after.data_dir}); {policy}; "
         "stop it with `trident pg stop`"

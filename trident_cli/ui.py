@@ -189,9 +189,14 @@ def _interruptible() -> None:
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address the webserver listens on.")
 @click.option("--port", default=3000, show_default=True, type=click.IntRange(1, 65535), help="Port of the webserver.")
 @click.option("-w", "--workspace", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="A Dagster workspace.yaml.")
-@click.option("-m", "--module", "module", help="A module holding Definitions.")
+@click.option("-m", "--module-name", "--module", "module", help="A module holding Definitions (as dagster dev -m).")
 @click.option(
-    "-f", "--file", "file", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="A file holding Definitions."
+    "-f",
+    "--python-file",
+    "--file",
+    "file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="A file holding Definitions (as dagster dev -f).",
 )
 def ui(host: str, port: int, workspace: Path | None, module: str | None, file: Path | None) -> None:
     """Serve the Dagster UI (dagster dev) on a persistent instance under TRIDENT_HOME/dagster."""

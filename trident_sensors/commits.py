@@ -4,9 +4,13 @@ as a runless materialization of that dataset's asset, so the asset's history sho
 and automation conditions (``dg.AutomationCondition.eager()`` on a delta node) react to it.
 
 A commit made by a Dagster run carries the run's id in its ledger metadata (the IO manager puts it
-there, whatever the writer) and is skipped: Dagster recorded that materialization already. The
-exception is a version a run staged and its blocking checks rejected, published later by an
-operator: that run failed and recorded no current version, so the publish is reported.
+there, whatever the writer) and is skipped when this instance knows the run: Dagster recorded that
+materialization already. A run this instance does not know (``dagster asset materialize`` or a
+script's ``materialize()`` on a throwaway instance, a test, another deployment) recorded it
+somewhere this UI never looks, so its commit is reported like any other. So is a version a run
+staged and its blocking checks rejected, published later by an operator: that run failed and
+recorded no current version. A commit of a partitioned asset's run is reported once per Dagster
+partition it wrote (the IO manager records them in the ledger, ``PARTITION_KEYS``).
 
 The cursor is the ledger's commit sequence (``Trident.commits_since``). Two writers committing at
 the same moment can make a sequence number visible a moment after a larger one, so the cursor only
@@ -28,7 +32,7 @@ from typing import Any
 import dagster as dg
 
 from trident_resources import LedgerEntry, Trident
-from trident_resources.dagster import RUN_ID, TridentResource
+from trident_resources.dagster import PARTITION_KEYS, RUN_ID, TridentResource
 
 SENSOR_NAME = "trident_ledger_commits"
 COMMITS_PER_TICK = 500
@@ -56,12 +60,22 @@ class LedgerCursor:
         return json.dumps({"after": self.after, "seen": sorted(self.seen)})
 
 
-def from_dagster(entry: LedgerEntry, failed_runs: AbstractSet[str] = frozenset()) -> bool:
-    """The commit was made by a Dagster run (which recorded its own materialization). Not so a
-    version a run staged and its blocking checks rejected (the run failed) that an operator
-    published later (`trident publish`): the run recorded no current version of it."""
+def from_dagster(
+    entry: LedgerEntry, failed_runs: AbstractSet[str] = frozenset(), known_runs: AbstractSet[str] | None = None
+) -> bool:
+    """The commit was made by a Dagster run that recorded its own materialization in this
+    instance: a run of ``known_runs`` (None: every run is taken as known). Not so a version a run
+    staged and its blocking checks rejected (the run failed) that an operator published later
+    (`trident publish`): the run recorded no current version of it."""
     run = (entry.metadata or {}).get(RUN_ID)
-    return bool(run) and not (entry.staged_at is not None and run in failed_runs)
+    if not run or (known_runs is not None and str(run) not in known_runs):
+        return False
+    return not (entry.staged_at is not None and run in failed_runs)
+
+
+def run_ids(commits: Sequence[Commit]) -> set[str]:
+    """The Dagster runs that made ``commits`` (whether this instance knows them is looked up)."""
+    return {str(e.metadata[RUN_ID]) for _, _, e in commits if (e.metadata or {}).get(RUN_ID)}
 
 
 def staged_runs(commits: Sequence[Commit]) -> set[str]:
@@ -75,13 +89,16 @@ def commit_events(
     now: datetime,
     settle: timedelta = timedelta(seconds=SETTLE_SECONDS),
     failed_runs: AbstractSet[str] = frozenset(),
+    known_runs: AbstractSet[str] | None = None,
 ) -> tuple[list[dg.AssetMaterialization], LedgerCursor]:
     """The materializations to report for ``commits`` (ascending sequence, all after
-    ``cursor.after``) and the next cursor; ``failed_runs``: runs that failed (see from_dagster)."""
+    ``cursor.after``) and the next cursor; ``failed_runs``: runs that failed, ``known_runs``: runs
+    this instance has (see from_dagster)."""
     events = [
-        materialization(key, entry)
+        event
         for seq, key, entry in commits
-        if seq not in cursor.seen and not from_dagster(entry, failed_runs)
+        if seq not in cursor.seen and not from_dagster(entry, failed_runs, known_runs)
+        for event in materializations(key, entry)
     ]
     after = cursor.after
     for seq, _, entry in commits:  # move only over a prefix of commits old enough to be settled
@@ -92,7 +109,15 @@ def commit_events(
     return events, LedgerCursor(after, seen)
 
 
-def materialization(key: str, entry: LedgerEntry) -> dg.AssetMaterialization:
+def materializations(key: str, entry: LedgerEntry) -> list[dg.AssetMaterialization]:
+    """A commit as Dagster shows it: one materialization, or one per Dagster partition the run wrote."""
+    partitions = (entry.metadata or {}).get(PARTITION_KEYS) or []
+    if not partitions:
+        return [materialization(key, entry)]
+    return [materialization(key, entry, partition=str(p)) for p in partitions]
+
+
+def materialization(key: str, entry: LedgerEntry, partition: str | None = None) -> dg.AssetMaterialization:
     """A commit as Dagster shows it: the same keys a Dagster-made materialization reports, ids as text."""
     metadata: dict[str, Any] = {
         "dagster/row_count": dg.MetadataValue.int(int(entry.row_count or 0)),
@@ -108,9 +133,14 @@ def materialization(key: str, entry: LedgerEntry) -> dg.AssetMaterialization:
         metadata["trident/committed_at"] = entry.committed_at.isoformat()
     if entry.schema_version is not None:
         metadata["trident/schema_version"] = entry.schema_version
+    run = (entry.metadata or {}).get(RUN_ID)
+    if run:
+        metadata["trident/dagster_run_id"] = dg.MetadataValue.text(str(run))
+    where = f"by Dagster run {run}, which this instance does not know" if run else "outside Dagster"
     return dg.AssetMaterialization(
         asset_key=dg.AssetKey(key.split("/")),
-        description=f"{entry.mode} by {entry.writer}, committed outside Dagster (txn {entry.txn_id})",
+        partition=partition,
+        description=f"{entry.mode} by {entry.writer}, committed {where} (txn {entry.txn_id})",
         metadata=metadata,
     )
 
@@ -119,19 +149,24 @@ def materialization(key: str, entry: LedgerEntry) -> dg.AssetMaterialization:
     name=SENSOR_NAME,
     minimum_interval_seconds=TICK_SECONDS,
     default_status=dg.DefaultSensorStatus.RUNNING,
-    description="Report every commit made outside Dagster (ingest, sync, stream, row edits, canaries) as a "
-    "materialization of its asset, so asset history and automation conditions see it.",
+    description="Report every commit made outside Dagster (ingest, sync, stream, row edits, canaries), or by runs this "
+    "instance does not know, as a materialization of its asset, so asset history and automation conditions see it.",
 )
 def trident_commits(context: dg.SensorEvaluationContext, trident: TridentResource) -> dg.SensorResult:
     cursor = LedgerCursor.parse(context.cursor)
     with Trident(trident.settings()) as t:
         commits = t.commits_since(cursor.after, COMMITS_PER_TICK)
-    failed = {
-        r
-        for r in staged_runs(commits)
-        if (run := context.instance.get_run_by_id(r)) is not None and run.status == dg.DagsterRunStatus.FAILURE
-    }
-    events, nxt = commit_events(commits, cursor, datetime.now(UTC), failed_runs=failed)
+    runs = run_ids(commits)
+    statuses = (
+        {
+            r.dagster_run.run_id: r.dagster_run.status
+            for r in context.instance.get_run_records(dg.RunsFilter(run_ids=sorted(runs)))
+        }
+        if runs
+        else {}
+    )
+    failed = {r for r in staged_runs(commits) if statuses.get(r) == dg.DagsterRunStatus.FAILURE}
+    events, nxt = commit_events(commits, cursor, datetime.now(UTC), failed_runs=failed, known_runs=set(statuses))
     if events:
         context.log.info(
             f"{len(events)} commit(s) made outside Dagster: "
@@ -140,5 +175,5 @@ def trident_commits(context: dg.SensorEvaluationContext, trident: TridentResourc
     return dg.SensorResult(
         asset_events=events,
         cursor=nxt.serialize(),
-        skip_reason=None if events else f"no new commits from outside Dagster ({len(commits)} read)",
+        skip_reason=None if events else f"no new commits from outside this instance ({len(commits)} read)",
     )

@@ -48,7 +48,7 @@ def test_describe_prints_each_partition_with_rows_files_and_last_txn(trident: Tr
         ["2024-01-03", "2", "1", str(txns[2])],
     ]
 
-    res = CliRunner().invoke(cli, ["describe", "cli/parts", "--max-partitions", "2"], env=cli_env(settings))
+    res = CliRunner().invoke(cli, ["describe", "cli/parts", "--limit", "2"], env=cli_env(settings))
     assert res.exit_code == 0, res.output
     assert len(_partition_lines(res.output)) == 2 and "1 more partition(s) not shown" in res.output
 

@@ -37,7 +37,7 @@ def test_staged_publish_and_discard(trident: Trident, settings: TridentSettings)
 def test_pin_does_not_advise_a_canary_the_writer_cannot_follow(trident: Trident, settings: TridentSettings) -> None:
     t = trident
     t.write_manifest("files/raw", [{"object_key": "a", "size": 1, "checksum": "c", "content_type": "x"}])
-    out = CliRunner().invoke(cli, ["pin", "set", "files/raw", "iceberg_native"], env=cli_env(settings))
+    out = CliRunner().invoke(cli, ["pin", "set", "files/raw", "iceberg_native", "--force"], env=cli_env(settings))
     assert out.exit_code == 0, out.output
     text = " ".join(out.output.split())
     assert "trident canary" not in text and "dataset.manifest" in text

@@ -209,7 +209,9 @@ def test_a_command_with_idle_zero_leaves_no_server_running(home: Path) -> None:
     env, data_dir = _env(home, TRIDENT_EMBEDDED_PG_IDLE_MINUTES="0"), home / "pg"
     done = _cli(["datasets"], env)
     assert done.returncode == 0, done.stderr
-    (line,) = _lines(done.stderr)  # exactly one line: where, and how to stop it
+    # two lines: where the server runs and how to stop it, and the home it created (and why there)
+    line, created = _lines(done.stderr)
+    assert created.startswith("trident: created a new home (TRIDENT_HOME ") and str(home.resolve()) in created
     assert line.startswith("trident: started the embedded Postgres on 127.0.0.1:") and str(data_dir.resolve()) in line
     assert "trident pg stop" in line and "when this process ends" in line
     assert (data_dir / "pgdata" / "PG_VERSION").exists()

@@ -1,7 +1,9 @@
 """One settings object for the whole trident, read from ``TRIDENT_*`` variables.
 
-With nothing set, every part is embedded (Postgres under ``.trident/pg``, the Iceberg SQL catalog in
-that Postgres, the warehouse under ``.trident/warehouse``) so ``pip install`` is the only setup step.
+With nothing set, every part is embedded (Postgres under ``$TRIDENT_HOME/pg``, the Iceberg SQL catalog
+in that Postgres, the warehouse under ``$TRIDENT_HOME/warehouse``) so ``pip install`` is the only setup
+step; an unset ``TRIDENT_HOME`` is the project's ``.trident``, found from the current folder up, else
+the per-user data folder (``core/home.py``).
 Secrets are ``SecretStr`` so they never leak through reprs, logs or error messages.
 """
 
@@ -16,6 +18,7 @@ from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_va
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from .errors import InvalidSettingsError
+from .home import default_home
 from .keys import validate_name
 
 CredentialMode = Literal["static", "vended", "remote-signing"]
@@ -37,7 +40,11 @@ _CRON_ALIAS = re.compile(r"@(yearly|annually|monthly|weekly|daily|midnight|hourl
 class TridentSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TRIDENT_", extra="ignore", frozen=True)
 
-    home: Path = Field(Path(".trident"), description="Local state: embedded Postgres, warehouse, spill files.")
+    home: Path = Field(
+        default_factory=default_home,
+        description="Local state: embedded Postgres, warehouse, spill files, the Dagster instance; unset: found from the "
+        "current folder up (core/home.py), else the per-user data folder.",
+    )
     workspace: str = Field("default", description="Datasets are isolated per workspace; one word of [a-z0-9_].")
     namespace_root: str = Field(
         "trident", description="Top Iceberg namespace (one word of [a-z0-9_]); some catalogs only allow a fixed set."

@@ -7,9 +7,10 @@ Besides the resource and the IO manager, it exports what a library of asset fact
 (``write_output``, ``AuditedVersion``), the write-audit-publish gate (``gate_checks``,
 ``staged_in_run``, ``supersede``, ``checks_failed``, ``GATE_META``), the ledger's ``RUN_ID``
 metadata key, a run's partition (``run_partition``, ``declared``), asset key to dataset key
-(``asset_key_to_key``) and provenance merging (``merge_provenance``, ``lineage_entry``)."""
+(``asset_key_to_key``; ``validate_asset_keys`` checks a Definitions' keys when it loads) and provenance merging (``merge_provenance``, ``lineage_entry``)."""
 
-from .gate import GATE_META, RUN_ID, checks_failed, gate_checks, staged_in_run, supersede
+from .asset_keys import InvalidAssetKeysError, validate_asset_keys
+from .gate import GATE_META, PARTITION_KEYS, RUN_ID, checks_failed, gate_checks, staged_in_run, supersede
 from .io_manager import (
     AssetReturnedNoneError,
     AuditedVersion,
@@ -26,9 +27,11 @@ from .resource import TridentResource
 
 __all__ = [
     "GATE_META",
+    "PARTITION_KEYS",
     "RUN_ID",
     "AssetReturnedNoneError",
     "AuditedVersion",
+    "InvalidAssetKeysError",
     "TridentIOManager",
     "TridentOutput",
     "TridentResource",
@@ -43,5 +46,6 @@ __all__ = [
     "run_partition",
     "staged_in_run",
     "supersede",
+    "validate_asset_keys",
     "write_output",
 ]

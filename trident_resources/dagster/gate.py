@@ -38,6 +38,7 @@ from ..core.errors import ChecksFailedError, DatasetNotFoundError, InvalidReadEr
 from ..core.failpoints import failpoint
 
 RUN_ID = "dagster_run_id"  # ledger metadata key: the commit came from this Dagster run
+PARTITION_KEYS = "dagster_partition_keys"  # ledger metadata key: the Dagster partitions that run wrote
 GATE_META = "trident.gate"  # ledger metadata of a gated staged write: the blocking checks that must pass
 GATE_STEPS_META = "trident.gate_steps"  # ... and the step running each (a step that fails without a result rejects)
 

@@ -47,7 +47,18 @@ from ..core.keys import iceberg_identifier, validate_key
 from ..core.results import Description, WriteResult
 from ..core.schemas import describe_schema
 from ..core.write_modes import WriteMode
-from .gate import GATE_META, GATE_STEPS_META, RUN_ID, audits, gate_checks, note_pending, staged_in_run, step_of, supersede
+from .gate import (
+    GATE_META,
+    GATE_STEPS_META,
+    PARTITION_KEYS,
+    RUN_ID,
+    audits,
+    gate_checks,
+    note_pending,
+    staged_in_run,
+    step_of,
+    supersede,
+)
 from .partition_mapping import input_partition, output_partition, partition_metadata
 from .provenance import lineage_entry, merge_provenance
 from .resource import TridentResource
@@ -164,6 +175,7 @@ class TridentIOManager(dg.ConfigurableIOManager):
             upstream=[asset_key_to_key(d.asset_key) for d in context.asset_spec.deps],
             partition=partition,
             gate=gate,
+            partition_keys=list(context.asset_partition_keys) if context.has_asset_partitions else None,
         )
         self._report(context, t, key, result, provenance, out.metadata, partition=partition)
 
@@ -248,15 +260,20 @@ def write_output(
     upstream: Sequence[str],
     partition: Any = None,
     gate: Mapping[str, str] | None = None,
+    partition_keys: Sequence[str] | None = None,
 ) -> tuple[WriteResult, Mapping[str, Any] | None]:
     """Write one asset output through the facade (what ``handle_output`` does, shared with
     checked assets that write and audit in their own step): a staged version when
     ``out.stage_txn`` is set or ``gate`` names blocking checks of other steps (check -> step, recorded in the
-    ledger, with the run, for gate.py to settle)."""
+    ledger, with the run, for gate.py to settle). ``partition_keys``: the Dagster partitions the run
+    writes, kept in the ledger so that an instance that does not know the run can still report
+    each partition's materialization (the ledger sensor)."""
     meta = definition_metadata
     mode: WriteMode = out.mode or meta.get(META_MODE) or "replace"
     keys = out.keys if out.keys is not None else meta.get(META_KEYS)
     ledger_meta: dict[str, Any] = {RUN_ID: run_id, **{k: _plain(v) for k, v in out.metadata.items()}}
+    if partition_keys:
+        ledger_meta[PARTITION_KEYS] = list(partition_keys)
     if gate:
         ledger_meta[GATE_META] = sorted(gate)
         ledger_meta[GATE_STEPS_META] = dict(gate)
