@@ -121,6 +121,15 @@ class SqlNotAllowedError(TridentError, ValueError):
     """A read-only SQL query tried to write, attach, install or read outside the datasets."""
 
 
+class UnknownSqlTableError(SqlNotAllowedError):
+    """A read-only SQL query names a table that is not one of its datasets; ``name`` is the name as
+    the query wrote it (dotted when qualified), so the message can point at the key it meant."""
+
+    def __init__(self, message: str, *, name: str) -> None:
+        super().__init__(message)
+        self.name = name
+
+
 class SinkMismatchError(TridentError):
     """A write resolved to a sink other than where the dataset's rows live."""
 

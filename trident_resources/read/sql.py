@@ -7,6 +7,7 @@ in; a sandbox built for the same dataset versions is reused.
 
 from __future__ import annotations
 
+import difflib
 import logging
 import re
 import threading
@@ -16,13 +17,15 @@ from collections.abc import Mapping
 import duckdb
 import pyarrow as pa
 
-from ..core.errors import SqlError, SqlNotAllowedError
+from ..control.plane import DatasetRecord
+from ..core.errors import SqlError, SqlNotAllowedError, UnknownSqlTableError
 from ..engine import Engine
 from ..sql.guard import check_reads_only
 from ..sql.sandbox import SandboxCache, bounded_result, close_soon, native_paths, parser, register_dataset, sandbox, sandbox_key
 from . import datasets
 
 log = logging.getLogger(__name__)
+MAX_LISTED = 20  # datasets named in an error about a table that is none of them
 _NAME = re.compile(r'"([a-z0-9_]+(?:/[a-z0-9_]+)*)"|\b([a-z0-9_]+)\b')
 
 
@@ -56,6 +59,34 @@ def referenced_keys(query: str, known: set[str]) -> set[str]:
     return found
 
 
+def unknown_table_message(name: str, records: Mapping[str, DatasetRecord], workspace: str) -> str:
+    """What to say of a table name that is no dataset: the key of the dataset whose Iceberg
+    identifier it is (the UI shows identifiers as table names), else the closest key, and the
+    datasets that exist. Nothing is read in its place: the query is refused either way."""
+    by_identifier = {_fold(r.iceberg_identifier): k for k, r in records.items() if r.iceberg_identifier}
+    keys = sorted(records)
+    listed = ", ".join(f'"{k}"' for k in keys[:MAX_LISTED]) + (
+        f" and {len(keys) - MAX_LISTED} more" if len(keys) > MAX_LISTED else ""
+    )
+    exists = f"datasets of workspace {workspace!r}: {listed}" if keys else f"workspace {workspace!r} has no datasets yet"
+    if (key := by_identifier.get(_fold(name))) is not None:
+        return (
+            f'{name!r} is the Iceberg identifier of dataset {key!r}: in Trident SQL a dataset is named by its key, FROM "{key}"'
+        )
+    as_key = name.replace(".", "/").lower()
+    close = difflib.get_close_matches(as_key, keys, n=1, cutoff=0.6) or difflib.get_close_matches(
+        as_key.rsplit("/", 1)[-1], [k.rsplit("/", 1)[-1] for k in keys], n=1, cutoff=0.8
+    )
+    if close and close[0] not in records:  # matched on the last part: the key it is the last part of
+        close = [k for k in keys if k.rsplit("/", 1)[-1] == close[0]][:1]
+    hint = f'; did you mean "{close[0]}"?' if close else ""
+    return f"the query reads {name!r}, which is not a dataset{hint} ({exists}); quote keys with '/' as \"a/b\""
+
+
+def _fold(name: str) -> str:
+    return name.replace('"', "").lower()
+
+
 def run_sql(engine: Engine, query: str, staged: Mapping[str, uuid.UUID | str] | None = None) -> pa.Table:
     """``staged`` maps dataset keys to staged transactions whose versions the query reads."""
     check_read_only(query)
@@ -72,7 +103,10 @@ def run_sql(engine: Engine, query: str, staged: Mapping[str, uuid.UUID | str] | 
         # not read by this query, but checked all the same: a misspelt key or id here would have
         # left the query reading the published version while the caller believed it audited the staged one
         datasets.scan_plan(engine, unread, staged=staged[unread])
-    check_reads_only(parser(), query, plans.keys())  # the views only: never their files directly
+    try:
+        check_reads_only(parser(), query, plans.keys())  # the views only: never their files directly
+    except UnknownSqlTableError as exc:
+        raise UnknownSqlTableError(unknown_table_message(exc.name, records, engine.workspace), name=exc.name) from exc
     cache: SandboxCache = engine.sql_sandboxes
     key = sandbox_key(plans, engine.settings)
     con = cache.take(key) if key is not None else None

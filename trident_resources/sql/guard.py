@@ -23,7 +23,7 @@ from typing import Any
 
 import duckdb
 
-from ..core.errors import SqlNotAllowedError
+from ..core.errors import SqlNotAllowedError, UnknownSqlTableError
 from ..core.recent import Recent
 
 # table functions that produce rows from their arguments alone; everything else reads something
@@ -99,9 +99,12 @@ def _check(con: duckdb.DuckDBPyConnection, query: str, exposed: Collection[str])
             qualified = bool(schema or catalog)
             exposed_here = schema in ("", "main") and catalog in ("", "memory", "temp")
             if not (_fold(name) in allowed and exposed_here) and (qualified or _fold(name) not in ctes):
-                raise SqlNotAllowedError(
-                    f"the query reads {name!r}, which is not one of the datasets it may read ({sorted(exposed)}): "
-                    "files, URLs and DuckDB's own tables are off limits; quote keys with '/' as \"a/b\""
+                path = (node.get("qualified_name") or {}).get("path") or [p for p in (catalog, schema, name) if p]
+                written = ".".join(str(p) for p in path) if qualified else name
+                raise UnknownSqlTableError(
+                    f"the query reads {written!r}, which is not one of the datasets it may read ({sorted(exposed)}): "
+                    "files, URLs and DuckDB's own tables are off limits; quote keys with '/' as \"a/b\"",
+                    name=written,
                 )
 
 
