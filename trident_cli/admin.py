@@ -40,10 +40,10 @@ def open_trident() -> Iterator[Trident]:
     command module opens it the same way). A command that creates the home says so, with where
     it was found, on stderr (stdout may be a script's JSON)."""
     settings = settings_from_env()
-    fresh = settings.pg_dsn is None and not settings.home.exists()
+    fresh = where(settings) if settings.pg_dsn is None and not settings.home.exists() else None
     with Trident(settings) as t:
-        if fresh:
-            announce_new_home(settings)
+        if fresh is not None:
+            announce_new_home(fresh)
         yield t
 
 

@@ -20,8 +20,9 @@ def where(settings: TridentSettings) -> str:
     return f"TRIDENT_HOME {settings.home}, from {origin}"
 
 
-def announce_new_home(settings: TridentSettings) -> None:
+def announce_new_home(where_it_is: str) -> None:
+    """Say that a home was created, and why there (``where`` of it, taken before it existed)."""
     click.echo(
-        f"trident: created a new home ({where(settings)}); set TRIDENT_HOME, or run from the project's folder, to use another",
+        f"trident: created a new home ({where_it_is}); set TRIDENT_HOME, or run from the project's folder, to use another",
         err=True,
     )

@@ -45,7 +45,12 @@ def resolve_staged(t: Trident, key: str, typed: str) -> uuid.UUID | str:
     return found if found is not None else typed
 
 
-def resolve_any(t: Trident, key: str, typed: str) -> uuid.UUID | str:
-    """Any transaction of ``key`` (its whole ledger) that ``typed`` names, else ``typed``."""
+def resolve_decision(t: Trident, key: str, typed: str) -> uuid.UUID | str:
+    """What ``publish``/``discard`` act on: the staged version ``typed`` names; when it names none,
+    the transaction of ``key``'s whole ledger it names (one published already gets a note, a
+    rejected one the engine's error), else ``typed`` as it is."""
+    staged = resolve_prefix(typed, (e.txn_id for _, e in t.staged(key)), f"staged versions of {key}")
+    if staged is not None:
+        return staged
     found = resolve_prefix(typed, (e.txn_id for e in t.history(key)), f"transactions of {key}")
     return found if found is not None else typed

@@ -9,7 +9,7 @@ import click
 from .admin import _entry, open_trident
 from .options import JSON_OPTION
 from .render import console, new_table, print_json, when
-from .txn import resolve_any
+from .txn import resolve_decision
 
 
 @click.command("staged")
@@ -38,7 +38,7 @@ def publish(key: str, txn: str) -> None:
     """Make staged transaction TXN the published version of KEY (metadata only). Publishing a
     version that is published already succeeds with a note (a retried script is not an error)."""
     with open_trident() as t:
-        txn_id = resolve_any(t, key, txn)
+        txn_id = resolve_decision(t, key, txn)
         entry = next((e for e in t.history(key) if str(e.txn_id) == str(txn_id)), None)
         if entry is not None and entry.status == "committed" and entry.staged_at is not None:
             console.print(
@@ -57,7 +57,7 @@ def publish(key: str, txn: str) -> None:
 def discard(key: str, txn: str) -> None:
     """Drop staged transaction TXN of KEY (ledger 'rejected'; its files are removed)."""
     with open_trident() as t:
-        txn_id = resolve_any(t, key, txn)
+        txn_id = resolve_decision(t, key, txn)
         t.discard(key, txn_id)
         console.print(f"discarded {key}: txn {txn_id}")
 
