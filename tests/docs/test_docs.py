@@ -53,6 +53,8 @@ def test_the_configuration_page_lists_every_setting_and_its_default() -> None:
     )
     wrong = []
     for name, info in fields.items():
+        if info.default_factory not in (None, dict):  # computed where it runs (TRIDENT_HOME: the project's folder)
+            continue
         shown = _shown(info.get_default(call_default_factory=True))
         cell = rows[f"TRIDENT_{name.upper()}"]
         if shown is not None and shown != cell:

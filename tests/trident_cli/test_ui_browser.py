@@ -1,6 +1,8 @@
 """The Dagster UI, end to end, in a real browser: ``trident ui`` on a fresh TRIDENT_HOME (embedded
 Postgres for the control plane and the Dagster instance), Debian's Chromium driven by selenium,
-"Materialize all" clicked on the ``tpch_pipeline`` job's asset graph (the global graph also holds
+``trident demo`` run first (outside the UI: its runs, materializations and the daily datasets'
+partitions are then shown by the UI, which serves the same persistent instance), "Materialize all"
+clicked on the ``tpch_pipeline`` job's asset graph (the global graph also holds
 the daily-partitioned part, where the button asks for partitions first), the run watched until it succeeds, and the checks,
 row count and provenance read off the asset pages. The rebuild schedule is switched on; then the UI
 is stopped and started again on the same home, and the run and the schedule's state are still
@@ -28,11 +30,13 @@ import sys
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
+from datetime import date
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from trident_cli.demo import DEMO_DAYS
 from trident_resources import Trident, TridentSettings
 from trident_resources.control.embedded_pg import stop_embedded_postgres
 
@@ -214,12 +218,27 @@ def test_materialize_all_from_the_ui(driver: Any, tmp_path: Path, request: pytes
             ec.element_to_be_clickable((By.XPATH, f"//button[normalize-space(.)='{text}']"))
         )
 
+    demo = _demo(home, tmp_path / "demo.log")  # the README's demo first, outside the UI
     ui = UI(home, _free_port(), log)
     try:
         ui.wait_ready()
         driver.get(ui.base + "/jobs")
         with contextlib.suppress(Exception):  # the first visit of a fresh instance asks to join the community
             button("Skip", 20).click()
+        # the demo's runs are this instance's: its materializations and partitions are in the UI
+        demo_runs = _graphql(ui.base, "{ runsOrError { ... on Runs { results { runId jobName status } } } }")
+        jobs = {r["jobName"]: r["status"] for r in demo_runs["runsOrError"]["results"]}
+        assert jobs == {"tpch_pipeline": "SUCCESS", "tpch_daily": "SUCCESS"}, (jobs, demo[-2000:])
+        driver.get(f"{ui.base}/assets/{ASSET}")
+        _wait("the demo's materialization on the asset page", lambda: "Latest materialization" in body(), 60)
+        _wait("the asset page to be loaded", lambda: "Row count" in body(), 60)
+        snap("00-demo-asset")
+        assert "Never materialized" not in body(), body()
+        driver.get(f"{ui.base}/assets/daily/lineitem?view=partitions")
+        days = (date.fromisoformat(DEMO_DAYS[1]) - date.fromisoformat(DEMO_DAYS[0])).days + 1
+        _wait(f"the demo's {days} partitions of daily/lineitem", lambda: f"Materialized ({days})" in body(), 60)
+        snap("00-demo-partitions")
+        driver.get(ui.base + "/jobs")
         # the unpartitioned example's job, as a user finds it in the Jobs list
         WebDriverWait(driver, 60).until(ec.element_to_be_clickable((By.XPATH, "//a[normalize-space(.)='tpch_pipeline']"))).click()
         materialize = button("Materialize all")
@@ -313,6 +332,24 @@ def test_materialize_all_from_the_ui(driver: Any, tmp_path: Path, request: pytes
         rc = ui.stop()
         stop_embedded_postgres(home / "pg")
     assert rc == 0, f"trident ui exited with {rc}:\n{log2.read_text()[-3000:]}"
+
+
+def _demo(home: Path, log: Path) -> str:
+    """``trident demo`` (what ``scripts/demo.sh`` runs once the project is installed) on ``home``,
+    at the test's small scale, with no DAGSTER_HOME: it must find the instance ``trident ui`` serves."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TRIDENT_HOME": str(home)}
+    env.pop("DAGSTER_HOME", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "trident_cli.main", "demo", "--scale", SCALE],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+    )
+    log.write_text(done.stdout + done.stderr)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    return done.stdout
 
 
 def _schedule(base: str, field: str, name: str = "tpch_pipeline_rebuild") -> str:
