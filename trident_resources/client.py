@@ -11,7 +11,6 @@ from typing import Any, Literal, TypeVar, overload
 
 import pyarrow as pa
 
-from .control import faults
 from .control.plane import DatasetRecord, LedgerEntry
 from .core import arguments
 from .core.errors import InvalidArgumentError, InvalidSettingsError, InvalidWriteError
@@ -747,6 +746,3 @@ class Trident:
             ControlPlaneUnavailableError: the control-plane Postgres went away.
         """
         return self.control.commits_since(self.workspace, after, limit)
-
-
-faults.name_control_plane_faults(Trident)  # a control plane lost after opening: ControlPlaneUnavailableError (control/faults.py)
