@@ -29,9 +29,9 @@ from pyiceberg.typedef import Record
 from ...core.errors import StorageCredentialsError
 from ...core.failpoints import failpoint
 from ...core.identity import CREATED_AT, ROW_ID, ROW_INDEX
-from ...core.partitions import Partitioner
 from ...core.pyiceberg_compat import parquet_writer_kwargs
 from .encoding import DELTA, EncodingChoice
+from .partition_spec import Partitioner
 from .stats import FileStats
 
 

@@ -23,6 +23,7 @@ from ...core.identity import ROW_ID, is_row_id_bytes
 from ...core.partitions import BoundPartition
 from ...core.schemas import conform
 from ..contract import AsOf, ScanPath, ScanPlan, VersionStats
+from .partition_spec import iceberg_expr
 from .snapshots import published_iceberg_schema, published_schema, snapshot_to_read, without_metadata
 from .tables import IcebergTables
 
@@ -176,7 +177,7 @@ def arrow_source(
     tables: IcebergTables, ds: DatasetRecord, partition: BoundPartition | None = None, snapshot_id: int | None = None
 ) -> Any:
     table = tables.existing_table(ds)
-    expr = partition.iceberg_expr() if partition is not None else None
+    expr = iceberg_expr(partition) if partition is not None else None
     files = [f.file_path for f in tables.data_files(table, snapshot_id=snapshot_id, row_filter=expr)]
     return tables.file_dataset(table, files, None if snapshot_id is None else snapshot_schema(table, snapshot_id))
 

@@ -17,6 +17,7 @@ from ...core.errors import InvalidWriteError, StagedVersionConflictError
 from ...core.partitions import PartitionFilter
 from ...core.pyiceberg_compat import manage_snapshots, remove_branch_in, transaction
 from .committer import commit_files
+from .partition_spec import iceberg_expr
 from .scans import snapshot_iceberg_schema, snapshot_schema
 from .snapshots import (
     TXN_PROPERTY,
@@ -111,7 +112,7 @@ def _publish_rebased(
     snapshot deleted and added, carrying its summary (txn id, counts, next ``__row_index``)."""
     txn_id = uuid.UUID(str(staged.summary[TXN_PROPERTY])) if staged.summary is not None else None
     assert txn_id is not None and staged.parent_snapshot_id is not None
-    expr = partition.bind(snapshot_schema(table, staged.snapshot_id)).iceberg_expr()
+    expr = iceberg_expr(partition.bind(snapshot_schema(table, staged.snapshot_id)))
     parent = {f.file_path: f for f in tables.data_files(table, staged.parent_snapshot_id)}
     mine = {f.file_path: f for f in tables.data_files(table, staged.snapshot_id)}
     head = table.current_snapshot()
