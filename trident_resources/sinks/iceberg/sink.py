@@ -546,7 +546,7 @@ class IcebergSink(Sink):
     def _described_table(self, ds: DatasetRecord) -> Table | None:
         """The table for ``partitioning``/``partition_stats`` (read only; ``None`` when there is
         none): ``describe`` calls both, and the pipeline describes each source of a node three
-        times while it starts, so loading and parsing the metadata file each time was ~4% of a
+        times while it starts, so loading and parsing the metadata file each time would cost ~4% of a
         pipeline run's CPU; ``IcebergTables.table_to_read`` reuses it while the catalog names the same file."""
         try:
             return self.tables.table_to_read(ds)

@@ -98,8 +98,8 @@ def _move_main(tables: IcebergTables, ds: DatasetRecord, table: Table, staged: S
     update.commit()
     tables.remember_committed(ds, table)  # what the describe after a publish reads
     # the commit left ``table`` at the metadata it committed (pyiceberg updates it in place): a
-    # reload was one more catalog query and metadata parse per publish, and could
-    # have shown a later commit's schema instead of the published one's
+    # reload would be one more catalog query and metadata parse per publish, and could
+    # show a later commit's schema instead of the published one's
     return summary_outcome(staged, published_schema(table), table)
 
 
