@@ -1,8 +1,7 @@
 """The Dagster instance every command runs on: the same persistent one ``trident ui`` serves.
 
 A run executed in-process (``trident demo``, ``trident check``) on Dagster's default ephemeral
-instance leaves no trace the UI can show: after the demo every asset read "Never materialized".
-So these commands run on the instance ``DAGSTER_HOME`` names when the user set one (a deployment's,
+instance would leave no trace the UI can show (every asset "Never materialized"), so these commands run on the instance ``DAGSTER_HOME`` names when the user set one (a deployment's,
 or their own), else on Trident's own under ``$TRIDENT_HOME/dagster``, with its ``dagster.yaml``
 written when absent and its storage in the control plane's Postgres server (``ui.py`` says how
 the URL is found). A user's own ``dagster asset materialize`` without ``DAGSTER_HOME`` still runs

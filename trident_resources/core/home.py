@@ -1,8 +1,8 @@
 """Where ``TRIDENT_HOME`` is when it is not set: found the way tools find their project.
 
 The home holds the embedded Postgres, the local warehouse and the Dagster instance, so every
-command of one project must agree on it wherever it runs: a home relative to the current folder
-made ``cd elsewhere && trident datasets`` start a second, empty Postgres. The search walks up from
+command of one project must agree on it wherever it runs (a home relative to the current folder
+would give ``cd elsewhere && trident datasets`` a second, empty Postgres). The search walks up from
 the current folder, as git looks for ``.git`` and Dagster for ``pyproject.toml``, and stops at the
 first folder that has
 
