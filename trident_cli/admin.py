@@ -30,7 +30,7 @@ from trident_resources.core.settings import settings_from_env
 
 from .home import announce_new_home, where
 from .options import JSON_OPTION, limit_option
-from .render import console, json_block, new_table, plain, print_json, print_table, when, write_rows
+from .render import console, entry_json, json_block, new_table, plain, print_json, print_table, when, write_rows
 from .txn import resolve_staged
 
 
@@ -214,7 +214,7 @@ def history(key: str, limit: int, as_json: bool) -> None:
     with open_trident() as t:
         entries = t.history(key, limit or None)
         if as_json:
-            print_json([{"key": key, **_entry(e)} for e in entries])
+            print_json([{"key": key, **entry_json(e)} for e in entries])
             return
         out = new_table(f"history of {key}")
         for col in ("started", "status", "mode", "writer", "sink", "route", "written", "rows", "txn", "error"):
@@ -236,33 +236,6 @@ def history(key: str, limit: int, as_json: bool) -> None:
                 escape((e.error or "")[:120]),
             )
         console.print(out)
-
-
-def _entry(e: Any) -> dict[str, Any]:
-    """A ledger entry as ``--json`` prints it (every field but the writer's pid and host)."""
-    return {
-        "txn_id": e.txn_id,
-        "status": e.status,
-        "mode": e.mode,
-        "writer": e.writer,
-        "sink": e.sink,
-        "requested_sink": e.requested_sink,
-        "clamped": e.clamped,
-        "route_reason": e.route_reason,
-        "started_at": e.started_at,
-        "committed_at": e.committed_at,
-        "ended_at": e.ended_at,
-        "staged_at": e.staged_at,
-        "rows_written": e.rows_written,
-        "row_count": e.row_count,
-        "skipped": e.skipped,
-        "preserved": e.preserved,
-        "snapshot_id": e.snapshot_id,
-        "schema_version": e.schema_version,
-        "source_refs": e.source_refs,
-        "metadata": e.metadata,
-        "error": e.error,
-    }
 
 
 @click.command("sql")

@@ -81,6 +81,33 @@ def plain(value: Any) -> Any:
     return value
 
 
+def entry_json(e: Any) -> dict[str, Any]:
+    """A ledger entry as ``--json`` prints it (every field but the writer's pid and host)."""
+    return {
+        "txn_id": e.txn_id,
+        "status": e.status,
+        "mode": e.mode,
+        "writer": e.writer,
+        "sink": e.sink,
+        "requested_sink": e.requested_sink,
+        "clamped": e.clamped,
+        "route_reason": e.route_reason,
+        "started_at": e.started_at,
+        "committed_at": e.committed_at,
+        "ended_at": e.ended_at,
+        "staged_at": e.staged_at,
+        "rows_written": e.rows_written,
+        "row_count": e.row_count,
+        "skipped": e.skipped,
+        "preserved": e.preserved,
+        "snapshot_id": e.snapshot_id,
+        "schema_version": e.schema_version,
+        "source_refs": e.source_refs,
+        "metadata": e.metadata,
+        "error": e.error,
+    }
+
+
 def print_json(value: Any) -> None:
     """One JSON document on stdout, indented, nothing else: what ``--json`` prints."""
     click.echo(json.dumps(plain(value), indent=2, default=str))

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import click
 
-from .admin import _entry, open_trident
+from .admin import open_trident
 from .options import JSON_OPTION
-from .render import console, new_table, print_json, when
+from .render import console, entry_json, new_table, print_json, when
 from .txn import resolve_decision
 
 
@@ -20,7 +20,7 @@ def staged(key: str | None, as_json: bool) -> None:
     with open_trident() as t:
         rows = t.staged(key)
         if as_json:
-            print_json([{"key": k, **_entry(e)} for k, e in rows])
+            print_json([{"key": k, **entry_json(e)} for k, e in rows])
             return
         table = new_table(show_lines=False)
         for col in ("dataset", "txn", "mode", "writer", "rows", "staged at"):
