@@ -22,7 +22,6 @@ from typing import Any
 import click
 import psycopg
 from rich.markup import escape
-from rich.table import Table
 
 from trident_resources.control.embedded_pg import (
     DATABASE,
@@ -34,7 +33,7 @@ from trident_resources.control.embedded_pg import (
 from trident_resources.core.errors import EmbeddedPostgresBusyError, NotEmbeddedPostgresError
 from trident_resources.core.settings import TridentSettings, settings_from_env
 
-from .render import console
+from .render import console, new_table, when
 
 # The writer lock is pg_try_advisory_lock(hashtextextended(dataset_id::text, 7)) (queries.py); a
 # bigint advisory key shows in pg_locks as classid = high half, objid = low half, objsubid = 1.
@@ -68,7 +67,7 @@ class WriterHold:
         where = f"dataset {self.key!r} (workspace {self.workspace!r})"
         if self.txn_id is None:
             return f"{where} is locked by a writer (postgres backend {self.backend_pid})"
-        since = f", open since {self.started_at:%Y-%m-%d %H:%M:%S%z}" if self.started_at else ""
+        since = f", open since {when(self.started_at)}" if self.started_at else ""
         return (
             f"{where} is being written by transaction {self.txn_id} (writer {self.writer}, "
             f"pid {self.writer_pid} on {self.host}{since})"
@@ -181,9 +180,9 @@ def status(as_json: bool) -> None:
             "idle shutdown",
             _policy(st.idle_minutes) + (f" (watchdog pid {st.watchdog_pid})" if st.watchdog_pid else "") if st.running else "",
         ),
-        ("last use", f"{st.last_use:%Y-%m-%d %H:%M:%S %Z}" if st.last_use else ""),
+        ("last use", when(st.last_use)),
     ]
-    table = Table(title="embedded Postgres", show_header=False)
+    table = new_table("embedded Postgres", show_header=False)
     table.add_column("field", style="bold")
     table.add_column("value", overflow="fold")
     for k, v in rows:
