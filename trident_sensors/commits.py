@@ -134,8 +134,6 @@ def materialization(key: str, entry: LedgerEntry, partition: str | None = None) 
     if entry.schema_version is not None:
         metadata["trident/schema_version"] = entry.schema_version
     run = (entry.metadata or {}).get(RUN_ID)
-    if run:
-        metadata["trident/dagster_run_id"] = dg.MetadataValue.text(str(run))
     where = f"by Dagster run {run}, which this instance does not know" if run else "outside Dagster"
     return dg.AssetMaterialization(
         asset_key=dg.AssetKey(key.split("/")),
