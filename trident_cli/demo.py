@@ -17,6 +17,7 @@ from trident_resources import Trident
 from trident_resources.core.settings import settings_from_env
 
 from .check import QUIET
+from .home import where
 from .instance import command_instance
 from .render import console, new_table
 
@@ -57,7 +58,7 @@ def demo(scale: str | None) -> None:
     from trident_assets.example.schedules import daily_job, pipeline_job
 
     with command_instance(settings_from_env()) as (instance, which):
-        console.print(f"runs recorded in {escape(which)}", highlight=False)
+        console.print(f"{escape(where(settings_from_env()))}; runs recorded in {escape(which)}", highlight=False)
         console.print(f"materializing [bold]{pipeline_job.name}[/] (TPC-H sf{os.environ.get('TRIDENT_TPCH_SCALE', '0.01')}) ...")
         started = time.monotonic()
         pipeline = defs.resolve_job_def(pipeline_job.name)

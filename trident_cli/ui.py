@@ -211,7 +211,9 @@ def ui(host: str, port: int, workspace: Path | None, module: str | None, file: P
         "TRIDENT_HOME": str(Path(settings.home).expanduser().resolve()),
     }
     cmd = dagster_dev_command(host, port, workspace, module, file)
-    click.echo(f"trident ui: Dagster instance {config} (storage: {origin}); http://{host}:{port}", err=True)
+    from .home import where
+
+    click.echo(f"trident ui: {where(settings)}; Dagster instance {config} (storage: {origin}); http://{host}:{port}", err=True)
     embedded = origin.startswith("the embedded")
     with keepalive(url) if embedded else contextlib.nullcontext():
         proc = subprocess.Popen(cmd, env=env, preexec_fn=_interruptible)
