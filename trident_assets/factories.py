@@ -18,7 +18,7 @@ including commits made outside Dagster, which the ``trident_ledger_commits`` sen
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Unpack
 
 import dagster as dg
 import pyarrow as pa
@@ -35,6 +35,7 @@ from trident_resources.dagster import (
     run_partition,
 )
 
+from .asset_fields import DagsterFields, check_fields, op_fields, out_fields
 from .checked import audit_and_publish, checked_asset, checked_results, gates, staged_write  # issue 13: in-step checks
 from .compute import DEFAULT_BATCH_ROWS, SOURCE_ROW_INDEX, Session, open_session
 from .expectations import Expectation, check_specs
@@ -125,6 +126,7 @@ def _asset_kwargs(
     automation_condition: dg.AutomationCondition | None,
     partitions_def: dg.PartitionsDefinition | None = None,
     backfill_policy: dg.BackfillPolicy | None = None,
+    fields: DagsterFields | None = None,
 ) -> dict[str, Any]:
     return {
         "group_name": group,
@@ -135,6 +137,7 @@ def _asset_kwargs(
         # partitions (issue 10): partitions_def + metadata["partition_expr"]
         "partitions_def": partitions_def,
         "backfill_policy": backfill_policy,
+        "fields": fields,
     }
 
 
@@ -154,6 +157,7 @@ def transform_asset(
     automation_condition: dg.AutomationCondition | None = None,
     partitions_def: dg.PartitionsDefinition | None = None,
     backfill_policy: dg.BackfillPolicy | None = None,
+    **dagster_fields: Unpack[DagsterFields],
 ) -> Node:
     """``key`` := ``sql`` over dataset ``source`` (named ``source`` in the SQL)."""
     strategy = strategy or replace()
@@ -163,7 +167,15 @@ def transform_asset(
         expectations,
         deps=[_akey(source)],
         **_asset_kwargs(
-            group, kinds, description or sql, strategy, metadata, automation_condition, partitions_def, backfill_policy
+            group,
+            kinds,
+            description or sql,
+            strategy,
+            metadata,
+            automation_condition,
+            partitions_def,
+            backfill_policy,
+            check_fields(dagster_fields, "transform_asset"),
         ),
     )
     def _transform(context: dg.AssetExecutionContext, trident: TridentResource) -> TridentOutput:
@@ -195,6 +207,7 @@ def join_asset(
     automation_condition: dg.AutomationCondition | None = None,
     partitions_def: dg.PartitionsDefinition | None = None,
     backfill_policy: dg.BackfillPolicy | None = None,
+    **dagster_fields: Unpack[DagsterFields],
 ) -> Node:
     """``key`` := ``sql`` over ``sources`` (SQL name -> dataset key)."""
     strategy = strategy or replace()
@@ -207,7 +220,15 @@ def join_asset(
         expectations,
         deps=deps,
         **_asset_kwargs(
-            group, kinds, description or sql, strategy, metadata, automation_condition, partitions_def, backfill_policy
+            group,
+            kinds,
+            description or sql,
+            strategy,
+            metadata,
+            automation_condition,
+            partitions_def,
+            backfill_policy,
+            check_fields(dagster_fields, "join_asset"),
         ),
     )
     def _join(context: dg.AssetExecutionContext, trident: TridentResource) -> TridentOutput:
@@ -253,10 +274,12 @@ def split_asset(
     metadata: Mapping[str, Any] | None = None,
     partitions_def: dg.PartitionsDefinition | None = None,
     backfill_policy: dg.BackfillPolicy | None = None,
+    **dagster_fields: Unpack[DagsterFields],
 ) -> Node:
     """Rows of ``source`` where ``predicate`` is TRUE go to ``matched``; all others (FALSE or NULL)
     to ``unmatched``, so the two outputs partition the source exactly."""
     strategy = strategy or replace()
+    fields = check_fields(dagster_fields, "split_asset")
     outs = {"matched": matched, "unmatched": unmatched}
     for k in expectations or {}:
         if k not in outs.values():
@@ -277,6 +300,7 @@ def split_asset(
                 "trident/predicate": predicate,
                 **declared(metadata, partitions_def),
             },
+            **out_fields(fields),
         )
         for o, k in outs.items()
     }
@@ -290,7 +314,7 @@ def split_asset(
         backfill_policy=backfill_policy,
         # issue 13: checks in-step; one pool (only this op writes either half)
         check_specs=[s for k, exps in (expectations or {}).items() for s in check_specs(k, exps)],
-        pool=dataset_pool(matched, partitions_def),
+        **op_fields(fields, dataset_pool(matched, partitions_def)),
     )
     def _split(context: dg.AssetExecutionContext, trident: TridentResource) -> Iterator[Any]:
         t = trident.get_client()
@@ -350,6 +374,7 @@ def model_asset(
     automation_condition: dg.AutomationCondition | None = None,
     partitions_def: dg.PartitionsDefinition | None = None,
     backfill_policy: dg.BackfillPolicy | None = None,
+    **dagster_fields: Unpack[DagsterFields],
 ) -> Node:
     """``key`` := ``fn`` applied to each Arrow batch of ``sql`` over ``source``.
 
@@ -373,6 +398,7 @@ def model_asset(
             automation_condition,
             partitions_def,
             backfill_policy,
+            check_fields(dagster_fields, "model_asset"),
         ),
     )
     def _model(context: dg.AssetExecutionContext, trident: TridentResource) -> TridentOutput:
