@@ -23,8 +23,9 @@ from typing import Any, Unpack
 import dagster as dg
 import pyarrow as pa
 
-from trident_resources import Trident, TridentError, validate_key
+from trident_resources import IDENTITY_COLUMNS, Trident, TridentError, validate_key
 from trident_resources.dagster import (
+    COLUMN_LINEAGE,
     AuditedVersion,
     TridentOutput,
     TridentResource,
@@ -37,6 +38,7 @@ from trident_resources.dagster import (
 
 from .asset_fields import DagsterFields, check_fields, op_fields, out_fields
 from .checked import audit_and_publish, checked_asset, checked_results, gates, staged_write  # issue 13: in-step checks
+from .column_lineage import column_lineage
 from .compute import DEFAULT_BATCH_ROWS, SOURCE_ROW_INDEX, Session, open_session
 from .expectations import Expectation, check_specs
 from .join_guard import SourceStats, check_join, max_join_rows
@@ -74,6 +76,7 @@ def _output(
     t: Trident,
     extra: Mapping[str, Any] | None = None,
     on_done: Callable[[], None] | None = None,
+    columns: Mapping[str, Any] | None = None,
 ) -> TridentOutput:
     plan = session.plan
     sources = list(dict.fromkeys(session.sources.values()))
@@ -82,6 +85,8 @@ def _output(
     # checked that none committed since), not one more look-up of each source per step (issue 12)
     described = {s: plan.sources[s].provenance if s in plan.sources else t.provenance(s) for s in sources}
     prov = merge_provenance(described, own_provenance, lineage)
+    if columns is not None:  # this output's own: never merged from its sources (provenance.RESERVED)
+        prov[COLUMN_LINEAGE] = dict(columns)
     return TridentOutput(
         data,
         mode=plan.mode,
@@ -105,16 +110,31 @@ def _node_output(
     *,
     source_row_index: bool = False,
     partition: Any = None,
+    lineage_sql: str | None = None,
 ) -> TridentOutput:
     """Open the node's DuckDB session, let ``build`` turn it into a stream, and hand that stream to
-    the IO manager; the session closes when the write has consumed it, or at once on failure."""
+    the IO manager; the session closes when the write has consumed it, or at once on failure.
+    ``lineage_sql``: the SQL the stream runs, whose column lineage the output's provenance keeps."""
     session = open_session(t, key, sources, strategy, source_row_index=source_row_index, partition=partition)
     try:
         data, extra = build(session)
-        return _output(session, key, data, provenance, t, extra, on_done=session.close)
+        columns = _column_lineage(session, lineage_sql, data) if lineage_sql is not None else None
+        return _output(session, key, data, provenance, t, extra, on_done=session.close, columns=columns)
     except BaseException:
         session.close()
         raise
+
+
+def _column_lineage(session: Session, sql: str, data: Any) -> dict[str, dict[str, Any]]:
+    """Which source columns each column of ``data`` (the stream ``sql`` returns) comes from; the
+    sources' columns as the session's views show them (their schemas without identity columns)."""
+    plan = session.plan
+    shown = {
+        name: [c["name"] for c in plan.sources[k].schema if c["name"] not in IDENTITY_COLUMNS]
+        for name, k in session.sources.items()
+        if k in plan.sources
+    }
+    return column_lineage(sql, session.sources, shown, list(data.schema.names))
 
 
 def _asset_kwargs(
@@ -184,7 +204,14 @@ def transform_asset(
             return session.stream(sql, batch_rows), None
 
         return _node_output(
-            trident.get_client(), key, {"source": source}, strategy, provenance, build, partition=run_partition(context, key)
+            trident.get_client(),
+            key,
+            {"source": source},
+            strategy,
+            provenance,
+            build,
+            partition=run_partition(context, key),
+            lineage_sql=sql,
         )
 
     return Node(_transform)
@@ -250,7 +277,7 @@ def join_asset(
                 "trident/join_steps": steps,
             }
 
-        return _node_output(t, key, sources, strategy, provenance, build, partition=run_partition(context, key))
+        return _node_output(t, key, sources, strategy, provenance, build, partition=run_partition(context, key), lineage_sql=sql)
 
     return Node(_join)
 
@@ -331,11 +358,22 @@ def split_asset(
             if k not in selected:
                 continue
 
-            def build(session: Session, k: str = k, o: str = o) -> tuple[Any, dict[str, Any]]:
-                context.log.info(f"{k}: {session.plan.reason}")
-                return session.stream(f"SELECT {columns} FROM source WHERE {wheres[o]}", batch_rows), {"trident/split": o}
+            half = f"SELECT {columns} FROM source WHERE {wheres[o]}"
 
-            out = _node_output(t, k, {"source": source}, strategy, provenance, build, partition=run_partition(context, k))
+            def build(session: Session, k: str = k, half: str = half) -> tuple[Any, dict[str, Any]]:
+                context.log.info(f"{k}: {session.plan.reason}")
+                return session.stream(half, batch_rows), {}
+
+            out = _node_output(
+                t,
+                k,
+                {"source": source},
+                strategy,
+                provenance,
+                build,
+                partition=run_partition(context, k),
+                lineage_sql=half,
+            )
             if gated:  # write-audit-publish: both halves staged (one txn each), published together
                 staged[k] = (_akey(k).to_python_identifier(), staged_write(context, trident, k, out))
             else:
