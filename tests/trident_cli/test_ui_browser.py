@@ -352,3 +352,82 @@ def _save_artifacts(test: str, shots: list[tuple[str, bytes, str]], driver: Any,
     if log.exists():
         shutil.copy(log, folder / "trident-ui.log")
     print(f"browser test artifacts (screenshots, page text, trident ui log): {folder}", file=sys.stderr)
+
+
+PLATFORM_AUTOMATION = ("trident_reconciler", "trident_ledger_commits", "table_maintenance_job_schedule")
+
+
+def test_column_lineage_and_the_platforms_automation_in_the_ui(
+    driver: Any, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """The example project is built as a user's is (its Definitions merged with
+    ``platform_definitions``): the UI lists the platform's sensors and schedule; after a run of the
+    pipeline, the column lineage tab of ``sales/q3_revenue`` shows where its columns come from."""
+    from selenium.webdriver.common.by import By
+
+    home = tmp_path / "home"
+    home.mkdir()
+    log = tmp_path / "trident-ui.log"
+    shots: list[tuple[str, bytes, str]] = []
+
+    def snap(name: str) -> None:
+        shots.append((name, driver.get_screenshot_as_png(), driver.find_element(By.TAG_NAME, "body").text))
+
+    def body() -> str:
+        return str(driver.find_element(By.TAG_NAME, "body").text)
+
+    ui = UI(home, _free_port(), log)
+    try:
+        ui.wait_ready()
+        driver.get(ui.base + "/automation")
+        _wait(
+            "the platform's sensors and schedule on the Automation page",
+            lambda: all(n in body() for n in PLATFORM_AUTOMATION),
+            90,
+        )
+        snap("01-automation")
+
+        run_id = _launch(ui.base, "tpch_pipeline")
+
+        def finished() -> dict[str, Any] | None:
+            state = _run_status(ui.base, run_id)
+            return state if state["status"] in ("SUCCESS", "FAILURE", "CANCELED") else None
+
+        status = _wait(f"run {run_id} to finish", finished, RUN_TIMEOUT_S, poll=2.0)
+        assert status["status"] == "SUCCESS", f"run {run_id}: {status}"
+
+        # the column lineage tab of the revenue column: its two source columns, from tpch/lineitem
+        driver.get(f"{ui.base}/assets/{ASSET}?view=lineage&column=revenue")
+        _wait(
+            "the column lineage tab to show revenue's source columns",
+            lambda: all(c in body() for c in ("l_extendedprice", "l_discount", "lineitem")),
+            90,
+        )
+        snap("02-column-lineage")
+        driver.get(f"{ui.base}/assets/{ASSET}?view=lineage&column=o_orderdate")
+        _wait("o_orderdate's source column", lambda: "o_orderdate" in body() and "orders" in body(), 90)
+        snap("03-column-lineage-orders")
+    except BaseException:
+        _save_artifacts(request.node.name, shots, driver, log)
+        raise
+    finally:
+        rc = ui.stop()
+        stop_embedded_postgres(home / "pg")
+    assert rc == 0, f"trident ui exited with {rc}:\n{log.read_text()[-3000:]}"
+
+
+def _launch(base: str, job: str) -> str:
+    """Launch ``job`` over GraphQL (what the Launchpad's button does); the run id."""
+    [location] = _graphql(base, "{ workspaceOrError { ... on Workspace { locationEntries { name } } } }")["workspaceOrError"][
+        "locationEntries"
+    ]
+    selector = f'{{repositoryLocationName: "{location["name"]}", repositoryName: "__repository__", jobName: "{job}"}}'
+    query = (
+        f'mutation {{ launchRun(executionParams: {{selector: {selector}, mode: "default"}}) {{ __typename '
+        "... on LaunchRunSuccess { run { runId } } ... on PythonError { message } ... on InvalidSubsetError { message } "
+        "... on RunConfigValidationInvalid { errors { message } } }"
+        " }"
+    )
+    result = dict(_graphql(base, query)["launchRun"])
+    assert result["__typename"] == "LaunchRunSuccess", result
+    return str(result["run"]["runId"])
