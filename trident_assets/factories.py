@@ -1,5 +1,5 @@
 """Node factories: declare a dataset computed from others, get a Dagster asset (or multi-asset)
-plus its asset checks. Every node reads its sources through the facade, computes in DuckDB over
+plus its asset checks. Every node reads its sources through the client, computes in DuckDB over
 Arrow, streams its result into ``Trident.write`` (via ``TridentIOManager``), merges its sources'
 provenance into its output's and records watermarks in the same COMMIT.
 
@@ -37,7 +37,7 @@ from trident_resources.dagster import (
 )
 
 from .asset_fields import DagsterFields, check_fields, op_fields, out_fields
-from .checked import audit_and_publish, checked_asset, checked_results, gates, staged_write  # issue 13: in-step checks
+from .checked import audit_and_publish, checked_asset, checked_results, gates, staged_write  # checks in the asset's own step
 from .column_lineage import column_lineage
 from .compute import DEFAULT_BATCH_ROWS, SOURCE_ROW_INDEX, Session, open_session
 from .expectations import Expectation, check_specs
@@ -82,7 +82,7 @@ def _output(
     sources = list(dict.fromkeys(session.sources.values()))
     lineage = [lineage_entry(s, d) for s, d in plan.sources.items()]
     # the sources' provenance as planning described them (the versions the session reads: it
-    # checked that none committed since), not one more look-up of each source per step (issue 12)
+    # checked that none committed since), not one more look-up of each source per step
     described = {s: plan.sources[s].provenance if s in plan.sources else t.provenance(s) for s in sources}
     prov = merge_provenance(described, own_provenance, lineage)
     if columns is not None:  # this output's own: never merged from its sources (provenance.RESERVED)
@@ -154,7 +154,7 @@ def _asset_kwargs(
         "description": description,
         "metadata": {"trident/strategy": strategy.describe(), **declared(metadata, partitions_def)},
         "automation_condition": automation_condition,
-        # partitions (issue 10): partitions_def + metadata["partition_expr"]
+        # partitions: partitions_def + metadata["partition_expr"]
         "partitions_def": partitions_def,
         "backfill_policy": backfill_policy,
         "fields": fields,
@@ -339,7 +339,7 @@ def split_asset(
         can_subset=True,
         partitions_def=partitions_def,
         backfill_policy=backfill_policy,
-        # issue 13: checks in-step; one pool (only this op writes either half)
+        # checks in the op's own step; one pool (only this op writes either half)
         check_specs=[s for k, exps in (expectations or {}).items() for s in check_specs(k, exps)],
         **op_fields(fields, dataset_pool(matched, partitions_def)),
     )
@@ -381,7 +381,7 @@ def split_asset(
         if gated:
             yield from audit_and_publish(context, trident, staged, dict(expectations or {}))
             return
-        for k, exps in (expectations or {}).items():  # issue 13: after both halves are written
+        for k, exps in (expectations or {}).items():  # checks, once both halves are written
             yield from checked_results(context, trident, k, exps)
 
     return Node(_split)
