@@ -4,7 +4,8 @@ The node's SQL is parsed with sqlglot (DuckDB dialect) and qualified against the
 views the node reads (its sources, under the names the SQL gives them), then each output column is
 followed back through CTEs and subqueries to the source columns it reads. What comes out is kept
 in the output's provenance (``column_lineage``), from which the IO manager reports Dagster's
-``dagster/column_lineage`` (the UI's column lineage tab).
+``dagster/column_lineage`` (Dagster+ draws it as a column graph; the open source UI shows the
+provenance's copy).
 
 Never guessed: an output column is *traced* only when every leaf of its lineage is a column that
 really exists in a source the SQL reads. Anything else is *untraced*, with the reason: a constant

@@ -11,8 +11,11 @@ provenance into its output's and records watermarks in the same COMMIT.
   a subsettable multi-asset whose outputs must resolve to the same sink;
 * ``model_asset``: a Python function over Arrow batches; output rows carry ``__source_row_index__``.
 
-Every factory takes ``automation_condition=`` (passed to Dagster as is; for a split, to both
-outputs): ``dg.AutomationCondition.eager()`` runs the node after any of its sources changes,
+Every factory takes Dagster's own fields by their Dagster names (``owners``, ``tags``,
+``code_version``, ``freshness_policy``, ``retry_policy``, ``pool``: ``asset_fields``) besides
+``kinds``, and the SQL nodes keep their column lineage, derived from their SQL
+(``column_lineage``), in their output's provenance. Every factory takes ``automation_condition=``
+(passed to Dagster as is; for a split, to both outputs): ``dg.AutomationCondition.eager()`` runs the node after any of its sources changes,
 including commits made outside Dagster, which the ``trident_ledger_commits`` sensor reports.
 """
 
