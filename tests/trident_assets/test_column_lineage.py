@@ -81,3 +81,15 @@ def test_column_lineage_is_the_datasets_own_not_merged_downstream(settings: Trid
     lineage = trident.provenance("out/b")["column_lineage"]
     assert set(lineage) == {"id", "p10"}  # not out/a's columns carried along
     assert lineage["p10"] == {"sources": [{"key": "out/a", "column": "p"}]}
+
+
+def test_the_materialization_shows_the_column_lineage_in_its_own_entry(settings: TridentSettings, trident: Trident) -> None:
+    """Kept out of ``trident/provenance`` (a long provenance is folded away in the UI), shown per
+    column, traced or not, as ``trident/column_lineage``."""
+    trident.write("src/items", pa.table({"id": [1, 2], "price": [1.0, 2.0]}))
+    node = transform_asset("out/c", "src/items", "SELECT id, 1 AS one FROM source")
+    meta = materialized(succeeded(materialize_nodes(settings, [node])))["out/c"]
+    assert "column_lineage" not in meta["trident/provenance"]
+    shown = meta["trident/column_lineage"]
+    assert shown["id"] == {"sources": [{"key": "src/items", "column": "id"}]} and "untraced" in shown["one"]
+    assert trident.provenance("out/c")["column_lineage"] == shown

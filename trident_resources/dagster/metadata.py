@@ -14,6 +14,8 @@ Ours, on purpose few (``report``):
 ``trident/snapshot_id``     its Iceberg snapshot (text: a 64-bit id the browser would round)
 ``trident/committed_at``    when it became visible (a timestamp value)
 ``trident/provenance``      the dataset's governance metadata, lineage included (JSON)
+``trident/column_lineage``  a SQL node's: per column, its source columns or why it is untraced
+                            (JSON; the provenance keeps it too, as ``column_lineage``)
 ``trident/write``           everything else about the write, one JSON entry: sink, mode, writer,
                             route, rows_written, skipped, preserved, schema_version, and what the
                             node said (plan, incremental, partition, dataset_row_count, join
@@ -39,11 +41,13 @@ from ..core.results import Description, WriteResult
 
 JS_SAFE_INTEGER = 2**53 - 1
 WRITE = "trident/write"
+COLUMN_LINEAGE_KEY = "trident/column_lineage"
 SHOWN = (
     "trident/txn_id",
     "trident/snapshot_id",
     "trident/committed_at",
     "trident/provenance",
+    COLUMN_LINEAGE_KEY,
     "trident/status",
     "trident/staged_txn",
 )
@@ -194,7 +198,11 @@ def version_metadata(
         "trident/txn_id": str(result.txn_id),
         "trident/snapshot_id": dg.MetadataValue.text(str(result.snapshot_id)),
         "trident/committed_at": dg.MetadataValue.timestamp(result.committed_at),
-        "trident/provenance": dg.MetadataValue.json(json_safe(dict(provenance or {}))),
+        # the column lineage has an entry of its own (below): inside the provenance it would make the
+        # UI fold the whole provenance away behind a link
+        "trident/provenance": dg.MetadataValue.json(
+            json_safe({k: v for k, v in (provenance or {}).items() if k != COLUMN_LINEAGE})
+        ),
         "trident/sink": result.sink,
         "trident/mode": result.mode,
         "trident/writer": result.writer,
@@ -207,6 +215,9 @@ def version_metadata(
     lineage = column_lineage(provenance)
     if lineage is not None:
         meta["dagster/column_lineage"] = lineage
+    columns = (provenance or {}).get(COLUMN_LINEAGE)
+    if columns:  # per column, traced or not: what open source Dagster's UI shows of the lineage
+        meta[COLUMN_LINEAGE_KEY] = dg.MetadataValue.json(json_safe(columns))
     return meta
 
 
