@@ -92,8 +92,10 @@ def run_trident(home: str, scale: str) -> dict:
 def run_duckdb(home: str, scale: str) -> dict:
     import duckdb
     import pyarrow.parquet as pq
+    import yaml
 
-    from trident_assets.example.pipeline import LINEITEM_REVENUE_SQL, Q3_SQL, late_risk
+    from trident_assets.example import defs as example_defs
+    from trident_assets.example.pipeline import Q3_SQL, late_risk
     from trident_resources import TridentSettings
 
     settings = TridentSettings(home=home)
@@ -118,7 +120,9 @@ def run_duckdb(home: str, scale: str) -> dict:
     copy("sales/q3_revenue", Q3_SQL.replace("FROM customer", "FROM building customer"))
     copy("sales/urgent_orders", "SELECT * FROM orders WHERE (o_orderpriority IN ('1-URGENT', '2-HIGH')) IS TRUE")
     copy("sales/routine_orders", "SELECT * FROM orders WHERE (o_orderpriority IN ('1-URGENT', '2-HIGH')) IS NOT TRUE")
-    copy("sales/lineitem_revenue", LINEITEM_REVENUE_SQL.replace("FROM source", "FROM lineitem"))
+    revenue_yaml = Path(example_defs.__file__).parent / "lineitem_revenue" / "defs.yaml"  # a YAML-declared node
+    revenue_sql = yaml.safe_load(revenue_yaml.read_text())["attributes"]["sql"]
+    copy("sales/lineitem_revenue", revenue_sql.replace("FROM source", "FROM lineitem"))
     reader = con.sql("SELECT l_orderkey, l_linenumber, l_shipdate, l_receiptdate, l_discount FROM lineitem").to_arrow_reader(
         65_536
     )

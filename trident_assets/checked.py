@@ -43,6 +43,7 @@ from trident_resources.dagster import (
     write_output,
 )
 
+from .asset_fields import DagsterFields, op_fields, out_fields
 from .expectations import Expectation, check_key, check_results, check_specs
 
 ComputeFn = Callable[[dg.AssetExecutionContext, TridentResource], Any]
@@ -173,9 +174,11 @@ def checked_asset(
     automation_condition: dg.AutomationCondition | None = None,
     partitions_def: dg.PartitionsDefinition | None = None,
     backfill_policy: dg.BackfillPolicy | None = None,
+    fields: DagsterFields | None = None,
 ) -> Callable[[ComputeFn], dg.AssetsDefinition]:
     """Decorate ``fn(context, trident) -> output`` (what a factory's asset returns) into the asset
-    ``key`` with its expectations in-step; the keyword arguments are ``@dg.asset``'s."""
+    ``key`` with its expectations in-step; the keyword arguments are ``@dg.asset``'s, ``fields``
+    Dagster's own fields passed through (``asset_fields``)."""
     akey = dg.AssetKey(validate_key(key).split("/"))
     name = akey.to_python_identifier()
 
@@ -192,6 +195,7 @@ def checked_asset(
                     automation_condition=automation_condition,
                     io_manager_key="io_manager",
                     is_required=False,  # a checks-only run (trident check) yields no output
+                    **out_fields(fields or {}),
                 )
             },
             deps=list(deps),
@@ -199,7 +203,7 @@ def checked_asset(
             can_subset=True,
             partitions_def=partitions_def,
             backfill_policy=backfill_policy,
-            pool=dataset_pool(key, partitions_def),
+            **op_fields(fields or {}, dataset_pool(key, partitions_def)),
         )
         def _asset(context: dg.AssetExecutionContext, trident: TridentResource) -> Iterator[Any]:
             if akey in context.selected_asset_keys:

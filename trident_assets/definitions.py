@@ -1,13 +1,10 @@
 """The Definitions root: what ``dagster dev`` serves (``workspace.yaml`` and ``[tool.dagster]`` in
 pyproject.toml point here), as ``defs``.
 
-It only assembles: the example (``trident_assets.example``: the pipeline's assets and checks, its
-jobs and rebuild schedule), the automation (``trident_sensors``: ledger reconciler and commits
-sensors, table-maintenance and canary jobs), the executor, and the two resources every Trident
-asset needs, under the keys a user's own Definitions must use too:
-
-* ``trident``: a ``TridentResource`` (assets, checks, sensors and ops take it as a typed parameter);
-* ``io_manager``: a ``TridentIOManager`` on that same resource (assets return rows, inputs load rows).
+It only assembles: the example project (``trident_assets.example.example_project``: the
+pipeline's assets and checks, its jobs and rebuild schedule, merged with ``platform_definitions``,
+the resources, sensors and maintenance job and schedule every Trident project needs) on the
+executor below.
 
 ``build_definitions(TridentResource(...))`` builds the same Definitions on another configuration
 (tests, the CLI); ``defs`` is built on ``TridentResource()``, i.e. on ``TRIDENT_*`` variables.
@@ -19,17 +16,9 @@ import gc
 
 import dagster as dg
 
-from trident_resources.dagster import TridentIOManager, TridentResource
-from trident_sensors import automation_definitions
+from trident_resources.dagster import TridentResource
 
-from .example import example_definitions
-
-
-def resources(trident: TridentResource | None = None) -> dict[str, object]:
-    """The resource keys Trident assets expect, both on one ``TridentResource``."""
-    trident = trident or TridentResource()
-    return {"trident": trident, "io_manager": TridentIOManager(trident=trident)}
-
+from .example import example_project
 
 # Dagster's default executor (each step in its own process, independent steps in parallel up to
 # the CPU count), with step processes forked from a server that has already imported this module:
@@ -45,12 +34,7 @@ def build_definitions(trident: TridentResource | None = None, executor: dg.Execu
     executor. Without one, Dagster's default runs each step in its own process, independent steps
     in parallel (up to the CPU count); a deployment passes its own (``deploy/*/definitions.py``:
     ``k8s_job_executor``, ``celery_executor``, ``docker_executor``) without touching the assets."""
-    trident = trident or TridentResource()
-    return dg.Definitions.merge(
-        example_definitions(trident.settings()),
-        automation_definitions(),
-        dg.Definitions(resources=resources(trident), executor=executor or DEFAULT_EXECUTOR),
-    )
+    return example_project(trident, executor=executor or DEFAULT_EXECUTOR)
 
 
 defs = build_definitions()

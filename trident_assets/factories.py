@@ -11,20 +11,24 @@ provenance into its output's and records watermarks in the same COMMIT.
   a subsettable multi-asset whose outputs must resolve to the same sink;
 * ``model_asset``: a Python function over Arrow batches; output rows carry ``__source_row_index__``.
 
-Every factory takes ``automation_condition=`` (passed to Dagster as is; for a split, to both
-outputs): ``dg.AutomationCondition.eager()`` runs the node after any of its sources changes,
+Every factory takes Dagster's own fields by their Dagster names (``owners``, ``tags``,
+``code_version``, ``freshness_policy``, ``retry_policy``, ``pool``: ``asset_fields``) besides
+``kinds``, and the SQL nodes keep their column lineage, derived from their SQL
+(``column_lineage``), in their output's provenance. Every factory takes ``automation_condition=``
+(passed to Dagster as is; for a split, to both outputs): ``dg.AutomationCondition.eager()`` runs the node after any of its sources changes,
 including commits made outside Dagster, which the ``trident_ledger_commits`` sensor reports.
 """
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Unpack
 
 import dagster as dg
 import pyarrow as pa
 
-from trident_resources import Trident, TridentError, validate_key
+from trident_resources import IDENTITY_COLUMNS, Trident, TridentError, validate_key
 from trident_resources.dagster import (
+    COLUMN_LINEAGE,
     AuditedVersion,
     TridentOutput,
     TridentResource,
@@ -35,7 +39,9 @@ from trident_resources.dagster import (
     run_partition,
 )
 
+from .asset_fields import DagsterFields, check_fields, op_fields, out_fields
 from .checked import audit_and_publish, checked_asset, checked_results, gates, staged_write  # checks in the asset's own step
+from .column_lineage import column_lineage
 from .compute import DEFAULT_BATCH_ROWS, SOURCE_ROW_INDEX, Session, open_session
 from .expectations import Expectation, check_specs
 from .join_guard import SourceStats, check_join, max_join_rows
@@ -73,6 +79,7 @@ def _output(
     t: Trident,
     extra: Mapping[str, Any] | None = None,
     on_done: Callable[[], None] | None = None,
+    columns: Mapping[str, Any] | None = None,
 ) -> TridentOutput:
     plan = session.plan
     sources = list(dict.fromkeys(session.sources.values()))
@@ -81,6 +88,8 @@ def _output(
     # checked that none committed since), not one more look-up of each source per step
     described = {s: plan.sources[s].provenance if s in plan.sources else t.provenance(s) for s in sources}
     prov = merge_provenance(described, own_provenance, lineage)
+    if columns is not None:  # this output's own: never merged from its sources (provenance.RESERVED)
+        prov[COLUMN_LINEAGE] = dict(columns)
     return TridentOutput(
         data,
         mode=plan.mode,
@@ -104,16 +113,31 @@ def _node_output(
     *,
     source_row_index: bool = False,
     partition: Any = None,
+    lineage_sql: str | None = None,
 ) -> TridentOutput:
     """Open the node's DuckDB session, let ``build`` turn it into a stream, and hand that stream to
-    the IO manager; the session closes when the write has consumed it, or at once on failure."""
+    the IO manager; the session closes when the write has consumed it, or at once on failure.
+    ``lineage_sql``: the SQL the stream runs, whose column lineage the output's provenance keeps."""
     session = open_session(t, key, sources, strategy, source_row_index=source_row_index, partition=partition)
     try:
         data, extra = build(session)
-        return _output(session, key, data, provenance, t, extra, on_done=session.close)
+        columns = _column_lineage(session, lineage_sql, data) if lineage_sql is not None else None
+        return _output(session, key, data, provenance, t, extra, on_done=session.close, columns=columns)
     except BaseException:
         session.close()
         raise
+
+
+def _column_lineage(session: Session, sql: str, data: Any) -> dict[str, dict[str, Any]]:
+    """Which source columns each column of ``data`` (the stream ``sql`` returns) comes from; the
+    sources' columns as the session's views show them (their schemas without identity columns)."""
+    plan = session.plan
+    shown = {
+        name: [c["name"] for c in plan.sources[k].schema if c["name"] not in IDENTITY_COLUMNS]
+        for name, k in session.sources.items()
+        if k in plan.sources
+    }
+    return column_lineage(sql, session.sources, shown, list(data.schema.names))
 
 
 def _asset_kwargs(
@@ -125,6 +149,7 @@ def _asset_kwargs(
     automation_condition: dg.AutomationCondition | None,
     partitions_def: dg.PartitionsDefinition | None = None,
     backfill_policy: dg.BackfillPolicy | None = None,
+    fields: DagsterFields | None = None,
 ) -> dict[str, Any]:
     return {
         "group_name": group,
@@ -135,6 +160,7 @@ def _asset_kwargs(
         # partitions: partitions_def + metadata["partition_expr"]
         "partitions_def": partitions_def,
         "backfill_policy": backfill_policy,
+        "fields": fields,
     }
 
 
@@ -154,6 +180,7 @@ def transform_asset(
     automation_condition: dg.AutomationCondition | None = None,
     partitions_def: dg.PartitionsDefinition | None = None,
     backfill_policy: dg.BackfillPolicy | None = None,
+    **dagster_fields: Unpack[DagsterFields],
 ) -> Node:
     """``key`` := ``sql`` over dataset ``source`` (named ``source`` in the SQL)."""
     strategy = strategy or replace()
@@ -163,7 +190,15 @@ def transform_asset(
         expectations,
         deps=[_akey(source)],
         **_asset_kwargs(
-            group, kinds, description or sql, strategy, metadata, automation_condition, partitions_def, backfill_policy
+            group,
+            kinds,
+            description or sql,
+            strategy,
+            metadata,
+            automation_condition,
+            partitions_def,
+            backfill_policy,
+            check_fields(dagster_fields, "transform_asset"),
         ),
     )
     def _transform(context: dg.AssetExecutionContext, trident: TridentResource) -> TridentOutput:
@@ -172,7 +207,14 @@ def transform_asset(
             return session.stream(sql, batch_rows), None
 
         return _node_output(
-            trident.get_client(), key, {"source": source}, strategy, provenance, build, partition=run_partition(context, key)
+            trident.get_client(),
+            key,
+            {"source": source},
+            strategy,
+            provenance,
+            build,
+            partition=run_partition(context, key),
+            lineage_sql=sql,
         )
 
     return Node(_transform)
@@ -195,6 +237,7 @@ def join_asset(
     automation_condition: dg.AutomationCondition | None = None,
     partitions_def: dg.PartitionsDefinition | None = None,
     backfill_policy: dg.BackfillPolicy | None = None,
+    **dagster_fields: Unpack[DagsterFields],
 ) -> Node:
     """``key`` := ``sql`` over ``sources`` (SQL name -> dataset key)."""
     strategy = strategy or replace()
@@ -207,7 +250,15 @@ def join_asset(
         expectations,
         deps=deps,
         **_asset_kwargs(
-            group, kinds, description or sql, strategy, metadata, automation_condition, partitions_def, backfill_policy
+            group,
+            kinds,
+            description or sql,
+            strategy,
+            metadata,
+            automation_condition,
+            partitions_def,
+            backfill_policy,
+            check_fields(dagster_fields, "join_asset"),
         ),
     )
     def _join(context: dg.AssetExecutionContext, trident: TridentResource) -> TridentOutput:
@@ -229,7 +280,7 @@ def join_asset(
                 "trident/join_steps": steps,
             }
 
-        return _node_output(t, key, sources, strategy, provenance, build, partition=run_partition(context, key))
+        return _node_output(t, key, sources, strategy, provenance, build, partition=run_partition(context, key), lineage_sql=sql)
 
     return Node(_join)
 
@@ -253,10 +304,12 @@ def split_asset(
     metadata: Mapping[str, Any] | None = None,
     partitions_def: dg.PartitionsDefinition | None = None,
     backfill_policy: dg.BackfillPolicy | None = None,
+    **dagster_fields: Unpack[DagsterFields],
 ) -> Node:
     """Rows of ``source`` where ``predicate`` is TRUE go to ``matched``; all others (FALSE or NULL)
     to ``unmatched``, so the two outputs partition the source exactly."""
     strategy = strategy or replace()
+    fields = check_fields(dagster_fields, "split_asset")
     outs = {"matched": matched, "unmatched": unmatched}
     for k in expectations or {}:
         if k not in outs.values():
@@ -277,6 +330,7 @@ def split_asset(
                 "trident/predicate": predicate,
                 **declared(metadata, partitions_def),
             },
+            **out_fields(fields),
         )
         for o, k in outs.items()
     }
@@ -290,7 +344,7 @@ def split_asset(
         backfill_policy=backfill_policy,
         # checks in the op's own step; one pool (only this op writes either half)
         check_specs=[s for k, exps in (expectations or {}).items() for s in check_specs(k, exps)],
-        pool=dataset_pool(matched, partitions_def),
+        **op_fields(fields, dataset_pool(matched, partitions_def)),
     )
     def _split(context: dg.AssetExecutionContext, trident: TridentResource) -> Iterator[Any]:
         t = trident.get_client()
@@ -307,11 +361,22 @@ def split_asset(
             if k not in selected:
                 continue
 
-            def build(session: Session, k: str = k, o: str = o) -> tuple[Any, dict[str, Any]]:
-                context.log.info(f"{k}: {session.plan.reason}")
-                return session.stream(f"SELECT {columns} FROM source WHERE {wheres[o]}", batch_rows), {"trident/split": o}
+            half = f"SELECT {columns} FROM source WHERE {wheres[o]}"
 
-            out = _node_output(t, k, {"source": source}, strategy, provenance, build, partition=run_partition(context, k))
+            def build(session: Session, k: str = k, half: str = half) -> tuple[Any, dict[str, Any]]:
+                context.log.info(f"{k}: {session.plan.reason}")
+                return session.stream(half, batch_rows), {}
+
+            out = _node_output(
+                t,
+                k,
+                {"source": source},
+                strategy,
+                provenance,
+                build,
+                partition=run_partition(context, k),
+                lineage_sql=half,
+            )
             if gated:  # write-audit-publish: both halves staged (one txn each), published together
                 staged[k] = (_akey(k).to_python_identifier(), staged_write(context, trident, k, out))
             else:
@@ -350,6 +415,7 @@ def model_asset(
     automation_condition: dg.AutomationCondition | None = None,
     partitions_def: dg.PartitionsDefinition | None = None,
     backfill_policy: dg.BackfillPolicy | None = None,
+    **dagster_fields: Unpack[DagsterFields],
 ) -> Node:
     """``key`` := ``fn`` applied to each Arrow batch of ``sql`` over ``source``.
 
@@ -373,6 +439,7 @@ def model_asset(
             automation_condition,
             partitions_def,
             backfill_policy,
+            check_fields(dagster_fields, "model_asset"),
         ),
     )
     def _model(context: dg.AssetExecutionContext, trident: TridentResource) -> TridentOutput:

@@ -109,7 +109,6 @@ class Plan:
 
     def metadata(self) -> dict[str, str]:
         return {
-            "trident/strategy_mode": self.mode,
             "trident/incremental": str(self.incremental).lower(),
             "trident/plan": self.reason,
         }

@@ -8,7 +8,7 @@ import json
 import re
 import sys
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.markup import escape
@@ -77,18 +77,21 @@ def demo(scale: str | None) -> None:
     shown: set[tuple[str, str]] = set()
     for event in (e for r in runs for e in r.get_asset_materialization_events()):
         m = event.materialization
-        meta = {k: getattr(v, "value", v) for k, v in m.metadata.items()}
+        meta: dict[str, Any] = {k: getattr(v, "value", v) for k, v in m.metadata.items()}
+        write: dict[str, Any] = meta[
+            "trident/write"
+        ]  # the write's details, one JSON entry (trident_resources/dagster/metadata.py)
         written = (m.asset_key.to_user_string(), str(meta["trident/txn_id"]))
         if written in shown:  # a range of partitions is one write, reported once per partition by Dagster
             continue
         shown.add(written)
         table.add_row(
             m.asset_key.to_user_string(),
-            f"{meta.get('trident/dataset_row_count', meta['dagster/row_count']):,}",
-            f"{meta['trident/rows_written']:,}",
-            str(meta["trident/mode"]),
-            str(meta.get("trident/plan", "ingest")),
-            str(meta["trident/sink"]),
+            f"{write.get('dataset_row_count', meta['dagster/row_count']):,}",
+            f"{write['rows_written']:,}",
+            str(write["mode"]),
+            str(write.get("plan", "ingest")),
+            str(write["sink"]),
             str(meta["trident/txn_id"])[:8],
         )
     console.print(table)

@@ -32,7 +32,7 @@ from typing import Any
 import dagster as dg
 
 from trident_resources import LedgerEntry, Trident
-from trident_resources.dagster import PARTITION_KEYS, RUN_ID, TridentResource
+from trident_resources.dagster import PARTITION_KEYS, RUN_ID, TridentResource, report
 
 SENSOR_NAME = "trident_ledger_commits"
 COMMITS_PER_TICK = 500
@@ -130,7 +130,7 @@ def materialization(key: str, entry: LedgerEntry, partition: str | None = None) 
         "trident/reported_by": SENSOR_NAME,
     }
     if entry.committed_at is not None:
-        metadata["trident/committed_at"] = entry.committed_at.isoformat()
+        metadata["trident/committed_at"] = dg.MetadataValue.timestamp(entry.committed_at)
     if entry.schema_version is not None:
         metadata["trident/schema_version"] = entry.schema_version
     run = (entry.metadata or {}).get(RUN_ID)
@@ -139,7 +139,7 @@ def materialization(key: str, entry: LedgerEntry, partition: str | None = None) 
         asset_key=dg.AssetKey(key.split("/")),
         partition=partition,
         description=f"{entry.mode} by {entry.writer}, committed {where} (txn {entry.txn_id})",
-        metadata=metadata,
+        metadata=report(metadata),  # the same few keys as a Dagster-made materialization
     )
 
 
@@ -168,7 +168,7 @@ def trident_commits(context: dg.SensorEvaluationContext, trident: TridentResourc
     if events:
         context.log.info(
             f"{len(events)} commit(s) made outside Dagster: "
-            + ", ".join(f"{e.asset_key.to_user_string()} ({e.metadata['trident/mode'].value})" for e in events)
+            + ", ".join(f"{e.asset_key.to_user_string()} ({e.description})" for e in events)
         )
     return dg.SensorResult(
         asset_events=events,

@@ -39,24 +39,24 @@ def test_delta_reads_only_new_rows_and_rebuilds_after_a_source_replace(settings:
     node = transform_asset("out/doubled", "src/items", "SELECT id, price * 2 AS price2 FROM source", strategy=delta())
 
     first = materialized(succeeded(materialize_nodes(settings, [node])))["out/doubled"]
-    assert first["trident/mode"] == "replace" and first["dagster/row_count"] == 100
+    assert first["trident/write"]["mode"] == "replace" and first["dagster/row_count"] == 100
     src = trident.describe("src/items")
     assert trident.watermarks("out/doubled") == {"src/items": src.committed_at}
 
     appended = trident.write("src/items", items(100, 7), mode="append")
     second = materialized(succeeded(materialize_nodes(settings, [node])))["out/doubled"]
-    assert second["trident/mode"] == "append"
-    assert second["trident/rows_written"] == 7 and second["dagster/row_count"] == 107
+    assert second["trident/write"]["mode"] == "append"
+    assert second["trident/write"]["rows_written"] == 7 and second["dagster/row_count"] == 107
     assert trident.watermarks("out/doubled")["src/items"] == appended.committed_at
     out = trident.read("out/doubled")
     assert sorted(out["id"].to_pylist()) == list(range(107))  # nothing twice, nothing lost
 
     quiet = materialized(succeeded(materialize_nodes(settings, [node])))["out/doubled"]
-    assert quiet["trident/rows_written"] == 0 and quiet["dagster/row_count"] == 107
+    assert quiet["trident/write"]["rows_written"] == 0 and quiet["dagster/row_count"] == 107
 
     trident.write("src/items", items(0, 5, price=10.0))  # replace inside the window
     rebuilt = materialized(succeeded(materialize_nodes(settings, [node])))["out/doubled"]
-    assert rebuilt["trident/mode"] == "replace" and "replace" in rebuilt["trident/plan"]
+    assert rebuilt["trident/write"]["mode"] == "replace" and "replace" in rebuilt["trident/write"]["plan"]
     assert trident.read("out/doubled").sort_by("id")["price2"].to_pylist() == [20.0 * i for i in range(5)]
 
 
@@ -66,7 +66,7 @@ def test_delta_after_an_upsert_of_the_source_rebuilds(settings: TridentSettings,
     succeeded(materialize_nodes(settings, [node]))
     trident.write("src/items", items(5, 10, price=3.0), mode="upsert", keys=["id"])
     meta = materialized(succeeded(materialize_nodes(settings, [node])))["out/copy"]
-    assert meta["trident/mode"] == "replace" and meta["dagster/row_count"] == 15
+    assert meta["trident/write"]["mode"] == "replace" and meta["dagster/row_count"] == 15
 
 
 def test_delta_with_keys_upserts_each_increment(settings: TridentSettings, trident: Trident) -> None:
@@ -75,7 +75,7 @@ def test_delta_with_keys_upserts_each_increment(settings: TridentSettings, tride
     succeeded(materialize_nodes(settings, [node]))
     trident.write("src/items", items(10, 3), mode="append_new", keys=["id"])
     meta = materialized(succeeded(materialize_nodes(settings, [node])))["out/keyed"]
-    assert meta["trident/mode"] == "upsert" and meta["dagster/row_count"] == 13
+    assert meta["trident/write"]["mode"] == "upsert" and meta["dagster/row_count"] == 13
 
 
 def test_keyed_strategies(settings: TridentSettings, trident: Trident) -> None:
@@ -92,11 +92,11 @@ def test_keyed_strategies(settings: TridentSettings, trident: Trident) -> None:
     ids_before = {r["id"]: r["__row_id"] for r in trident.read("out/snap", columns=["id", "__row_id"]).to_pylist()}
     trident.write("src/items", items(0, 12, price=2.0))
     meta = materialized(succeeded(materialize_nodes(settings, list(nodes.values()))))
-    assert meta["out/snap"]["trident/preserved"] == 5
+    assert meta["out/snap"]["trident/write"]["preserved"] == 5
     ids_after = {r["id"]: r["__row_id"] for r in trident.read("out/snap", columns=["id", "__row_id"]).to_pylist()}
     assert ids_after == ids_before  # identity kept across the snapshot replace
     assert meta["out/always"]["dagster/row_count"] == 22
-    assert meta["out/new"]["trident/skipped"] == 10 and meta["out/new"]["dagster/row_count"] == 12
+    assert meta["out/new"]["trident/write"]["skipped"] == 10 and meta["out/new"]["dagster/row_count"] == 12
     assert meta["out/up"]["dagster/row_count"] == 12
     assert trident.read("out/up", row_filter="id == 3")["price"].to_pylist() == [6.0]
 
@@ -128,7 +128,7 @@ def test_join_guard_allows_a_cross_join_within_the_bound_of_sources_sharing_colu
     result = materialize_nodes(settings, [node])
     assert result.success, step_errors(result)
     meta = materialized(result)["out/cross"]
-    assert meta["dagster/row_count"] == 60_000 and meta["trident/join_estimate"] == 60_000
+    assert meta["dagster/row_count"] == 60_000 and meta["trident/write"]["join_estimate"] == 60_000
 
 
 def test_join_guard_refuses_a_many_to_many_equi_join_before_writing(settings: TridentSettings, trident: Trident) -> None:

@@ -423,7 +423,7 @@ def test_a_partition_run_is_staged_audited_and_published(settings: TridentSettin
         assert entry.status == "committed" and "trident.staged" in entry.metadata  # staged, then published
         assert t.describe("wapp/out").snapshot_id == entry.snapshot_id  # exactly the audited snapshot
         shown = materialized(ok)["wapp/out"]
-        assert "trident/staged_txn" not in shown and shown["trident/partition"]
+        assert "trident/staged_txn" not in shown and shown["trident/write"]["partition"]
     assert _by_day(t, "wapp/out") == {"2024-01-01": [1, 2], "2024-01-02": [10, 11]}
     assert t.staged("wapp/out") == []
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import dagster as dg
 import pyarrow as pa
@@ -70,7 +71,7 @@ def test_an_outside_append_is_reported_and_the_eager_delta_node_runs_on_exactly_
 
     first = sensor_tick(defs, instance, settings, None)
     [created] = first.asset_events
-    assert created.asset_key == ITEMS and created.metadata["trident/mode"].value == "replace"
+    assert created.asset_key == ITEMS and write_of(created)["mode"] == "replace"
     assert job.execute_in_process(instance=instance, asset_selection=[DOUBLED]).success  # the node's first run: a full build
     baseline = dg.evaluate_automation_conditions(defs=defs, instance=instance)
     assert baseline.total_requested == 0
@@ -82,8 +83,8 @@ def test_an_outside_append_is_reported_and_the_eager_delta_node_runs_on_exactly_
     [reported] = second.asset_events
     meta = {k: getattr(v, "value", v) for k, v in reported.metadata.items()}
     assert reported.asset_key == ITEMS
-    assert meta["trident/txn_id"] == str(appended.txn_id) and meta["trident/writer"] == "ingest.api"
-    assert meta["trident/mode"] == "append" and meta["dagster/row_count"] == 107 and meta["trident/rows_written"] == 7
+    assert meta["trident/txn_id"] == str(appended.txn_id) and write_of(reported)["writer"] == "ingest.api"
+    assert write_of(reported)["mode"] == "append" and meta["dagster/row_count"] == 107 and write_of(reported)["rows_written"] == 7
     latest = instance.get_latest_materialization_event(ITEMS)
     assert latest is not None and latest.asset_materialization is not None
     assert latest.asset_materialization.metadata["trident/txn_id"].value == str(appended.txn_id)  # the asset's history shows it
@@ -94,7 +95,9 @@ def test_an_outside_append_is_reported_and_the_eager_delta_node_runs_on_exactly_
     run = job.execute_in_process(instance=instance, asset_selection=[DOUBLED], raise_on_error=False)
     assert run.success, step_errors(run)
     out = materialized(run)["out/doubled"]
-    assert out["trident/mode"] == "append" and out["trident/rows_written"] == 7 and out["dagster/row_count"] == 107
+    assert (
+        out["trident/write"]["mode"] == "append" and out["trident/write"]["rows_written"] == 7 and out["dagster/row_count"] == 107
+    )
     created_at = trident.history("out/doubled")[0].started_at  # the transaction's τ, its rows' __created_at
     written = trident.read("out/doubled", row_filter=f"__created_at == '{created_at.isoformat()}'")
     assert sorted(written["id"].to_pylist()) == list(range(100, 107))  # exactly the appended rows' results
@@ -146,3 +149,10 @@ def test_the_cursor_reports_each_commit_once_even_when_commits_become_visible_ou
     from_a_run = (4, "a/x", _entry(old, run_id="r-1"))
     events, cur = commit_events([from_a_run], cur, now)
     assert events == [] and cur.after == 4  # Dagster recorded that one itself
+
+
+def write_of(event: dg.AssetMaterialization | dg.AssetObservation | dg.AssetCheckEvaluation) -> dict[str, Any]:
+    """The write's details a materialization shows in its one ``trident/write`` JSON entry."""
+    value = event.metadata["trident/write"].value
+    assert isinstance(value, dict)
+    return value

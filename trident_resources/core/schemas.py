@@ -180,7 +180,7 @@ def widened(existing: pa.Schema, incoming: pa.Schema) -> dict[str, tuple[pa.Data
     }
 
 
-def plan_schema(existing: pa.Schema | None, incoming: pa.Schema, *, replace: bool) -> pa.Schema:
+def plan_schema(existing: pa.Schema | None, incoming: pa.Schema, *, replace: bool, partition_replace: bool = False) -> pa.Schema:
     """The dataset's user schema after this write.
 
     A replace makes the dataset exactly the input, so its schema wins. Every other mode keeps
@@ -212,12 +212,24 @@ def plan_schema(existing: pa.Schema | None, incoming: pa.Schema, *, replace: boo
             "input columns are incompatible with the dataset: "
             + "; ".join(bad)
             + " (Iceberg promotes only int to long, float to double and a decimal to more digits of the same scale)"
-            + ". Cast them in the input, or use mode='replace' to redefine the dataset"
+            + _schema_hint(partition_replace)
         )
     wider = widened(existing, incoming)
     kept = [f.with_type(wider[f.name][1]) if f.name in wider else f for f in existing]
     added = [f for f in incoming if f.name not in existing.names]
     return pa.schema([*kept, *added])
+
+
+def _schema_hint(partition_replace: bool) -> str:
+    """What to do about an incompatible column, for the write that hit it: a partition's replace
+    already is a replace, of only its partition(s), and keeps the other partitions' columns."""
+    if partition_replace:
+        return (
+            ". A partition write replaces only its partition(s) and keeps the dataset's schema: cast them in the "
+            "output, or change the column's type with one write of the whole dataset (mode='replace' without a "
+            "partition, e.g. Trident.write(key, rows, mode='replace'), then backfill the partitions)"
+        )
+    return ". Cast them in the input, or use mode='replace' to redefine the dataset"
 
 
 def conform(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:

@@ -7,7 +7,8 @@ Besides the resource and the IO manager, it exports what a library of asset fact
 (``write_output``, ``AuditedVersion``), the write-audit-publish gate (``gate_checks``,
 ``staged_in_run``, ``supersede``, ``checks_failed``, ``GATE_META``), the ledger's ``RUN_ID``
 metadata key, a run's partition (``run_partition``, ``declared``), asset key to dataset key
-(``asset_key_to_key``; ``validate_asset_keys`` checks a Definitions' keys when it loads) and provenance merging (``merge_provenance``, ``lineage_entry``)."""
+(``asset_key_to_key``; ``validate_asset_keys`` checks a Definitions' keys when it loads), provenance merging (``merge_provenance``, ``lineage_entry``, the
+``COLUMN_LINEAGE`` field) and how a materialization's metadata is shown (``report``, metadata.py)."""
 
 from .asset_keys import InvalidAssetKeysError, validate_asset_keys
 from .gate import GATE_META, PARTITION_KEYS, RUN_ID, checks_failed, gate_checks, staged_in_run, supersede
@@ -20,12 +21,14 @@ from .io_manager import (
     asset_key_to_key,
     write_output,
 )
+from .metadata import COLUMN_LINEAGE, report
 from .partition_mapping import declared, run_partition
 from .pools import dataset_pool
 from .provenance import lineage_entry, merge_provenance
 from .resource import TridentResource
 
 __all__ = [
+    "COLUMN_LINEAGE",
     "GATE_META",
     "PARTITION_KEYS",
     "RUN_ID",
@@ -43,6 +46,7 @@ __all__ = [
     "gate_checks",
     "lineage_entry",
     "merge_provenance",
+    "report",
     "run_partition",
     "staged_in_run",
     "supersede",

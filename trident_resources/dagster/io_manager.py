@@ -59,11 +59,11 @@ from .gate import (
     step_of,
     supersede,
 )
+from .metadata import materialization_metadata, report, version_metadata
 from .partition_mapping import input_partition, output_partition, partition_metadata
 from .provenance import lineage_entry, merge_provenance
 from .resource import TridentResource
 
-JS_SAFE_INTEGER = 2**53 - 1
 PIPELINE_WRITER = "pipeline.output"
 META_MODE = "trident/mode"
 META_KEYS = "trident/keys"
@@ -218,21 +218,25 @@ class TridentIOManager(dg.ConfigurableIOManager):
             plan = t.scan_plan(key, staged=result.txn_id)
             note_pending(context.run_id)
             context.add_output_metadata(
-                {
-                    **version_metadata(result, describe_schema(plan.schema), _table_name(t, key), provenance),
-                    "trident/status": "staged: published only when its blocking checks pass",
-                    "trident/staged_txn": str(result.txn_id),
-                    **extra,
-                }
+                report(
+                    {
+                        **version_metadata(result, describe_schema(plan.schema), _table_name(t, key), provenance),
+                        "trident/status": "staged: published only when its blocking checks pass",
+                        "trident/staged_txn": str(result.txn_id),
+                        **extra,
+                    }
+                )
             )
             return
         context.add_output_metadata(
-            {
-                # the control plane's part: what a materialization reports needs no catalog look-up
-                **materialization_metadata(result, t.describe(key, storage=False)),
-                **partition_metadata(result, partition),
-                **extra,
-            }
+            report(
+                {
+                    # the control plane's part: what a materialization reports needs no catalog look-up
+                    **materialization_metadata(result, t.describe(key, storage=False)),
+                    **partition_metadata(result, partition),
+                    **extra,
+                }
+            )
         )
 
     def load_input(self, context: dg.InputContext) -> Any:
@@ -359,67 +363,8 @@ def convert_input(reader: pa.RecordBatchReader, wanted: Any, key: str) -> Any:
     )
 
 
-def column_schema(description: Description | Sequence[Mapping[str, Any]]) -> dg.TableSchema:
-    columns = description.schema if isinstance(description, Description) else description
-    return dg.TableSchema(
-        columns=[
-            dg.TableColumn(
-                name=c["name"],
-                type=str(c["type"]),
-                constraints=dg.TableColumnConstraints(nullable=bool(c.get("nullable", True))),
-            )
-            for c in columns
-        ]
-    )
-
-
-def materialization_metadata(result: WriteResult, description: Description) -> dict[str, Any]:
-    """What every Trident materialization reports in Dagster (the standard keys, then ours).
-    Ids are text: the UI would round a 64-bit snapshot id shown as a number."""
-    return version_metadata(result, description.schema, description.iceberg_identifier or description.key, description.provenance)
-
-
 def _table_name(t: Trident, key: str) -> str:
     return ".".join(iceberg_identifier(t.settings.namespace_root, t.workspace, key))
-
-
-def version_metadata(
-    result: WriteResult, schema: Sequence[Mapping[str, Any]], table_name: str, provenance: Mapping[str, Any] | None
-) -> dict[str, Any]:
-    """The metadata of one written version (published, or staged and about to be published)."""
-    return {
-        "dagster/row_count": dg.MetadataValue.int(result.row_count),
-        "dagster/column_schema": column_schema(schema),
-        "dagster/table_name": table_name,
-        "trident/txn_id": str(result.txn_id),
-        "trident/snapshot_id": dg.MetadataValue.text(str(result.snapshot_id)),
-        "trident/schema_version": result.schema_version,
-        "trident/sink": result.sink,
-        "trident/mode": result.mode,
-        "trident/writer": result.writer,
-        "trident/route": result.route,
-        "trident/rows_written": result.rows_written,
-        "trident/skipped": result.skipped,
-        "trident/preserved": result.preserved,
-        "trident/committed_at": result.committed_at.isoformat(),
-        "trident/provenance": dg.MetadataValue.json(json_safe(dict(provenance or {}))),
-    }
-
-
-def json_safe(value: Any, key: str = "") -> Any:
-    """``value`` as JSON that survives the Dagster UI: the browser parses JSON numbers as doubles,
-    so every id (a key named ``id`` or ``*_id``) and any integer past 2**53 becomes a string, and
-    whatever JSON cannot hold (UUIDs, datetimes) becomes its text."""
-    if isinstance(value, Mapping):
-        return {str(k): json_safe(v, str(k)) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v, key) for v in value]
-    if isinstance(value, bool) or value is None or isinstance(value, (str, float)):
-        return value
-    if isinstance(value, int):
-        is_id = key == "id" or key.endswith("_id") or key.endswith("_ids")
-        return str(value) if is_id or abs(value) > JS_SAFE_INTEGER else value
-    return str(value)
 
 
 def _plain(value: Any) -> Any:

@@ -14,6 +14,7 @@ Merge rules, chosen so that nothing is ever silently dropped:
   disagreement is recorded under ``conflicts`` (which sources said what);
 * the node's own declared provenance is applied last: its lists are unioned in, its scalars win,
   and a scalar that overrides disagreeing sources is recorded as a conflict ``resolved_by: node``;
+* ``column_lineage`` is the output's own (a SQL node sets it after merging), never a source's;
 * ``upstream`` is the transitive set of source keys, ``lineage`` names the exact source
   transactions this derivation read, and sources' own ``conflicts`` are carried forward.
 """
@@ -26,7 +27,9 @@ from typing import Any
 
 from ..core.results import Description
 
-RESERVED = ("upstream", "lineage", "conflicts")
+# the derivation's own, never merged from sources: upstream/lineage/conflicts are recomputed, and
+# column_lineage (a SQL node's: which source columns each of its columns came from) is per dataset
+RESERVED = ("upstream", "lineage", "conflicts", "column_lineage")
 
 
 def lineage_entry(key: str, source: Description) -> dict[str, Any]:

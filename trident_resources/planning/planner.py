@@ -52,7 +52,12 @@ class WritePlanner:
         replace = req.mode == "replace"
         part = req.partition
         # A partition replace keeps every other partition's rows: the schema rules are an append's.
-        user_schema = plan_schema(version.schema, user_fields(req.reader.schema), replace=replace and part is None)
+        user_schema = plan_schema(
+            version.schema,
+            user_fields(req.reader.schema),
+            replace=replace and part is None,
+            partition_replace=replace and part is not None,
+        )
         first = 0 if ((replace and part is None) or version.schema is None) else req.dataset.next_row_index
         top = [-1]  # highest carried __row_index of an identity-preserving copy
         reader = req.reader if part is None else self._clustered(req.reader, part, req)
@@ -114,7 +119,10 @@ class WritePlanner:
             user_schema = user_fields(existing)
         else:
             assert req.reader is not None
-            user_schema = plan_schema(existing, req.reader.schema, replace=req.mode == "replace" and part is None)
+            whole = req.mode == "replace" and part is None
+            user_schema = plan_schema(
+                existing, req.reader.schema, replace=whole, partition_replace=req.mode == "replace" and part is not None
+            )
         first = req.dataset.next_row_index if existing is not None else 0
         s = self.settings
         with KeyedMerge(req.spill_dir, memory_limit=s.duckdb_memory_limit, threads=s.duckdb_threads) as merge:

@@ -64,12 +64,13 @@ def test_the_whole_graph_materializes_with_its_checks(run: Any) -> None:
             "dagster/table_name",
             "trident/txn_id",
             "trident/snapshot_id",
-            "trident/schema_version",
-            "trident/sink",
+            "trident/committed_at",
+            "trident/write",
             "trident/provenance",
         ):
             assert name in m, (key, name)
-        assert m["trident/sink"] == "iceberg_native"
+        assert m["trident/write"]["sink"] == "iceberg_native" and m["trident/write"]["schema_version"] >= 1
+        assert len([k for k in m if k.startswith("trident/")]) <= 6, sorted(m)  # the rest is in trident/write
     evaluations = result.get_asset_check_evaluations()
     assert len(evaluations) == 20 and all(e.passed for e in evaluations)
 
@@ -235,7 +236,7 @@ def test_the_daily_partitioned_part_materializes_two_days_and_its_downstream(run
         meta = materialized(result)
         assert set(meta) == {"daily/lineitem", "daily/shipments"}
         assert meta["daily/lineitem"]["dagster/row_count"] == expected[day]  # this day's rows
-        assert meta["daily/lineitem"]["trident/mode"] == "replace"  # the day's first run rebuilds it
+        assert meta["daily/lineitem"]["trident/write"]["mode"] == "replace"  # the day's first run rebuilds it
         assert meta["daily/shipments"]["dagster/row_count"] == 1
         assert all(e.passed for e in result.get_asset_check_evaluations())
     assert t.describe("daily/lineitem").row_count == sum(expected.values())
@@ -247,7 +248,7 @@ def test_the_daily_partitioned_part_materializes_two_days_and_its_downstream(run
     again = job.execute_in_process(partition_key=days[0], raise_on_error=False)
     assert again.success
     rerun = materialized(again)["daily/lineitem"]
-    assert rerun["trident/incremental"] == "true" and rerun["trident/rows_written"] == 0
+    assert rerun["trident/write"]["incremental"] == "true" and rerun["trident/write"]["rows_written"] == 0
     assert t.describe("daily/lineitem").row_count == sum(expected.values())
 
     from trident_cli.check import run_checks  # `trident check` runs the partitioned datasets' checks too

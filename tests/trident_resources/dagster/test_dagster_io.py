@@ -13,7 +13,7 @@ import pyarrow as pa
 from tests.support.dagster_helpers import materialize_nodes, materialized, resources_for, step_errors, succeeded
 from trident_assets import merge_provenance, transform_asset
 from trident_resources import Trident, TridentSettings
-from trident_resources.dagster.io_manager import json_safe
+from trident_resources.dagster.metadata import json_safe
 
 JS_SAFE = 2**53 - 1
 
@@ -64,15 +64,15 @@ def test_a_lazy_reader_streams_through_and_inputs_load_by_annotation(settings: T
     assert pulled == list(range(20))
     meta = materialized(result)
     assert meta["io/big"]["dagster/row_count"] == 20_000
-    assert [c.name for c in meta["io/big"]["dagster/column_schema"].columns] == [
-        "__row_index",
-        "__row_id",
-        "__created_at",
+    assert [c.name for c in meta["io/big"]["dagster/column_schema"].columns] == [  # the user's columns first
         "id",
         "name",
         "score",
+        "__row_index",
+        "__row_id",
+        "__created_at",
     ]
-    assert meta["io/big"]["trident/writer"] == "pipeline.output"
+    assert meta["io/big"]["trident/write"]["writer"] == "pipeline.output"
     assert seen["narrow"] == ["id"]  # only the projected column was read
     assert seen["pandas"] == (pd.DataFrame, ["id", "name", "score"], 5)
     assert seen["polars"] is pl.DataFrame
@@ -95,7 +95,9 @@ def test_write_options_come_from_output_metadata(settings: TridentSettings, trid
     result = dg.materialize([people], resources=resources_for(settings))
     assert result.success, step_errors(result)
     meta = materialized(result)["io/people"]
-    assert meta["trident/mode"] == "upsert" and meta["trident/preserved"] == 1 and meta["dagster/row_count"] == 3
+    assert (
+        meta["trident/write"]["mode"] == "upsert" and meta["trident/write"]["preserved"] == 1 and meta["dagster/row_count"] == 3
+    )
     after = {r["id"]: r["__row_id"] for r in trident.read("io/people").to_pylist()}
     assert after[2] == before[2] and after[1] == before[1]
     assert trident.describe("io/people").provenance == {"contract": "c-1"}

@@ -51,7 +51,7 @@ def test_two_daily_partitions_are_both_kept_and_rematerializing_one_replaces_onl
         assert result.success, step_errors(result)
     assert trident.describe("dp/daily").row_count == 5
     meta = materialized(result)["dp/daily"]
-    assert meta["dagster/row_count"] == 2 and meta["trident/dataset_row_count"] == 5
+    assert meta["dagster/row_count"] == 2 and meta["trident/write"]["dataset_row_count"] == 5
     other = {r["v"]: r for r in trident.read("dp/daily").to_pylist() if r["day"] == date(2024, 1, 2)}
     result = dg.materialize([daily], partition_key="2024-01-01", resources=resources_for(settings), raise_on_error=False)
     assert result.success, step_errors(result)
@@ -236,15 +236,15 @@ def test_a_partitioned_delta_node_keeps_one_watermark_per_partition(settings: Tr
         return materialized(result)["dpd/out"]
 
     first = run("2024-01-01")
-    assert first["trident/mode"] == "replace" and first["dagster/row_count"] == 3  # first run of the day: rebuilt
+    assert first["trident/write"]["mode"] == "replace" and first["dagster/row_count"] == 3  # first run of the day: rebuilt
     trident.write("dpd/src", pa.concat_tables([src_rows(d1, [6]), src_rows(d2, [7, 8])]), mode="append")
     second = run("2024-01-02")
-    assert second["trident/mode"] == "replace" and second["dagster/row_count"] == 4  # its own first run
+    assert second["trident/write"]["mode"] == "replace" and second["dagster/row_count"] == 4  # its own first run
     third = run("2024-01-01")  # 01-02's run did not advance 01-01's watermark: the new 01-01 row is read now
-    assert third["trident/incremental"] == "true" and third["trident/mode"] == "append"
-    assert third["trident/rows_written"] == 1 and third["trident/dataset_row_count"] == 8
+    assert third["trident/write"]["incremental"] == "true" and third["trident/write"]["mode"] == "append"
+    assert third["trident/write"]["rows_written"] == 1 and third["trident/write"]["dataset_row_count"] == 8
     quiet = run("2024-01-02")  # 01-01's run did not advance 01-02's either; nothing new for it
-    assert quiet["trident/mode"] == "append" and quiet["trident/rows_written"] == 0
+    assert quiet["trident/write"]["mode"] == "append" and quiet["trident/write"]["rows_written"] == 0
     out = trident.read("dpd/out").to_pylist()
     by_day = {d: sorted(r["v10"] for r in out if r["day"] == d) for d in (d1, d2)}
     assert by_day == {d1: [10, 20, 30, 60], d2: [40, 50, 70, 80]}  # nothing twice, nothing lost
@@ -350,14 +350,14 @@ def test_a_source_rewrite_of_another_partition_does_not_force_a_delta_rebuild(
         assert result.success, step_errors(result)
         return materialized(result)["dps/out"]
 
-    assert run("2024-01-01")["trident/mode"] == "replace"
+    assert run("2024-01-01")["trident/write"]["mode"] == "replace"
     trident.write("dps/src", _rows("2024-01-02", 4, base=20), partition=_day_filter(d2))  # another day re-loaded
     trident.write("dps/src", _rows("2024-01-01", 1, base=100), mode="append", partition=_day_filter(d1))
     meta = run("2024-01-01")
-    assert meta["trident/mode"] == "append" and meta["trident/rows_written"] == 1, meta["trident/plan"]
+    assert meta["trident/write"]["mode"] == "append" and meta["trident/write"]["rows_written"] == 1, meta["trident/write"]["plan"]
     trident.write("dps/src", _rows("2024-01-01", 2, base=200), partition=_day_filter(d1))  # its own day replaced
     rebuilt = run("2024-01-01")
-    assert rebuilt["trident/mode"] == "replace" and rebuilt["dagster/row_count"] == 2
+    assert rebuilt["trident/write"]["mode"] == "replace" and rebuilt["dagster/row_count"] == 2
     assert sorted(r["v"] for r in trident.read("dps/out").to_pylist()) == [200, 201]
 
 

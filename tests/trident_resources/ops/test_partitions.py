@@ -11,7 +11,14 @@ import pyarrow as pa
 import pytest
 
 from tests.trident_resources.transaction.test_transactions import _run_child
-from trident_resources import PartitionError, PartitionFilter, Trident, TridentSettings, UnsupportedBySinkError
+from trident_resources import (
+    PartitionError,
+    PartitionFilter,
+    SchemaMismatchError,
+    Trident,
+    TridentSettings,
+    UnsupportedBySinkError,
+)
 
 D0 = date(2024, 1, 1)
 
@@ -232,3 +239,16 @@ def test_a_delta_write_rolled_forward_by_reconcile_records_its_watermarks(settin
     assert child.returncode == 137, child.stderr[-2000:]
     assert len(trident.reconcile().rolled_forward) == 1
     assert trident.watermarks("wmr/whole") == {"wmr/src": src.committed_at}
+
+
+def test_a_partition_write_of_an_incompatible_column_says_what_fits_a_partition(trident: Trident) -> None:
+    """A partition run already replaces (its partition): "use mode='replace'" was no way out."""
+    trident.write("p/typed", days(D0, 1, 2), partition=window(D0))
+    bad = pa.table({"d": [D0], "v": ["not a number"]})
+    with pytest.raises(SchemaMismatchError) as caught:
+        trident.write("p/typed", bad, partition=window(D0))
+    message = str(caught.value)
+    assert "partition write replaces only its partition(s)" in message and "without a partition" in message
+    assert "use mode='replace' to redefine" not in message
+    with pytest.raises(SchemaMismatchError, match="use mode='replace' to redefine"):  # an append: the replace hint fits
+        trident.write("p/typed", bad, mode="append")
