@@ -9,6 +9,7 @@ import sys
 import textwrap
 import uuid
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
@@ -185,7 +186,7 @@ def _stray_files(t: Trident, key: str) -> list[str]:
     return sorted(p for p in on_disk if p not in {Path(unquote(urlparse(r).path)).as_uri() for r in referenced})
 
 
-def _files(t: Trident, table: object, snapshot_id: int) -> list[object]:
+def _files(t: Trident, table: Any, snapshot_id: int) -> list[Any]:
     sink = t.driver.sink("iceberg_native")
     return list(sink.tables.data_files(table, snapshot_id=snapshot_id))  # type: ignore[attr-defined]
 
