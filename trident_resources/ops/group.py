@@ -13,6 +13,7 @@ whose owner dies before its publish is aborted by the reconciler and its staged 
 from __future__ import annotations
 
 import logging
+import re
 import uuid
 from collections.abc import Iterable, Mapping
 from datetime import datetime
@@ -33,6 +34,7 @@ from . import commit_records
 from .write import write
 
 log = logging.getLogger("trident")
+_ID_PREFIX = re.compile(r"[0-9a-f][0-9a-f-]*")  # what a group id, or its start, may hold
 
 
 class TransactionGroup:
@@ -188,7 +190,7 @@ def find(engine: Engine, group_id: uuid.UUID | str) -> GroupRecord:
         InvalidArgumentError: the prefix names several groups.
     """
     text = str(group_id).strip().lower()
-    found = groups.by_prefix(engine.control, engine.workspace, text) if text else None
+    found = groups.by_prefix(engine.control, engine.workspace, text) if _ID_PREFIX.fullmatch(text) else None
     if found is None:
         raise TransactionGroupError(f"no transaction group {text!r} in workspace {engine.workspace!r} (see `trident staged`)")
     return found
