@@ -56,7 +56,7 @@ class Member:
 
 
 def create(plane: ControlPlane, group_id: uuid.UUID, workspace: str, label: str | None, metadata: dict[str, Any]) -> None:
-    with plane.pool.connection() as conn:
+    with plane.connection() as conn:
         conn.execute(
             q.INSERT_GROUP,
             (group_id, workspace, label, json.dumps(metadata, default=str), os.getpid(), socket.gethostname()),
@@ -64,7 +64,7 @@ def create(plane: ControlPlane, group_id: uuid.UUID, workspace: str, label: str 
 
 
 def get(plane: ControlPlane, group_id: uuid.UUID) -> GroupRecord | None:
-    with plane.pool.connection() as conn:
+    with plane.connection() as conn:
         row = conn.execute(q.GET_GROUP, (group_id,)).fetchone()
     return GroupRecord(**row) if row else None
 
@@ -72,7 +72,7 @@ def get(plane: ControlPlane, group_id: uuid.UUID) -> GroupRecord | None:
 def by_prefix(plane: ControlPlane, workspace: str, prefix: str) -> GroupRecord | None:
     """The group of ``workspace`` whose id starts with ``prefix`` (raises InvalidArgumentError when
     several do; ``None`` when none does)."""
-    with plane.pool.connection() as conn:
+    with plane.connection() as conn:
         rows = conn.execute(q.GROUPS_BY_PREFIX, (workspace, prefix.lower() + "%")).fetchall()
     if len(rows) > 1:
         raise InvalidArgumentError(f"{prefix!r} is the start of several group ids; give more of it")
@@ -80,14 +80,14 @@ def by_prefix(plane: ControlPlane, workspace: str, prefix: str) -> GroupRecord |
 
 
 def open_groups(plane: ControlPlane, workspace: str) -> list[GroupRecord]:
-    with plane.pool.connection() as conn:
+    with plane.connection() as conn:
         return [GroupRecord(**r) for r in conn.execute(q.OPEN_GROUPS, (workspace,))]
 
 
 def members(plane: ControlPlane, group_id: uuid.UUID) -> list[LedgerEntry]:
     """Every ledger entry written for the group: staged (and later committed or rejected) ones, and
     the ones still open (not staged yet: their INTENT metadata names the group)."""
-    with plane.pool.connection() as conn:
+    with plane.connection() as conn:
         done = [LedgerEntry(**r) for r in conn.execute(q.GROUP_MEMBERS, (group_id,))]
         running = [LedgerEntry(**r) for r in conn.execute(q.GROUP_OPEN_MEMBERS, (str(group_id),))]
     return done + [e for e in running if e.group_id is None]
@@ -101,19 +101,19 @@ def abort(plane: ControlPlane, group_id: uuid.UUID, reason: str) -> bool:
 
 def stranded(plane: ControlPlane, workspace: str) -> list[LedgerEntry]:
     """Staged members of aborted groups (an abort marks the group first, then discards them)."""
-    with plane.pool.connection() as conn:
+    with plane.connection() as conn:
         return [LedgerEntry(**r) for r in conn.execute(q.STRANDED_MEMBERS, (workspace,))]
 
 
 def ref_pending(plane: ControlPlane, workspace: str, dataset_id: uuid.UUID | None = None) -> list[LedgerEntry]:
     """Committed group members whose table's ``main`` has not been moved to them yet."""
-    with plane.pool.connection() as conn:
+    with plane.connection() as conn:
         return [LedgerEntry(**r) for r in conn.execute(q.REF_PENDING, (workspace, dataset_id, dataset_id))]
 
 
 def refs_moved(plane: ControlPlane, txn_ids: Sequence[uuid.UUID]) -> None:
     if txn_ids:
-        with plane.pool.connection() as conn:
+        with plane.connection() as conn:
             conn.execute(q.CLEAR_REF_PENDING, (list(txn_ids),))
 
 
@@ -121,7 +121,7 @@ def refs_moved(plane: ControlPlane, txn_ids: Sequence[uuid.UUID]) -> None:
 def owner_lock(plane: ControlPlane, group_id: uuid.UUID) -> Iterator[bool]:
     """Try the group lock on a connection of its own, held until the block ends; yields whether it
     was taken (False: another session, the group's live owner, holds it)."""
-    with plane.pool.connection() as conn:
+    with plane.connection() as conn:
         took = bool(cast(DictRow, conn.execute(q.TRY_GROUP_LOCK, (str(group_id),)).fetchone())["locked"])
         try:
             yield took
@@ -139,7 +139,7 @@ def writer_locks(plane: ControlPlane, datasets: Sequence[DatasetRecord], wait_s:
     datasets holds 500 advisory locks, not 500 connections), taken in dataset-id order so two
     publishes of overlapping groups never wait for each other in a circle."""
     ordered = sorted({d.dataset_id: d for d in datasets}.values(), key=lambda d: str(d.dataset_id))
-    with plane.pool.connection() as conn:
+    with plane.connection() as conn:
         taken: list[DatasetRecord] = []
         try:
             deadline = time.monotonic() + wait_s

@@ -1,6 +1,6 @@
 """The transaction driver: INTENT -> WRITE -> COMMIT, failure and recovery, in one place.
 
-Every change to a dataset's rows (a facade write, a stream session, a row edit, a canary copy)
+Every change to a dataset's rows (a ``Trident.write``, a stream session, a row edit, a canary copy)
 is a ``Transaction`` opened here under the dataset's writer lock:
 
 1. INTENT: a ledger row ``open`` with the transaction's instant τ (``open``);
@@ -362,6 +362,8 @@ class TransactionDriver:
                     if still is None or still.status != "open":
                         continue
                     status, discarded = self.recover(self._fresh(ds), still)
+            except ControlPlaneUnavailableError:  # the control plane is gone, not this writer busy
+                raise
             except TridentError:
                 running.append(entry.txn_id)
                 continue
@@ -380,6 +382,8 @@ class TransactionDriver:
                     if outcome is not None:  # main moved to it, the ledger did not follow: a crash mid-publish
                         self.control.commit_txn(entry, outcome, reserved_indexes=PARTITION_META in entry.metadata)
                         forward.append(entry.txn_id)
+            except ControlPlaneUnavailableError:
+                raise
             except TridentError:
                 continue
         self._reconcile_groups(workspace, forward, aborted, running)
@@ -650,6 +654,8 @@ def _reraise(exc: BaseException, settled: bool) -> NoReturn:
             "rolled forward if its snapshot committed, else aborted"
         )
     )
+    if isinstance(exc, ControlPlaneUnavailableError) and isinstance(exc.__cause__, psycopg.Error):
+        exc = exc.__cause__  # named by the control plane, which cannot know the write's fate: said here
     if isinstance(exc, psycopg.Error) or _lost_sql_catalog(exc):
         raise ControlPlaneUnavailableError(
             f"the control-plane Postgres failed during the write; {fate}: {type(exc).__name__}: {exc}"
