@@ -222,3 +222,24 @@ def test_sigkill_at_each_step_then_reconcile_is_all_or_none(
         for k in KEYS:
             tx.write(k, pa.table({"v": [3]}))
     assert [_gen(t, k) for k in KEYS] == [{3}] * len(KEYS)
+
+
+def test_the_next_writer_moves_a_dead_publishers_ref_before_it_writes(trident: Trident) -> None:
+    """A publisher killed after the control-plane publish leaves the tables' main behind; a writer
+    of one of the datasets (no reconcile in between) must build on the published version, not on
+    the stale main, or the group's version of that dataset would be lost under its commit."""
+    t = trident
+    _seed(t)
+    child = _run(t.settings, "group.after_publish", -1)
+    assert child.returncode == -9, child.stderr[-2000:]
+    assert iceberg_table(t, KEYS[0]).current_snapshot().snapshot_id != t.describe(KEYS[0], storage=False).snapshot_id  # type: ignore[union-attr]
+    t.write(KEYS[0], pa.table({"v": [7]}), mode="append")
+    assert sorted(t.read(KEYS[0]).column("v").to_pylist()) == [2, 2, 7]
+    table = iceberg_table(t, KEYS[0])
+    assert table.current_snapshot().snapshot_id == t.describe(KEYS[0], storage=False).snapshot_id  # type: ignore[union-attr]
+    assert set(table.metadata.refs) == {"main"}
+    # the other members' refs are still pending until reconcile (or their next writer) moves them
+    assert [e.ref_pending for e in (t.history(k)[0] for k in KEYS[1:])] == [True] * 4
+    report = t.reconcile()
+    assert len(report.rolled_forward) == 4
+    assert [_gen(t, k) for k in KEYS[1:]] == [{2}] * 4
