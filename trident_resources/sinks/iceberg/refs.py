@@ -17,6 +17,7 @@ import logging
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table import CommitTableRequest, Table, TableIdentifier
 from pyiceberg.table.refs import MAIN_BRANCH, SnapshotRefType
 from pyiceberg.table.update import AssertRefSnapshotId, AssertTableUUID, RemoveSnapshotRefUpdate, SetSnapshotRefUpdate
@@ -88,8 +89,22 @@ def _change(table: Table, move: RefMove) -> CommitTableRequest | None:
 
 
 def _move_one(tables: IcebergTables, move: RefMove) -> int:
-    """One table's ``main`` to the member's snapshot and its audit branch dropped, one commit."""
-    table = tables.existing_table(move.ds)
+    """One table's ``main`` to the member's snapshot and its audit branch dropped, one commit. It
+    commits against the table as this process last saw it (its staging commit, usually: one
+    catalog load and metadata parse less per table); the catalog checks that it is still so, and
+    only when it is not is the table loaded to decide again."""
+    known = tables.last_known_table(move.ds)
+    if known is not None and known.snapshot_by_id(move.snapshot_id) is not None:
+        try:
+            done = _commit_move(tables, move, known)
+        except CommitFailedException:
+            done = 0
+        if done:
+            return done
+    return _commit_move(tables, move, tables.existing_table(move.ds))
+
+
+def _commit_move(tables: IcebergTables, move: RefMove, table: Table) -> int:
     head = table.current_snapshot()
     branch = audit_branch(move.txn_id)
     there = not move.main or (head is not None and same_data_version(table, head.snapshot_id, move.snapshot_id))
