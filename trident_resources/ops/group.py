@@ -216,6 +216,12 @@ def publish_group(engine: Engine, group_id: uuid.UUID | str) -> GroupResult:
             f"transaction group {group.group_id} still has {len(busy)} write(s) running (txn {busy[0].txn_id}); "
             "publish it when they end"
         )
+    lost = [e for e in entries if e.status not in ("staged", "open")]
+    if lost:  # a member decided on its own (by hand, in the ledger): the group would publish without it
+        raise TransactionGroupError(
+            f"transaction group {group.group_id} lost member txn {lost[0].txn_id} ({lost[0].status}); it publishes "
+            f"all of its writes or none: discard it (`trident discard {group.group_id}`) and run again"
+        )
     staged = [e for e in entries if e.status == "staged"]
     records = {e.dataset_id: engine.control.dataset_by_id(e.dataset_id) for e in staged}
     datasets = {k: v for k, v in records.items() if v is not None}

@@ -243,3 +243,21 @@ def test_the_next_writer_moves_a_dead_publishers_ref_before_it_writes(trident: T
     report = t.reconcile()
     assert len(report.rolled_forward) == 4
     assert [_gen(t, k) for k in KEYS[1:]] == [{2}] * 4
+
+
+def test_maintenance_leaves_a_groups_members_and_a_group_missing_one_never_publishes(settings: TridentSettings) -> None:
+    with Trident(settings.model_copy(update={"staged_max_age_days": 0})) as t:
+        _seed(t)
+        tx = t.transaction().open()
+        for k in KEYS[:2]:
+            tx.write(k, pa.table({"v": [2]}))
+        done = t.maintain(KEYS[0])  # every staged version is "stale" at age 0: not a group's
+        assert done.discarded_staged == []
+        assert t.history(KEYS[0])[0].status == "staged"
+        # a member decided on its own (here by the driver itself, below every refusal)
+        entry = t.history(KEYS[1])[0]
+        t.driver.discard_staged(t.dataset_record(KEYS[1]), entry, "by hand")
+        with pytest.raises(TransactionGroupError, match="lost member"):
+            tx.publish()
+        assert [_gen(t, k) for k in KEYS[:2]] == [{1}, {1}]
+        assert t.history(KEYS[0])[0].status == "rejected"  # the refused group was discarded whole
