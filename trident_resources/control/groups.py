@@ -111,6 +111,18 @@ def ref_pending(plane: ControlPlane, workspace: str, dataset_id: uuid.UUID | Non
         return [LedgerEntry(**r) for r in conn.execute(q.REF_PENDING, (workspace, dataset_id, dataset_id))]
 
 
+def ref_pending_of(plane: ControlPlane, dataset_ids: Sequence[uuid.UUID]) -> list[LedgerEntry]:
+    """``ref_pending`` of several datasets, in one query."""
+    with plane.connection() as conn:
+        return [LedgerEntry(**r) for r in conn.execute(q.REF_PENDING_OF, (list(dataset_ids),))]
+
+
+def datasets_by_ids(plane: ControlPlane, dataset_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, DatasetRecord]:
+    """The records of several datasets, in one query (an id with no record is absent)."""
+    with plane.connection() as conn:
+        return {r["dataset_id"]: DatasetRecord(**r) for r in conn.execute(q.GET_DATASETS_BY_IDS, (list(dataset_ids),))}
+
+
 def refs_moved(plane: ControlPlane, txn_ids: Sequence[uuid.UUID]) -> None:
     if txn_ids:
         with plane.connection() as conn:
@@ -181,10 +193,13 @@ def publish(
             state = "gone" if group is None else group["status"]
             raise StagedVersionConflictError(f"transaction group {group_id} is {state}, not open: nothing was published")
         at = cast(DictRow, conn.execute(q.GROUP_INSTANT).fetchone())["at"]
+        rows = {
+            r["dataset_id"]: r
+            for r in conn.execute(q.GET_DATASETS_BY_IDS_FOR_UPDATE, ([m.entry.dataset_id for m in to_publish],))
+        }
         for member in to_publish:
             entry = member.entry
-            row = conn.execute(q.GET_DATASET_BY_ID_FOR_UPDATE, (entry.dataset_id,)).fetchone()
-            assert row is not None
+            row = rows[entry.dataset_id]
             if row["snapshot_id"] != entry.base_snapshot_id:
                 raise StagedVersionConflictError(
                     f"{row['key']!r} changed since transaction {entry.txn_id} of group {group_id} was staged "

@@ -275,3 +275,7 @@ REF_PENDING = f"""SELECT {_LEDGER_COLS} FROM trident_ledger WHERE ref_pending
 STRANDED_MEMBERS = f"""SELECT {", ".join(f"l.{c.strip()}" for c in _LEDGER_COLS.split(","))}
     FROM trident_ledger l JOIN trident_txn_groups g ON g.group_id = l.group_id
     WHERE l.status = 'staged' AND g.status = 'aborted' AND g.workspace = %s ORDER BY l.started_at"""
+GET_DATASETS_BY_IDS = f"SELECT {_DATASET_COLS} FROM trident_datasets WHERE dataset_id = ANY(%s)"
+GET_DATASETS_BY_IDS_FOR_UPDATE = f"""SELECT {_DATASET_COLS} FROM trident_datasets WHERE dataset_id = ANY(%s)
+    ORDER BY dataset_id FOR UPDATE"""
+REF_PENDING_OF = f"SELECT {_LEDGER_COLS} FROM trident_ledger WHERE ref_pending AND dataset_id = ANY(%s) ORDER BY committed_at"

@@ -223,11 +223,10 @@ def publish_group(engine: Engine, group_id: uuid.UUID | str) -> GroupResult:
             f"all of its writes or none: discard it (`trident discard {group.group_id}`) and run again"
         )
     staged = [e for e in entries if e.status == "staged"]
-    records = {e.dataset_id: engine.control.dataset_by_id(e.dataset_id) for e in staged}
-    datasets = {k: v for k, v in records.items() if v is not None}
+    datasets = groups.datasets_by_ids(engine.control, [e.dataset_id for e in staged])
     driver = engine.driver
     with groups.writer_locks(engine.control, list(datasets.values()), engine.settings.writer_wait_seconds) as conn:
-        earlier = [e for d in datasets for e in groups.ref_pending(engine.control, engine.workspace, d)]
+        earlier = groups.ref_pending_of(engine.control, list(datasets))
         if earlier:  # an earlier group's refs a dead publisher left: moved before this group's
             driver.move_refs(earlier, _fresh(engine, datasets), raises=True)
         members = [_member(engine, e) for e in staged]
@@ -301,7 +300,9 @@ def _member(engine: Engine, entry: LedgerEntry) -> Member:
 
 
 def _fresh(engine: Engine, datasets: Mapping[uuid.UUID, DatasetRecord]) -> dict[uuid.UUID, DatasetRecord]:
-    return {k: engine.control.dataset_by_id(k) or v for k, v in datasets.items()}
+    """The records as they are now (one query), for the ref moves that follow a publish."""
+    now = groups.datasets_by_ids(engine.control, list(datasets))
+    return {k: now.get(k, v) for k, v in datasets.items()}
 
 
 def _route(entry: LedgerEntry) -> RouteDecision:

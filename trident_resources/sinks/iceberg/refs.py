@@ -4,7 +4,7 @@ snapshot and its audit branch goes, so that other engines reading the tables thr
 see the group too.
 
 On a REST catalog that serves ``transactions/commit``, every table's change goes in ONE catalog
-call with an idempotency key (the group id), so external readers, too, see all of the group or none
+call with an idempotency key (derived from the group id and the changes), so external readers, too, see all of the group or none
 of it. Elsewhere (the SQL catalog, a REST catalog without the endpoint) the tables move one by one (a
 few side by side), right after the control-plane publish: an external reader may see the group land table
 by table for that moment. Both are idempotent: a table already at its version is left alone, so
@@ -14,6 +14,7 @@ the reconciler, or the next writer of a dataset, finishes what a crashed publish
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -40,7 +41,7 @@ def move_refs(tables: IcebergTables, moves: Sequence[RefMove], idempotency_key: 
         changes = [c for c in (_change(tables.existing_table(m.ds), m) for m in moves) if c is not None]
         if not changes:
             return 0
-        commit_tables(tables.catalog, changes, idempotency_key)  # type: ignore[arg-type]  # a RestCatalog: checked above
+        commit_tables(tables.catalog, changes, call_key(idempotency_key, changes))  # type: ignore[arg-type]  # a RestCatalog: checked above
         return 1
     if len(moves) <= 1:
         return sum(_move(tables, m) for m in moves)
@@ -53,6 +54,18 @@ def _move(tables: IcebergTables, move: RefMove) -> int:
     done = _move_one(tables, move)
     failpoint("group.ref_moved")
     return done
+
+
+def call_key(group: str, changes: Sequence[CommitTableRequest]) -> str:
+    """The ``Idempotency-Key`` of one ``transactions/commit`` call: a UUID derived from the group and
+    the exact changes (each table's required and new ``main``), so the retry of the same call is
+    recognised as one by the catalog, and a call after anything changed (a new requirement) is a
+    new one, never answered with an earlier call's outcome."""
+    try:
+        space = uuid.UUID(group)
+    except ValueError:
+        space = uuid.NAMESPACE_URL
+    return str(uuid.uuid5(space, "\n".join(sorted(c.model_dump_json() for c in changes))))
 
 
 def _change(table: Table, move: RefMove) -> CommitTableRequest | None:

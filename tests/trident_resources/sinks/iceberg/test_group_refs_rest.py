@@ -13,11 +13,13 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pytest
 from pyiceberg.catalog import load_catalog
+from pyiceberg.table import CommitTableRequest
 
 from tests.conftest import make_settings
 from tests.support.catalog_proxy import CatalogProxy, catalog_proxy
 from tests.support.s3_gate import S3Gate, s3_gate
 from trident_resources import Trident
+from trident_resources.sinks.iceberg.refs import call_key
 
 if TYPE_CHECKING:
     from tests.support.rest_catalog import RestCatalogServer
@@ -98,8 +100,10 @@ def test_rest_transactions_commit_moves_every_main_in_one_call(
             calls = [c for c in proxy.multi_commits if not c["replay"]]
             assert len(calls) == 1, calls
             call = calls[0]
-            assert call["key"] == str(tx.group_id)  # the Idempotency-Key header: the group id
             changes = call["body"]["table-changes"]
+            # the Idempotency-Key header: derived from the group id and exactly these changes
+            requests = [CommitTableRequest.model_validate(c) for c in changes]
+            assert call["key"] == call_key(str(tx.group_id), requests)
             assert sorted(c["identifier"]["name"] for c in changes) == sorted(k.split("/")[-1] for k in KEYS)
             for change in changes:
                 actions = [u["action"] for u in change["updates"]]
