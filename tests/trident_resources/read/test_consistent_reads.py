@@ -12,8 +12,9 @@ import textwrap
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 
-from trident_resources import Trident
+from trident_resources import DatasetNotFoundError, Trident
 from trident_resources.core.failpoints import armed
 
 REPO = Path(__file__).resolve().parents[3]
@@ -23,7 +24,7 @@ COMMITS = 200
 _READER = """
 import json, sys, time
 from pathlib import Path
-from trident_resources import Trident
+from trident_resources import DatasetNotFoundError, Trident
 
 keys = {keys!r}
 stop = Path(sys.argv[1])
@@ -86,3 +87,17 @@ def test_readers_in_other_processes_never_see_half_a_group(trident: Trident, tmp
         # the reader really overlapped the commits: it saw many generations, not one
         assert report["reads"] > 20 and report["generations"] > 5, report
     assert [set(t.read(k).column("v").to_pylist()) for k in KEYS] == [{COMMITS}] * len(KEYS)
+
+
+def test_read_many_names_a_missing_dataset_and_reads_the_published_versions(trident: Trident) -> None:
+    t = trident
+    t.write("cons/a", pa.table({"v": [1]}))
+    t.write("cons/b", pa.table({"v": [2, 3]}))
+    tx = t.transaction().open()
+    tx.write("cons/a", pa.table({"v": [9]}))
+    got = t.read_many(["cons/a", "cons/b"], ["v"])
+    assert {k: v.column("v").to_pylist() for k, v in got.items()} == {"cons/a": [1], "cons/b": [2, 3]}
+    tx.publish()
+    assert t.read_many(["cons/a"])["cons/a"].column("v").to_pylist() == [9]
+    with pytest.raises(DatasetNotFoundError, match="cons/none"):
+        t.read_many(["cons/a", "cons/none"])
