@@ -242,3 +242,31 @@ COMMITS_SINCE = f"""SELECT s.id AS seq, d.key AS dataset_key, {", ".join("l." + 
     JOIN trident_ledger l ON l.txn_id = s.txn_id AND l.status = 'committed'
     JOIN trident_datasets d ON d.dataset_id = s.dataset_id
     WHERE d.workspace = %s AND s.id > %s ORDER BY s.id LIMIT %s"""
+
+# -- the inlined tail of iceberg_native datasets (migrations/0008_inline_tail.sql) ------------------
+INSERT_INLINE_BLOCK = """INSERT INTO trident_inline_tail (dataset_id, txn_id, first_row_index, n_rows, ipc)
+    VALUES (%s, %s, %s, %s, %s)"""
+# What a writer of the dataset asks before inlining: rows and last block of the tail, and whether a
+# staged version waits (its publish would replace main: an inlined write then takes the Iceberg path).
+INLINE_STATE = """SELECT coalesce(sum(n_rows), 0)::bigint AS rows, max(seq) AS last_seq,
+    EXISTS (SELECT 1 FROM trident_ledger l WHERE l.dataset_id = %s AND l.status = 'staged') AS staged
+    FROM trident_inline_tail WHERE dataset_id = %s AND flushed_by IS NULL"""
+# The current version as readers see it, in ONE statement (one Postgres snapshot): the dataset's
+# recorded Iceberg snapshot and the tail not yet flushed into it (no block: one row of NULLs).
+INLINE_TAIL = """SELECT d.snapshot_id, t.seq, t.n_rows, t.ipc FROM trident_datasets d
+    LEFT JOIN trident_inline_tail t ON t.dataset_id = d.dataset_id AND t.flushed_by IS NULL
+    WHERE d.dataset_id = %s ORDER BY t.seq"""
+# The tail of a past version (the instant a committed transaction became visible): blocks committed
+# at or before it and not flushed (or flushed only after it).
+INLINE_TAIL_AT = """SELECT t.seq, t.n_rows, t.ipc FROM trident_inline_tail t
+    JOIN trident_ledger w ON w.txn_id = t.txn_id
+    LEFT JOIN trident_ledger f ON f.txn_id = t.flushed_by
+    WHERE t.dataset_id = %s AND w.status = 'committed' AND w.committed_at <= %s
+      AND (t.flushed_by IS NULL OR f.committed_at IS NULL OR f.committed_at > %s)
+    ORDER BY t.seq"""
+# A flush's COMMIT: the blocks it moved into Iceberg leave the current version.
+MARK_INLINE_FLUSHED = """UPDATE trident_inline_tail SET flushed_by = %s
+    WHERE dataset_id = %s AND flushed_by IS NULL AND seq <= %s"""
+# maintain: flushed blocks are kept for time travel as long as the snapshots of their age.
+PURGE_FLUSHED_INLINE = """DELETE FROM trident_inline_tail t USING trident_ledger f
+    WHERE t.dataset_id = %s AND f.txn_id = t.flushed_by AND f.committed_at < %s"""

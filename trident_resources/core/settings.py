@@ -99,6 +99,18 @@ class TridentSettings(BaseSettings):
         7, ge=0, description="`trident maintain` discards staged (write-audit-publish) versions older than this."
     )
     commit_retries: int = Field(5, ge=0, description="Retries of an Iceberg commit that conflicts with a concurrent one.")
+    inline_max_rows: int = Field(
+        1_000,
+        ge=0,
+        le=65_536,  # one inlined commit is one Arrow row block (sinks/pg/blocks.py)
+        description="An append of at most this many rows to an iceberg_native dataset is inlined into the control plane "
+        "(committed with its ledger row, no Iceberg snapshot) until a flush; 0 turns inlining off.",
+    )
+    inline_flush_rows: int = Field(
+        100_000,
+        ge=1,
+        description="An inlined write that leaves at least this many inlined rows flushes them into one Iceberg snapshot.",
+    )
     target_file_bytes: int = Field(512 * 1024 * 1024, ge=1024, description="Uncompressed Arrow bytes per data file.")
     row_group_bytes: int = Field(
         16 * 1024 * 1024, ge=1024, description="Uncompressed Arrow bytes buffered per Parquet row group."
