@@ -3,6 +3,8 @@ the control plane with their ledger row, and every read sees the snapshot plus t
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pyarrow as pa
 import pytest
 
@@ -14,7 +16,7 @@ def rows(start: int, n: int) -> pa.Table:
 
 
 @pytest.fixture
-def t(settings: TridentSettings) -> Trident:
+def t(settings: TridentSettings) -> Iterator[Trident]:
     tr = Trident(settings.model_copy(update={"inline_max_rows": 100}))
     yield tr
     tr.close()
