@@ -39,6 +39,7 @@ import pyarrow as pa
 from ..control.plane import INLINE_FLUSH_META, DatasetRecord, InlineBlock, LedgerEntry, Outcome, WatermarkRow
 from ..control.router import RouteDecision
 from ..core.errors import SchemaMismatchError, TridentError
+from ..core.failpoints import failpoint
 from ..core.identity import ROW_ID, stamp
 from ..core.recent import Recent
 from ..core.schemas import conform, plan_schema, user_fields
@@ -129,6 +130,7 @@ def commit(
     if txn is None:
         return None
     try:
+        failpoint("intent.after")
         stamped = conform(stamp(batch, txn.txn_id, 0, ds.next_row_index, txn.entry.started_at, schema.field(ROW_ID).type), schema)
         blocks = list(block_slices(stamped))
         n = stamped.num_rows
@@ -144,6 +146,7 @@ def commit(
     )
     block = InlineBlock(ds.next_row_index, n, blocks[0][2]) if blocks else None
     entry = txn.commit(outcome, provenance=provenance, watermarks=watermarks, inline=block)
+    failpoint("inline.committed")
     return entry, outcome
 
 
@@ -167,7 +170,9 @@ def flush(driver: TransactionDriver, ds: DatasetRecord) -> LedgerEntry | None:
     txn = driver.open(ds, intent)
     assert txn is not None  # a fresh txn id
     outcome = txn.write(_blocks(tail.blocks, schema), preserve_identity=True)
-    return txn.commit(outcome)
+    entry = txn.commit(outcome)
+    failpoint("flush.committed")
+    return entry
 
 
 def _blocks(blocks: list[tuple[int, bytes]], schema: pa.Schema) -> pa.RecordBatchReader:
