@@ -11,7 +11,6 @@ from typing import Any, Literal, TypeVar, overload
 
 import pyarrow as pa
 
-from .control import faults
 from .control.plane import DatasetRecord, LedgerEntry
 from .core import arguments
 from .core.errors import InvalidArgumentError, InvalidSettingsError, InvalidWriteError
@@ -23,7 +22,7 @@ from .core.write_modes import WriteMode
 from .engine import Engine
 from .ops import adopt, drop, edits, flush, maintain, manifest, migrate, publish, write
 from .ops.migrate import MigrationReport
-from .ops.stream_ingest import IngestStream
+from .ops.stream_ingest import IngestStream, WriteOptions
 from .planning.inputs import to_reader
 from .read import datasets, records, sql
 from .sinks.contract import AsOf, Maintenance, ScanPlan, VersionStats
@@ -642,12 +641,19 @@ class Trident:
         writer: str = "ingest.stream",
         schema: pa.Schema | None = None,
         max_queued: int = 4,
-        **write_kwargs: Any,
+        source_refs: Iterable[str] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        txn_id: uuid.UUID | str | None = None,
+        provenance: Mapping[str, Any] | None = None,
+        watermarks: Watermarks | None = None,
+        stage: bool = False,
+        partition: PartitionFilter | None = None,
     ) -> IngestStream:
         """A write session: ``with t.ingest_stream(key) as s: s.append(batch)`` for as long as the
         producer runs, committed as ONE transaction (one snapshot) when the block ends; an exception
-        or ``s.abort()`` leaves nothing. ``mode``/``keys`` are those of ``write`` (default append);
-        ``write_kwargs`` pass through (``source_refs``, ``metadata``, ``provenance``...).
+        or ``s.abort()`` leaves nothing. ``mode``/``keys`` are those of ``write`` (default append),
+        and so are ``source_refs``, ``metadata``, ``txn_id``, ``provenance``, ``watermarks``,
+        ``stage`` and ``partition``.
         A sink mismatch is refused here, before the producer sends anything.
 
         Raises:
@@ -671,17 +677,38 @@ class Trident:
             writer=writer,
             schema=schema,
             max_queued=max_queued,
-            write_kwargs=write_kwargs,
+            options=WriteOptions(
+                source_refs=source_refs,
+                metadata=metadata,
+                txn_id=txn_id,
+                provenance=provenance,
+                watermarks=watermarks,
+                stage=stage,
+                partition=partition,
+            ),
         )
 
     def update_rows(
-        self, key: str, data: Any, keys: Iterable[str] | str, *, writer: str = "row.edit", **write_kwargs: Any
+        self,
+        key: str,
+        data: Any,
+        keys: Iterable[str] | str,
+        *,
+        writer: str = "row.edit",
+        source_refs: Iterable[str] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        txn_id: uuid.UUID | str | None = None,
+        provenance: Mapping[str, Any] | None = None,
+        watermarks: Watermarks | None = None,
+        stage: bool = False,
+        partition: PartitionFilter | None = None,
     ) -> WriteResult:
         """Point update by key (writer ``row.edit``): the rows of ``data`` replace the rows with the
         same key, keeping their ``__row_id`` and ``__row_index``; other rows are untouched.
 
         ``data`` may carry only some columns: the others keep their current values. Every key must
         already exist (KeyNotFoundError otherwise; use ``write(mode='upsert')`` to insert too).
+        The other keywords are those of ``write``.
 
         Raises:
             InvalidDatasetKeyError: ``key`` is not a dataset key.
@@ -694,7 +721,21 @@ class Trident:
         """
         key_cols = arguments.write_keys(keys)
         full = edits.complete_rows(self.engine, key, to_reader(data).read_all(), key_cols)
-        return write.write(self.engine, key, full, mode="upsert", keys=key_cols, writer=writer, **write_kwargs)
+        return write.write(
+            self.engine,
+            key,
+            full,
+            mode="upsert",
+            keys=key_cols,
+            writer=writer,
+            source_refs=source_refs,
+            metadata=metadata,
+            txn_id=txn_id,
+            provenance=provenance,
+            watermarks=watermarks,
+            stage=stage,
+            partition=partition,
+        )
 
     def delete_rows(
         self,
@@ -704,22 +745,54 @@ class Trident:
         keys: Iterable[str] | str | None = None,
         where: str | None = None,
         writer: str = "row.edit",
-        **write_kwargs: Any,
+        source_refs: Iterable[str] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        txn_id: uuid.UUID | str | None = None,
+        provenance: Mapping[str, Any] | None = None,
+        watermarks: Watermarks | None = None,
+        stage: bool = False,
     ) -> WriteResult:
         """Point delete (writer ``row.edit``): the rows whose key is in ``data`` (with ``keys``), or
         the rows matching ``where`` (a row filter like ``"order_id = 7"``); others keep identity.
+        The other keywords are those of ``write(mode='delete')``.
 
         Raises:
             whatever ``write(mode='delete')`` raises.
         """
-        if where is not None:
-            return write.write(self.engine, key, None, mode="delete", row_filter=where, writer=writer, **write_kwargs)
-        return write.write(self.engine, key, data, mode="delete", keys=keys, writer=writer, **write_kwargs)
+        return write.write(
+            self.engine,
+            key,
+            None if where is not None else data,
+            mode="delete",
+            keys=None if where is not None else keys,
+            row_filter=where,
+            writer=writer,
+            source_refs=source_refs,
+            metadata=metadata,
+            txn_id=txn_id,
+            provenance=provenance,
+            watermarks=watermarks,
+            stage=stage,
+        )
 
-    def write_manifest(self, key: str, entries: Any, *, mode: WriteMode = "upsert", **write_kwargs: Any) -> WriteResult:
+    def write_manifest(
+        self,
+        key: str,
+        entries: Any,
+        *,
+        mode: WriteMode = "upsert",
+        source_refs: Iterable[str] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        txn_id: uuid.UUID | str | None = None,
+        provenance: Mapping[str, Any] | None = None,
+        watermarks: Watermarks | None = None,
+        stage: bool = False,
+        partition: PartitionFilter | None = None,
+    ) -> WriteResult:
         """Record file pointers (object_key, size, checksum, content_type [+ extra columns]) in a
         ``dataset.manifest`` dataset, which lives in the control plane (sink ``pg``) by design.
-        ``mode`` upsert (default, keyed by object_key), append_new, replace or delete.
+        ``mode`` upsert (default, keyed by object_key), append_new, replace or delete; the other
+        keywords are those of ``write``.
 
         Raises:
             SchemaMismatchError: ``entries`` lack the manifest columns.
@@ -727,7 +800,21 @@ class Trident:
         """
         table = manifest.manifest_table(entries, keys_only=mode == "delete")
         keys = None if mode == "replace" else [manifest.MANIFEST_KEY]
-        return write.write(self.engine, key, table, mode=mode, keys=keys, writer=manifest.MANIFEST_WRITER, **write_kwargs)
+        return write.write(
+            self.engine,
+            key,
+            table,
+            mode=mode,
+            keys=keys,
+            writer=manifest.MANIFEST_WRITER,
+            source_refs=source_refs,
+            metadata=metadata,
+            txn_id=txn_id,
+            provenance=provenance,
+            watermarks=watermarks,
+            stage=stage,
+            partition=partition,
+        )
 
     def move_refusal(self, key: str, to_sink: str) -> str | None:
         """Why a canary may not move ``key`` to ``to_sink`` (its writers could not follow), or None.
@@ -763,6 +850,3 @@ class Trident:
             ControlPlaneUnavailableError: the control-plane Postgres went away.
         """
         return self.control.commits_since(self.workspace, after, limit)
-
-
-faults.name_control_plane_faults(Trident)  # a control plane lost after opening: ControlPlaneUnavailableError (control/faults.py)

@@ -322,6 +322,8 @@ class TransactionDriver:
                     if still is None or still.status != "open":
                         continue
                     status, discarded = self.recover(self._fresh(ds), still)
+            except ControlPlaneUnavailableError:  # the control plane is gone, not this writer busy
+                raise
             except TridentError:
                 running.append(entry.txn_id)
                 continue
@@ -340,6 +342,8 @@ class TransactionDriver:
                     if outcome is not None:  # main moved to it, the ledger did not follow: a crash mid-publish
                         self.control.commit_txn(entry, outcome, reserved_indexes=PARTITION_META in entry.metadata)
                         forward.append(entry.txn_id)
+            except ControlPlaneUnavailableError:
+                raise
             except TridentError:
                 continue
         earlier = self.retry_cleanups(workspace, skip=frozenset(now.cleaned + now.pending))
@@ -555,6 +559,8 @@ def _reraise(exc: BaseException, settled: bool) -> NoReturn:
             "rolled forward if its snapshot committed, else aborted"
         )
     )
+    if isinstance(exc, ControlPlaneUnavailableError) and isinstance(exc.__cause__, psycopg.Error):
+        exc = exc.__cause__  # named by the control plane, which cannot know the write's fate: said here
     if isinstance(exc, psycopg.Error) or _lost_sql_catalog(exc):
         raise ControlPlaneUnavailableError(
             f"the control-plane Postgres failed during the write; {fate}: {type(exc).__name__}: {exc}"

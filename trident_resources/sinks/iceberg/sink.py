@@ -322,8 +322,14 @@ class IcebergWrite(SinkWrite):
             **{f"trident.{k.replace('_', '-')}": str(v) for k, v in asdict(counts).items()},
         }
         base = self.version.table.current_snapshot() if self.version.table is not None else None
-        snap = self.version.sink.commit_snapshot(
-            self.req, self.txn, files, self.to_delete, props, base_snapshot_id=base.snapshot_id if base else None
+        snap = committer.commit_snapshot(
+            self.version.sink.tables,
+            self.req,
+            self.txn,
+            files,
+            self.to_delete,
+            props,
+            base_snapshot_id=base.snapshot_id if base else None,
         )
         return summary_outcome(snap, without_metadata(self.arrow_schema))
 
@@ -638,19 +644,6 @@ class IcebergSink(Sink):
                     self._manifest_rows.clear()
                 self._manifest_rows[m.manifest_path] = rows
             yield from rows
-
-    def commit_snapshot(
-        self,
-        req: WriteRequest,
-        txn: Transaction,
-        files: list[DataFile],
-        to_delete: list[DataFile],
-        props: dict[str, str],
-        *,
-        base_snapshot_id: int | None = None,
-    ) -> Snapshot:
-        """Commit ONE snapshot (``committer.py``: re-based onto other partitions' commits when needed)."""
-        return committer.commit_snapshot(self.tables, req, txn, files, to_delete, props, base_snapshot_id=base_snapshot_id)
 
     # -- recovery ---------------------------------------------------------------------------
     def _txn_snapshot(self, table: Table, txn_id: uuid.UUID) -> Snapshot | None:

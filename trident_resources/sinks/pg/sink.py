@@ -217,7 +217,7 @@ class PgSink(Sink):
         return _commit_row(conn.execute(q.PG_LATEST_COMMIT, (dataset_id,)).fetchone())
 
     def current_commit(self, ds: DatasetRecord) -> PgCommit | None:
-        with self.control.pool.connection() as conn:
+        with self.control.connection() as conn:
             return self._latest(conn, ds.dataset_id)
 
     def _existing(self, ds: DatasetRecord) -> PgCommit:
@@ -273,7 +273,7 @@ class PgSink(Sink):
 
     # -- recovery ---------------------------------------------------------------------------
     def find_committed(self, ds: DatasetRecord, txn_id: uuid.UUID) -> Outcome | None:
-        with self.control.pool.connection() as conn:
+        with self.control.connection() as conn:
             row = conn.execute(q.PG_COMMIT_OF_TXN, (txn_id,)).fetchone()
         if row is None:
             return None
