@@ -656,6 +656,38 @@ class ControlPlane:
             row = cast(DictRow, conn.execute(q.INLINE_STATE, (dataset_id, dataset_id)).fetchone())
         return InlineState(rows=int(row["rows"]), last_seq=row["last_seq"], staged=bool(row["staged"]))
 
+    def commit_inline(
+        self, entry: LedgerEntry, outcome: Outcome, block: InlineBlock | None, conn: psycopg.Connection[Any] | None = None
+    ) -> LedgerEntry | None:
+        """An inlined write in ONE statement: its ledger row born ``committed`` with ``entry``'s τ,
+        the dataset's stats, the sync log and the rows (``block``). ``conn`` is the writer lock's
+        session: committing on it fences a writer whose lock died. ``None``: the txn id exists."""
+        params = {
+            "txn": entry.txn_id,
+            "ds": entry.dataset_id,
+            "mode": entry.mode,
+            "writer": entry.writer,
+            "sink": entry.sink,
+            "requested": entry.requested_sink,
+            "clamped": entry.clamped,
+            "reason": entry.route_reason,
+            "tau": entry.started_at,
+            "n": outcome.rows_written,
+            "rows": outcome.row_count,
+            "next": outcome.next_row_index,
+            "snapshot": outcome.snapshot_id,
+            "version": entry.schema_version,
+            "refs": json.dumps(entry.source_refs),
+            "meta": json.dumps(entry.metadata, default=str),
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "first": None if block is None else block.first_row_index,
+            "ipc": None if block is None else block.ipc,
+        }
+        with self._single_on(conn) as c:
+            row = c.execute(q.INLINE_COMMIT, params).fetchone()
+        return LedgerEntry(**row) if row else None
+
     def inline_tail(self, dataset_id: uuid.UUID) -> InlineTail:
         """The current version's tail and the snapshot it sits on, read in ONE statement, so a
         flush committing meanwhile is seen entirely or not at all (never a row twice or lost)."""

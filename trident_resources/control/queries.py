@@ -270,3 +270,30 @@ MARK_INLINE_FLUSHED = """UPDATE trident_inline_tail SET flushed_by = %s
 # maintain: flushed blocks are kept for time travel as long as the snapshots of their age.
 PURGE_FLUSHED_INLINE = """DELETE FROM trident_inline_tail t USING trident_ledger f
     WHERE t.dataset_id = %s AND f.txn_id = t.flushed_by AND f.committed_at < %s"""
+# An inlined write as ONE statement (atomic on its own, one round trip): the ledger row born
+# committed (its rows never leave Postgres, so there is nothing an INTENT row would let the
+# reconciler find), the dataset's stats, the sync log and the rows. No row when the txn id exists.
+# committed_at is this clock at COMMIT, never before τ (taken by the writer just before).
+INLINE_COMMIT = f"""
+WITH led AS (
+    INSERT INTO trident_ledger (txn_id, dataset_id, status, mode, writer, sink, requested_sink, clamped, route_reason,
+        started_at, committed_at, ended_at, rows_written, row_count, skipped, preserved, snapshot_id, schema_version,
+        source_refs, metadata, pid, host)
+    VALUES (%(txn)s, %(ds)s, 'committed', %(mode)s, %(writer)s, %(sink)s, %(requested)s, %(clamped)s, %(reason)s,
+        %(tau)s, GREATEST(date_trunc('microseconds', clock_timestamp()), %(tau)s), clock_timestamp(), %(n)s, %(rows)s,
+        0, 0, %(snapshot)s, %(version)s, %(refs)s::jsonb, %(meta)s::jsonb, %(pid)s, %(host)s)
+    ON CONFLICT (txn_id) DO NOTHING
+    RETURNING {_LEDGER_COLS}
+), stats AS (
+    UPDATE trident_datasets SET row_count = %(rows)s, next_row_index = %(next)s, last_txn_id = %(txn)s,
+        committed_at = (SELECT committed_at FROM led), updated_at = now()
+    WHERE dataset_id = %(ds)s AND EXISTS (SELECT 1 FROM led)
+    RETURNING 1
+), sync AS (
+    INSERT INTO trident_sync_log (dataset_id, txn_id, sink, snapshot_id, has_identity, rows_written, row_count)
+    SELECT %(ds)s, %(txn)s, %(sink)s, %(snapshot)s, true, %(n)s, %(rows)s FROM led
+), tail AS (
+    INSERT INTO trident_inline_tail (dataset_id, txn_id, first_row_index, n_rows, ipc)
+    SELECT %(ds)s, %(txn)s, %(first)s, %(n)s, %(ipc)s FROM led WHERE %(ipc)s::bytea IS NOT NULL
+)
+SELECT * FROM led"""

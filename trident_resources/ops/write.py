@@ -104,7 +104,10 @@ def write(
             if small is not None:
                 schema = inline.target(engine.driver, ds).schema
                 assert schema is not None  # (``_inlinable`` checked)
-                inlined = inline.commit(engine.driver, ds, intent, small, schema, provenance=provenance, watermarks=marks)
+                fresh = txn_id is None  # minted here: no earlier attempt of it can exist
+                inlined = inline.commit(
+                    engine.driver, ds, intent, small, schema, provenance=provenance, watermarks=marks, fresh=fresh
+                )
                 if inlined is None:
                     return commit_records.noop_result(engine, key, txn, route)
                 if state.rows + small.num_rows >= engine.settings.inline_flush_rows:

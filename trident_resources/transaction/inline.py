@@ -28,9 +28,11 @@ Rules that keep it one dataset:
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from itertools import chain
 from typing import Any
 
@@ -38,13 +40,15 @@ import pyarrow as pa
 
 from ..control.plane import INLINE_FLUSH_META, DatasetRecord, InlineBlock, LedgerEntry, Outcome, WatermarkRow
 from ..control.router import RouteDecision
-from ..core.errors import SchemaMismatchError, TridentError
+from ..core.errors import InvalidWriteError, SchemaMismatchError, TridentError
 from ..core.failpoints import failpoint
 from ..core.identity import ROW_ID, stamp
 from ..core.recent import Recent
 from ..core.schemas import conform, plan_schema, user_fields
 from ..sinks.pg.blocks import block_slices, decode_block
 from .driver import Intent, TransactionDriver
+
+log = logging.getLogger("trident")
 
 INLINE_META = "trident.inlined"  # ledger metadata of an inlined write (rows in the control plane)
 FLUSH_WRITER = "inline.flush"  # the writer a flush is recorded under
@@ -122,10 +126,17 @@ def commit(
     *,
     provenance: dict[str, Any] | None,
     watermarks: list[WatermarkRow],
+    fresh: bool = False,
 ) -> tuple[LedgerEntry, Outcome] | None:
     """Commit ``batch`` (user columns, stored types) as an inlined write of ``ds`` (the caller
     holds its writer lock): INTENT, then ONE Postgres transaction with the ledger COMMIT, the
-    dataset's stats and the stamped rows. ``None``: the txn id already committed (a retry)."""
+    dataset's stats and the stamped rows. ``None``: the txn id already committed (a retry).
+
+    ``fresh``: the txn id was minted for this write (no retry of an earlier one can exist) and
+    nothing beyond the rows is recorded (no provenance, no watermarks): then INTENT and COMMIT
+    are ONE statement (``commit_at_once``), the path of a stream of small writes."""
+    if fresh and provenance is None and not watermarks:
+        return commit_at_once(driver, ds, intent, batch, schema)
     txn = driver.open(ds, replace(intent, metadata={**intent.metadata, INLINE_META: True}))
     if txn is None:
         return None
@@ -148,6 +159,83 @@ def commit(
     entry = txn.commit(outcome, provenance=provenance, watermarks=watermarks, inline=block)
     failpoint("inline.committed")
     return entry, outcome
+
+
+def commit_at_once(
+    driver: TransactionDriver, ds: DatasetRecord, intent: Intent, batch: pa.RecordBatch, schema: pa.Schema
+) -> tuple[LedgerEntry, Outcome]:
+    """An inlined write whose ledger row is born committed, in ONE statement with the dataset's
+    stats and its rows (``ControlPlane.commit_inline``): the floor is one round trip. Its rows never
+    leave Postgres, so there is no step a crash could leave half done: killed before the statement
+    the write left nothing, after it the write is committed. τ is this process's clock (there is
+    no INTENT row to take Postgres' from); ``committed_at`` is never earlier. A failure is recorded
+    as an aborted ledger row when the control plane still answers."""
+    tau = datetime.now(UTC)  # microseconds: what every part of the trident stores
+    try:
+        failpoint("intent.after")
+        stamped = conform(stamp(batch, intent.txn_id, 0, ds.next_row_index, tau, schema.field(ROW_ID).type), schema)
+        blocks = list(block_slices(stamped))
+        n = stamped.num_rows
+        outcome = Outcome(
+            rows_written=n,
+            row_count=ds.row_count + n,
+            next_row_index=ds.next_row_index + n,
+            snapshot_id=ds.snapshot_id,
+            schema=ds.schema or [],
+        )
+        entry = LedgerEntry(
+            txn_id=intent.txn_id,
+            dataset_id=ds.dataset_id,
+            status="committed",
+            mode=intent.mode,
+            writer=intent.writer,
+            sink=intent.sink,
+            started_at=tau,
+            requested_sink=intent.route.requested,
+            clamped=intent.route.clamped,
+            route_reason=intent.route.reason,
+            schema_version=ds.schema_version,
+            source_refs=list(intent.source_refs),
+            metadata={**intent.metadata, INLINE_META: True},
+        )
+        block = InlineBlock(ds.next_row_index, n, blocks[0][2]) if blocks else None
+        failpoint("commit.before_ledger")
+        done = driver.control.commit_inline(entry, outcome, block, conn=driver.lock_session(ds))
+        if done is None:
+            raise InvalidWriteError(f"transaction id {intent.txn_id} already exists; a txn id names one write")
+    except Exception as exc:
+        _record_abort(driver, ds, intent, exc)
+        raise
+    failpoint("inline.committed")
+    return done, outcome
+
+
+def _record_abort(driver: TransactionDriver, ds: DatasetRecord, intent: Intent, exc: BaseException) -> None:
+    """The failed write in the ledger as ``aborted`` (nothing to clean: it wrote no file). Never
+    raises: when the control plane itself failed, there is nothing to record it in."""
+    try:
+        if driver.control.open_txn(_open_entry(ds, intent)) is not None:
+            driver.control.abort_txn(intent.txn_id, f"{type(exc).__name__}: {exc}")
+            driver.control.cleanup_done(intent.txn_id)
+    except Exception as record_exc:
+        log.warning("could not record the failed inlined write %s of %s (%s)", intent.txn_id, ds.key, record_exc)
+
+
+def _open_entry(ds: DatasetRecord, intent: Intent) -> LedgerEntry:
+    return LedgerEntry(
+        txn_id=intent.txn_id,
+        dataset_id=ds.dataset_id,
+        status="open",
+        mode=intent.mode,
+        writer=intent.writer,
+        sink=intent.sink,
+        started_at=datetime.now(UTC),
+        requested_sink=intent.route.requested,
+        clamped=intent.route.clamped,
+        route_reason=intent.route.reason,
+        source_refs=list(intent.source_refs),
+        metadata={**intent.metadata, INLINE_META: True},
+    )
 
 
 def flush(driver: TransactionDriver, ds: DatasetRecord) -> LedgerEntry | None:

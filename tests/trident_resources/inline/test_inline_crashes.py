@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -51,13 +52,17 @@ def t(settings: TridentSettings) -> Iterator[Trident]:
     tr.close()
 
 
+@pytest.mark.parametrize("given_id", [False, True], ids=["one-statement", "intent-then-commit"])
 @pytest.mark.parametrize("step", INLINE_STEPS)
-def test_killed_inlined_commit_holds_every_row_once(t: Trident, step: str) -> None:
+def test_killed_inlined_commit_holds_every_row_once(t: Trident, step: str, given_id: bool) -> None:
+    """A write with a txn id of its own is born committed in one statement; one given a txn id
+    (which may be a retry) takes INTENT, then COMMIT: both are killed at every step."""
     t.write("c/a", _rows(0, 20), mode="replace")
     t.write("c/a", _rows(20, 25), mode="append")
-    child = _child(
-        t.settings, f"{step}=exit", "t.write('c/a', pa.table({'id': pa.array(range(25, 30), pa.int64())}), mode='append')"
-    )
+    txn = uuid.uuid4()
+    given = f", txn_id='{txn}'" if given_id else ""
+    code = f"t.write('c/a', pa.table({{'id': pa.array(range(25, 30), pa.int64())}}), mode='append'{given})"
+    child = _child(t.settings, f"{step}=exit", code)
     assert child.returncode == 137, child.stderr
     t.reconcile()
     committed = step == "inline.committed"
@@ -65,7 +70,12 @@ def test_killed_inlined_commit_holds_every_row_once(t: Trident, step: str) -> No
     assert _ids(t, "c/a") == want
     d = t.describe("c/a")
     assert d.row_count == len(want) and d.inlined_rows == len(want) - 20
-    assert t.history("c/a")[0].status == ("committed" if committed else "aborted")
+    latest = t.history("c/a")[0]
+    if committed:
+        assert latest.status == "committed" and latest.rows_written == 5 and latest.metadata.get("trident.inlined")
+    elif given_id:
+        assert (latest.txn_id, latest.status) == (txn, "aborted")  # its INTENT row, aborted by the reconciler
+    assert [e.status for e in t.history("c/a") if e.status != "aborted"] == ["committed"] * (3 if committed else 2)
     # the next write continues the identity, then a flush puts every row in Iceberg once
     t.write("c/a", _rows(100, 102), mode="append")
     got = t.read("c/a")
