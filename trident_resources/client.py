@@ -56,9 +56,23 @@ class Trident:
 
     @classmethod
     def from_env(cls) -> Trident:
+        """A ``Trident`` on the settings the ``TRIDENT_*`` environment variables give (the
+        embedded default when none is set).
+
+        Raises:
+            InvalidSettingsError: a ``TRIDENT_*`` variable holds an unusable value.
+            ControlPlaneUnavailableError: the control-plane Postgres cannot be reached.
+            StorageUnavailableError: the Iceberg catalog cannot be reached.
+        """
         return cls(settings_from_env())
 
     def close(self) -> None:
+        """Release the connection pool and the SQL sandboxes; a closed ``Trident`` raises
+        ``TridentClosedError`` when used again.
+
+        Raises:
+            Nothing: closing twice is harmless.
+        """
         self.engine.close()
 
     def __enter__(self) -> Trident:
@@ -97,7 +111,11 @@ class Trident:
         return ds is not None and ds.exists
 
     def datasets(self) -> list[DatasetRecord]:
-        """This workspace's datasets (raises ControlPlaneUnavailableError if the Postgres went away)."""
+        """This workspace's datasets.
+
+        Raises:
+            ControlPlaneUnavailableError: the control-plane Postgres went away.
+        """
         return self.control.datasets(self.workspace)
 
     # -- WRITE ------------------------------------------------------------------------------
@@ -373,9 +391,14 @@ class Trident:
         """``decide()``, while no other process decides on staged transaction ``txn_id``.
 
         Why: under the multiprocess executor several step processes of one run settle its gated
-        versions (each check step at teardown, each downstream step at setup). Each read the
-        run's events, found no decision reported yet, and reported one: a rejected version was
-        reported twice. Under this lock the second reads the first's report and stays quiet."""
+        versions (each check step at teardown, each downstream step at setup). Without one
+        decider at a time, two could each find no decision reported yet and both report one;
+        under this lock the second reads the first's report and stays quiet.
+
+        Raises:
+            ControlPlaneUnavailableError: the control-plane Postgres went away.
+            and whatever ``decide()`` raises (the lock is released).
+        """
         with self.control.staged_decision_lock(txn_id):
             return decide()
 
@@ -455,7 +478,12 @@ class Trident:
 
     def scan_plan_of(self, ds: DatasetRecord, *, snapshot_id: int | None = None) -> ScanPlan:
         """``scan_plan(ds.key)`` for a record the caller just read (``sql`` lists the workspace's
-        datasets first): looking each one up again by key was a query per dataset per query."""
+        datasets first), so the dataset is not looked up again by key: a query per dataset per query.
+
+        Raises:
+            StorageUnavailableError: the catalog or storage went away.
+            ControlPlaneUnavailableError: the control-plane Postgres went away.
+        """
         return datasets.scan_plan_of(self.engine, ds, snapshot_id=snapshot_id)
 
     def version_stats(self, key: str, *, staged: uuid.UUID | str | None = None) -> VersionStats | None:
@@ -500,7 +528,7 @@ class Trident:
     def provenance(self, key: str) -> dict[str, Any]:
         """``key``'s governance metadata, what ``describe(key).provenance`` holds, without
         describing its storage (table, partitions): node factories merge their sources' provenance
-        in every step, where describing each source was a catalog look-up apiece.
+        in every step, where describing each source would be a catalog look-up apiece.
 
         Raises:
             InvalidDatasetKeyError: ``key`` is not a dataset key.
@@ -602,7 +630,11 @@ class Trident:
 
     def pending_cleanup_keys(self) -> list[str]:
         """Datasets with aborted transactions whose storage cleanup could not run yet (including
-        datasets whose first write aborted and so do not exist): what ``maintain`` should visit."""
+        datasets whose first write aborted and so do not exist): what ``maintain`` should visit.
+
+        Raises:
+            ControlPlaneUnavailableError: the control-plane Postgres went away.
+        """
         return records.pending_cleanup_keys(self.engine)
 
     def drop(self, key: str) -> None:

@@ -192,8 +192,8 @@ def migration_files() -> list[tuple[int, str, str]]:
 
 
 class _Pool(ConnectionPool[psycopg.Connection[DictRow]]):
-    """The control plane's pool; a connection asked of it after ``close()`` is a named error (a
-    ``Trident`` used after its ``with`` block raised psycopg_pool's raw ``PoolClosed``)."""
+    """The control plane's pool; a connection asked of it after ``close()`` is a named error
+    (``TridentClosedError``, not psycopg_pool's raw ``PoolClosed``)."""
 
     @contextmanager
     def connection(self, timeout: float | None = None) -> Iterator[psycopg.Connection[DictRow]]:

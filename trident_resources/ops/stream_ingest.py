@@ -1,6 +1,6 @@
 """``ingest.stream``: a write session fed batch by batch over minutes, committed as ONE transaction.
 
-The session runs the ordinary facade write (INTENT -> WRITE -> COMMIT) on a background thread whose
+The session runs the ordinary write (INTENT -> WRITE -> COMMIT) on a background thread whose
 input is a bounded queue, so the sink streams the rows to storage as they arrive (bounded memory,
 ``max_queued`` batches of back-pressure) and nothing is visible until the one commit at the end.
 Leaving the ``with`` block normally commits; an exception or ``abort()`` aborts the transaction

@@ -1,6 +1,6 @@
 """The transaction driver: INTENT -> WRITE -> COMMIT, failure and recovery, in one place.
 
-Every change to a dataset's rows (a facade write, a stream session, a row edit, a canary copy)
+Every change to a dataset's rows (a ``Trident.write``, a stream session, a row edit, a canary copy)
 is a ``Transaction`` opened here under the dataset's writer lock:
 
 1. INTENT: a ledger row ``open`` with the transaction's instant τ (``open``);

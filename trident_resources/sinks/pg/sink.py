@@ -1,5 +1,5 @@
 """The ``pg`` sink: rows as jsonb in the control-plane Postgres (the legacy store, and the home of
-``dataset.manifest`` by design), with the same facade semantics as the lakehouse.
+``dataset.manifest`` by design), with the same semantics as the lakehouse.
 
 - One Postgres transaction per write: rows and a commit marker (``trident_pg_commits``, carrying the
   txn id, the Arrow schema and the outcome) become visible together or not at all; a killed
