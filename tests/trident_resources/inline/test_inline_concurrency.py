@@ -2,8 +2,8 @@
 by hand) running beside them: afterwards every row is there exactly once, ``__row_index`` is
 unique and dense over everything appended, and ``__row_id`` is unique.
 
-The issue asks for 30 s of writing; this runs 10 s (the test machine is shared), which is
-already thousands of commits contending for the one writer lock."""
+Each writer writes for 10 s (30 s would say more, on a machine of its own: this one is shared),
+hundreds of commits contending for the one writer lock."""
 
 from __future__ import annotations
 
