@@ -128,6 +128,7 @@ class InlineState:
     rows: int  # rows inlined and not flushed yet
     last_seq: int | None  # the newest unflushed block (what a flush started now moves)
     staged: bool  # a staged version waits for publish
+    age_s: float | None = None  # seconds since the oldest unflushed block was inlined
 
 
 @dataclass(frozen=True)
@@ -654,7 +655,7 @@ class ControlPlane:
         """The tail's unflushed rows and newest block, and whether a staged version waits."""
         with self.pool.connection() as conn:
             row = cast(DictRow, conn.execute(q.INLINE_STATE, (dataset_id, dataset_id)).fetchone())
-        return InlineState(rows=int(row["rows"]), last_seq=row["last_seq"], staged=bool(row["staged"]))
+        return InlineState(rows=int(row["rows"]), last_seq=row["last_seq"], staged=bool(row["staged"]), age_s=row["age_s"])
 
     def commit_inline(
         self, entry: LedgerEntry, outcome: Outcome, block: InlineBlock | None, conn: psycopg.Connection[Any] | None = None

@@ -249,6 +249,7 @@ INSERT_INLINE_BLOCK = """INSERT INTO trident_inline_tail (dataset_id, txn_id, fi
 # What a writer of the dataset asks before inlining: rows and last block of the tail, and whether a
 # staged version waits (its publish would replace main: an inlined write then takes the Iceberg path).
 INLINE_STATE = """SELECT coalesce(sum(n_rows), 0)::bigint AS rows, max(seq) AS last_seq,
+    extract(epoch FROM now() - min(created_at))::float8 AS age_s,
     EXISTS (SELECT 1 FROM trident_ledger l WHERE l.dataset_id = %s AND l.status = 'staged') AS staged
     FROM trident_inline_tail WHERE dataset_id = %s AND flushed_by IS NULL"""
 # The current version as readers see it, in ONE statement (one Postgres snapshot): the dataset's

@@ -111,6 +111,12 @@ class TridentSettings(BaseSettings):
         ge=1,
         description="An inlined write that leaves at least this many inlined rows flushes them into one Iceberg snapshot.",
     )
+    inline_flush_seconds: float = Field(
+        0,
+        ge=0,
+        description="An inlined write flushes the inlined rows when the oldest was inlined at least this long ago; "
+        "0: no flush by age (maintain and the row threshold still flush).",
+    )
     target_file_bytes: int = Field(512 * 1024 * 1024, ge=1024, description="Uncompressed Arrow bytes per data file.")
     row_group_bytes: int = Field(
         16 * 1024 * 1024, ge=1024, description="Uncompressed Arrow bytes buffered per Parquet row group."

@@ -101,6 +101,10 @@ class TridentResource(dg.ConfigurableResource):
     inline_flush_rows: int | None = Field(
         default=None, description="TRIDENT_INLINE_FLUSH_ROWS: inlined rows that trigger a flush into one Iceberg snapshot."
     )
+    inline_flush_seconds: float | None = Field(
+        default=None,
+        description="TRIDENT_INLINE_FLUSH_SECONDS: inlined rows this old are flushed by the next inlined write (0: never by age).",
+    )
     staged_max_age_days: float | None = Field(
         default=None, description="TRIDENT_STAGED_MAX_AGE_DAYS: `trident maintain` discards staged versions older than this."
     )

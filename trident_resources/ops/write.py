@@ -110,7 +110,7 @@ def write(
                 )
                 if inlined is None:
                     return commit_records.noop_result(engine, key, txn, route)
-                if state.rows + small.num_rows >= engine.settings.inline_flush_rows:
+                if _flush_due(engine, state.rows + small.num_rows, state.age_s):
                     flush_after(engine, ds)
                 return commit_records.write_result(ds.key, *inlined, route)
             ds = flushed_first(engine, ds, state.rows)
@@ -148,3 +148,10 @@ def _inlinable(
     if rows is None:
         return None, reader
     return inline.fits(rows, target.schema), reader
+
+
+def _flush_due(engine: Engine, rows: int, age_s: float | None) -> bool:
+    """Has the inlined tail passed ``TRIDENT_INLINE_FLUSH_ROWS`` rows, or its oldest row
+    ``TRIDENT_INLINE_FLUSH_SECONDS``?"""
+    s = engine.settings
+    return rows >= s.inline_flush_rows or bool(s.inline_flush_seconds and age_s is not None and age_s >= s.inline_flush_seconds)

@@ -3,6 +3,7 @@ the control plane with their ledger row, and every read sees the snapshot plus t
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -165,3 +166,15 @@ def test_trident_flush_command(t: Trident) -> None:
     again = CliRunner().invoke(cli, ["flush", "ds/cli"], env=env)
     assert again.exit_code == 0 and "nothing to flush" in again.output
     assert sorted(iceberg_table(t, "ds/cli").scan().to_arrow().column("id").to_pylist()) == list(range(14))
+
+
+def test_flush_by_age(settings: TridentSettings) -> None:
+    with Trident(settings.model_copy(update={"inline_max_rows": 100, "inline_flush_seconds": 1})) as t:
+        t.write("ds/age", rows(0, 10), mode="replace")
+        t.write("ds/age", rows(10, 2), mode="append")
+        t.write("ds/age", rows(12, 2), mode="append")
+        assert t.describe("ds/age").inlined_rows == 4  # the oldest is younger than a second
+        time.sleep(1.2)
+        t.write("ds/age", rows(14, 2), mode="append")
+        assert t.describe("ds/age").inlined_rows == 0
+        assert sorted(iceberg_table(t, "ds/age").scan().to_arrow().column("id").to_pylist()) == list(range(16))

@@ -19,6 +19,7 @@ CREATE TABLE IF NOT EXISTS trident_inline_tail (
     first_row_index  bigint NOT NULL,
     n_rows           bigint NOT NULL,
     flushed_by       uuid,              -- the transaction that moved them into Iceberg (NULL: still here)
+    created_at       timestamptz NOT NULL DEFAULT now(),  -- when inlined (a flush by age goes by the oldest)
     ipc              bytea NOT NULL
 );
 ALTER TABLE trident_inline_tail ALTER COLUMN ipc SET STORAGE EXTERNAL;
