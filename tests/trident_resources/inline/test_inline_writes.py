@@ -178,3 +178,18 @@ def test_flush_by_age(settings: TridentSettings) -> None:
         t.write("ds/age", rows(14, 2), mode="append")
         assert t.describe("ds/age").inlined_rows == 0
         assert sorted(iceberg_table(t, "ds/age").scan().to_arrow().column("id").to_pylist()) == list(range(16))
+
+
+def test_the_ledger_sensor_feed_and_delta_windows_see_inlined_commits(t: Trident) -> None:
+    base = t.write("ds/feed", rows(0, 10), mode="replace")
+    after = max((seq for seq, _, _ in t.commits_since()), default=0)
+    small = t.write("ds/feed", rows(10, 3), mode="append")
+    feed = t.commits_since(after)
+    assert [(key, e.txn_id, e.rows_written) for _, key, e in feed] == [("ds/feed", small.txn_id, 3)]
+    # a delta reader takes the rows stamped after its mark: exactly the inlined ones
+    since = base.committed_at
+    newer = t.read("ds/feed", row_filter=f"__created_at > '{since.isoformat()}'")
+    assert ids(newer) == [10, 11, 12]
+    out = t.write("ds/out", newer.select(["id", "v"]), mode="replace", watermarks={"ds/feed": (small.committed_at, small.txn_id)})
+    assert out.row_count == 3 and t.watermarks("ds/out") == {"ds/feed": small.committed_at}
+    assert small.committed_at >= small.created_at
