@@ -5,7 +5,8 @@ Why: an Iceberg commit costs a manifest, a manifest list, a metadata file and a 
 20-50 ms and a small file per write; a writer making many small writes (ingest, CDC, row edits)
 then pays that per write and leaves a file per write until maintenance compacts them. Postgres
 already holds the ledger, so a small append is stored there, in the SAME Postgres transaction as
-its ledger COMMIT (``ControlPlane.commit_txn(inline=...)``): no Iceberg commit, no file.
+its ledger COMMIT (``ControlPlane.commit_txn(inline=...)``; a write whose txn id is minted here:
+ONE statement, ``commit_at_once``): no Iceberg commit, no file.
 
 Rules that keep it one dataset:
 
@@ -17,7 +18,7 @@ Rules that keep it one dataset:
   has (no schema change), to an existing unpartitioned table with no staged version waiting.
   Every other write of the dataset flushes the tail first, under the same writer lock
   (``ops/flush.py``), so a write that needs the whole dataset in Iceberg (replace, keyed writes,
-  deletes, partition writes, staging, a canary) sees it there.
+  deletes, partition writes, staging) sees it there. (A canary moves a pg dataset: no tail.)
 - A flush is a transaction like any other (writer ``inline.flush``, mode ``append``): the
   rows, identity carried, become ONE snapshot carrying its txn id; its COMMIT marks exactly the
   blocks it moved (``INLINE_FLUSH_META``: up to the last block it read). Killed after its Iceberg
