@@ -7,7 +7,9 @@ Besides the resource and the IO manager, it exports what a library of asset fact
 (``write_output``, ``AuditedVersion``), the write-audit-publish gate (``gate_checks``,
 ``staged_in_run``, ``supersede``, ``checks_failed``, ``GATE_META``), the ledger's ``RUN_ID``
 metadata key, a run's partition (``run_partition``, ``declared``), asset key to dataset key
-(``asset_key_to_key``) and provenance merging (``merge_provenance``, ``lineage_entry``)."""
+(``asset_key_to_key``), provenance merging (``merge_provenance``, ``lineage_entry``) and the
+transaction id every attempt of a step writes an output under (``step_txn_id``,
+``output_txn_id``, ``asset_step_txn_id``)."""
 
 from .gate import GATE_META, RUN_ID, checks_failed, gate_checks, staged_in_run, supersede
 from .io_manager import (
@@ -23,6 +25,7 @@ from .partition_mapping import declared, run_partition
 from .pools import dataset_pool
 from .provenance import lineage_entry, merge_provenance
 from .resource import TridentResource
+from .step_txn import asset_step_txn_id, output_txn_id, step_txn_id
 
 __all__ = [
     "GATE_META",
@@ -34,14 +37,17 @@ __all__ = [
     "TridentResource",
     "WriteMode",
     "asset_key_to_key",
+    "asset_step_txn_id",
     "checks_failed",
     "dataset_pool",
     "declared",
     "gate_checks",
     "lineage_entry",
     "merge_provenance",
+    "output_txn_id",
     "run_partition",
     "staged_in_run",
+    "step_txn_id",
     "supersede",
     "write_output",
 ]

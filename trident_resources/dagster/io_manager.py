@@ -42,6 +42,7 @@ import pyarrow as pa
 
 from ..client import Trident
 from ..core.errors import DatasetNotFoundError, InvalidDatasetKeyError, InvalidWriteError, TridentError
+from ..core.failpoints import failpoint
 from ..core.identity import IDENTITY_COLUMNS
 from ..core.keys import iceberg_identifier, validate_key
 from ..core.results import Description, WriteResult
@@ -51,6 +52,7 @@ from .gate import GATE_META, GATE_STEPS_META, RUN_ID, audits, gate_checks, note_
 from .partition_mapping import input_partition, output_partition, partition_metadata
 from .provenance import lineage_entry, merge_provenance
 from .resource import TridentResource
+from .step_txn import output_txn_id
 
 JS_SAFE_INTEGER = 2**53 - 1
 PIPELINE_WRITER = "pipeline.output"
@@ -164,6 +166,7 @@ class TridentIOManager(dg.ConfigurableIOManager):
             upstream=[asset_key_to_key(d.asset_key) for d in context.asset_spec.deps],
             partition=partition,
             gate=gate,
+            txn_id=output_txn_id(context),  # a re-run of this step repeats its write, never adds to it
         )
         self._report(context, t, key, result, provenance, out.metadata, partition=partition)
 
@@ -192,6 +195,7 @@ class TridentIOManager(dg.ConfigurableIOManager):
         *,
         partition: Any,
     ) -> None:
+        failpoint("io_manager.after_write")  # the write is done; the step has not reported it yet
         if result.staged:  # what its checks audit and publish makes current: the same numbers
             plan = t.scan_plan(key, staged=result.txn_id)
             note_pending(context.run_id)
@@ -248,11 +252,14 @@ def write_output(
     upstream: Sequence[str],
     partition: Any = None,
     gate: Mapping[str, str] | None = None,
+    txn_id: uuid.UUID | None = None,
 ) -> tuple[WriteResult, Mapping[str, Any] | None]:
     """Write one asset output through the facade (what ``handle_output`` does, shared with
     checked assets that write and audit in their own step): a staged version when
     ``out.stage_txn`` is set or ``gate`` names blocking checks of other steps (check -> step, recorded in the
-    ledger, with the run, for gate.py to settle)."""
+    ledger, with the run, for gate.py to settle). The write's id is ``out.stage_txn``, else
+    ``txn_id`` (the step's, ``step_txn.py``: a second attempt of the step is a no-op returning
+    the first commit, or replaces the first staging), else a fresh one."""
     meta = definition_metadata
     mode: WriteMode = out.mode or meta.get(META_MODE) or "replace"
     keys = out.keys if out.keys is not None else meta.get(META_KEYS)
@@ -276,7 +283,7 @@ def write_output(
             watermarks=out.watermarks,
             partition=partition,
             stage=out.stage_txn is not None or bool(gate),
-            txn_id=out.stage_txn,
+            txn_id=out.stage_txn or txn_id,
         )
     finally:
         if out.on_done is not None:

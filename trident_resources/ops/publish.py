@@ -16,6 +16,7 @@ from ..control.router import RouteDecision
 from ..core.results import WriteResult
 from ..engine import Engine
 from ..read import versions
+from ..transaction.driver import STAGED_META
 from . import commit_records
 
 
@@ -31,7 +32,7 @@ def publish(
     ds, entry = versions.staged_entry(engine, key, txn_id)
     with engine.staged_lock(ds, entry) as ds:
         ds, entry = versions.staged_entry(engine, key, txn_id)  # still staged now that we hold the lock
-        pending = entry.metadata.get(commit_records.STAGED_META) or {}
+        pending = entry.metadata.get(STAGED_META) or {}
         if provenance is None:
             provenance = pending.get("provenance")
         if watermarks is None:

@@ -24,7 +24,7 @@ from ..core.results import WriteResult
 from ..core.write_modes import WriteMode
 from ..engine import Engine
 from ..planning.inputs import to_reader
-from ..transaction.driver import PARTITION_META, WATERMARK_META, Intent, watermark_meta
+from ..transaction.driver import PARTITION_META, STAGED_META, WATERMARK_META, Intent, watermark_meta
 from . import commit_records
 
 log = logging.getLogger("trident")
@@ -88,7 +88,7 @@ def write(
         if marks and not stage:  # a roll-forward by the reconciler records them too
             meta[WATERMARK_META] = watermark_meta(marks)
         if stage:  # recorded by publish, with the version (a staged version changes nothing yet)
-            meta[commit_records.STAGED_META] = commit_records.staged_meta(provenance, watermarks, marked)
+            meta[STAGED_META] = commit_records.staged_meta(provenance, watermarks, marked)
         intent = Intent(txn_id=txn, mode=mode, writer=writer, sink=route.sink, route=route, source_refs=refs, metadata=meta)
         sink = engine.sink(route.sink)
         if stage and not sink.stages:
