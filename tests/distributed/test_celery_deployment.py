@@ -25,6 +25,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -338,10 +339,12 @@ def _rabbitmq() -> str:
 
 
 @pytest.fixture
-def rabbitmq(tmp_path: Path) -> Iterator[str]:
-    """A RabbitMQ node of its own on loopback (its own name, ports and folders); its AMQP URL."""
+def rabbitmq() -> Iterator[str]:
+    """A RabbitMQ node of its own on loopback (its own name, ports and folders); its AMQP URL.
+    Its folders are outside pytest's (those are private to this user, and Debian's script runs the
+    server as user ``rabbitmq`` when started as root)."""
     server = _rabbitmq()
-    base = tmp_path / "rabbitmq"
+    base = Path(tempfile.mkdtemp(prefix="trident-rabbitmq-"))
     (base / "mnesia").mkdir(parents=True)
     (base / "log").mkdir()
     (base / "plugins").write_text("[].")
@@ -361,7 +364,8 @@ def rabbitmq(tmp_path: Path) -> Iterator[str]:
         "RABBITMQ_ENABLED_PLUGINS_FILE": str(base / "plugins"),
         "RABBITMQ_FEATURE_FLAGS_FILE": str(base / "feature_flags"),
     }
-    proc = subprocess.Popen([server], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    out = open(base / "server.out", "wb")  # noqa: SIM115  (closed with the process)
+    proc = subprocess.Popen([server], env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + 120
         while True:
@@ -370,7 +374,9 @@ def rabbitmq(tmp_path: Path) -> Iterator[str]:
                 break
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    logs = "".join(p.read_text(errors="replace")[-2000:] for p in (base / "log").glob("*.log"))
+                    logs = "".join(
+                        p.read_text(errors="replace")[-2000:] for p in [base / "server.out", *(base / "log").glob("*.log")]
+                    )
                     pytest.fail(f"rabbitmq-server did not start: {logs}")
                 time.sleep(0.5)
         yield f"amqp://guest:guest@127.0.0.1:{port}//"
@@ -381,6 +387,8 @@ def rabbitmq(tmp_path: Path) -> Iterator[str]:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(30)
+        out.close()
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def test_on_rabbitmq_a_worker_killed_after_its_commit_is_redelivered_at_once_and_writes_once(
@@ -399,7 +407,7 @@ def test_on_rabbitmq_a_worker_killed_after_its_commit_is_redelivered_at_once_and
     t = Trident(settings)
     try:
         deployment.start_worker("r1", TRIDENT_FAILPOINTS="io_manager.after_write=sleep:900")
-        keys = ["tpch/region", "tpch/nation"]
+        keys = ["tpch/customer", "tpch/orders"]
         run = deployment.materialize(",".join(keys))
         deadline = time.monotonic() + RUN_BOUND
         done: dict[str, Any] = {}
@@ -407,7 +415,8 @@ def test_on_rabbitmq_a_worker_killed_after_its_commit_is_redelivered_at_once_and
             runs = instance.get_runs()  # the instance's only run
             done = _committed_in_run(t, [k for k in keys if t.exists(k)], runs[0].run_id) if runs else {}
             time.sleep(0.2)
-        assert len(done) == 1, f"r1 should have committed exactly one step before stalling: {done}"
+        ended = "" if run.poll() is None else (run.stdout.read() if run.stdout else "")[-4000:]
+        assert len(done) == 1, f"r1 should have committed exactly one step before stalling: {done} {ended}"
         [(killed_key, killed_txn)] = done.items()
         killed_at = time.monotonic()
         deployment.kill_worker("r1")
