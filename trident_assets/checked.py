@@ -1,12 +1,12 @@
-"""``checked_asset``: a Trident asset whose expectations run in its own step (issue 13).
+"""``checked_asset``: a Trident asset whose expectations run in its own step.
 
 Why: with one ``@asset_check`` per expectation, every check is a step of its own, and Dagster's
 default (multiprocess) executor starts a process per step. The example graph has 20 checks on 9
-assets, so most of a UI run was process start-ups. Here the checks are ``check_specs`` of the
+assets, so most of a UI run would be process start-ups. Here the checks are ``check_specs`` of the
 asset: the step writes the output (the IO manager runs when the ``Output`` is yielded, before this
 generator resumes), then evaluates each selected check against what was just written, in the same
 process. A failing blocking check fails the step after its result is recorded, so downstream
-assets do not run, as before.
+assets do not run.
 
 Write-audit-publish: with a selected blocking check, the step writes the output as a staged
 version itself (``write_output``, what the IO manager would do), evaluates the checks against it,

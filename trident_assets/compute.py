@@ -1,11 +1,11 @@
-"""DuckDB compute over the sources as the facade's ``scan_plan`` exposes them.
+"""DuckDB compute over the sources as ``Trident.scan_plan`` exposes them.
 
 A node opens one ``Session``: its sources are registered as DuckDB views named as the node's SQL
 names them (on a local warehouse over DuckDB's own ``read_parquet`` of exactly each source
 version's data files, which are all the sandbox lets the node read; elsewhere over Arrow), with the engine's identity columns hidden (a producer may not send them back) and,
 for a delta run, only the rows committed after the output's watermark. The session checks that no
 source changed while it was being opened, so the rows read and the watermarks recorded describe
-the same source versions. Results leave as a ``RecordBatchReader`` that the facade drains batch by
+the same source versions. Results leave as a ``RecordBatchReader`` that the client drains batch by
 batch: the whole output is never held in Python memory.
 """
 

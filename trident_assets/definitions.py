@@ -57,7 +57,7 @@ defs = build_definitions()
 
 # Everything imported and built above lives as long as the process (forkserver step processes
 # preload this module, see DEFAULT_EXECUTOR). Frozen, it leaves the collector's generations: a
-# full collection, which any allocation-heavy moment of a run triggers, walked all of it again
-# (issue 12: ~0.3-1 s of an example pipeline run in two full collections), and forked children
-# no longer touch, and so copy, its pages when they collect.
+# full collection, which any allocation-heavy moment of a run triggers, does not walk all of it
+# again (that costs ~0.3-1 s of an example pipeline run in two full collections), and forked
+# children do not touch, and so copy, its pages when they collect.
 gc.freeze()

@@ -1,4 +1,4 @@
-"""Expectations: declared next to a node, run as Dagster asset checks through the read facade
+"""Expectations: declared next to a node, run as Dagster asset checks through the client's reads
 (``Trident.sql``), so they work whatever sink the dataset lives in.
 
 ``blocking=True`` (the default) makes a failure an ERROR that stops downstream assets in the same
@@ -40,7 +40,7 @@ class Expectation:
     unique_keys: tuple[str, ...] = ()
     # Answered from the version's data file statistics when they have it (``Trident.version_stats``,
     # no scan): the row count (``bounds``), or the null counts of these columns (``not_null``).
-    # Without them (the pg sink, a file without a column's count) ``sql`` runs as before.
+    # Without them (the pg sink, a file without a column's count) ``sql`` runs.
     null_columns: tuple[str, ...] = ()
 
     def evaluate(self, t: Trident, key: str, staged: uuid.UUID | None = None) -> tuple[bool, int, dict[str, Any]]:
@@ -267,7 +267,7 @@ def _check(key: str, e: Expectation) -> dg.AssetChecksDefinition:
     return _run
 
 
-# -- in-step checks (issue 13) -----------------------------------------------------------------
+# -- in-step checks ---------------------------------------------------------------------------------
 # The same expectations as check specs on the asset itself, evaluated in the asset's own step right
 # after the IO manager has written the output (``trident_assets.checked``). A separate check step
 # per expectation costs a process start each; in-step they cost one query each.

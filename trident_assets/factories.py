@@ -1,5 +1,5 @@
 """Node factories: declare a dataset computed from others, get a Dagster asset (or multi-asset)
-plus its asset checks. Every node reads its sources through the facade, computes in DuckDB over
+plus its asset checks. Every node reads its sources through the client, computes in DuckDB over
 Arrow, streams its result into ``Trident.write`` (via ``TridentIOManager``), merges its sources'
 provenance into its output's and records watermarks in the same COMMIT.
 
@@ -35,7 +35,7 @@ from trident_resources.dagster import (
     run_partition,
 )
 
-from .checked import audit_and_publish, checked_asset, checked_results, gates, staged_write  # issue 13: in-step checks
+from .checked import audit_and_publish, checked_asset, checked_results, gates, staged_write  # checks in the asset's own step
 from .compute import DEFAULT_BATCH_ROWS, SOURCE_ROW_INDEX, Session, open_session
 from .expectations import Expectation, check_specs
 from .join_guard import SourceStats, check_join, max_join_rows
@@ -78,7 +78,7 @@ def _output(
     sources = list(dict.fromkeys(session.sources.values()))
     lineage = [lineage_entry(s, d) for s, d in plan.sources.items()]
     # the sources' provenance as planning described them (the versions the session reads: it
-    # checked that none committed since), not one more look-up of each source per step (issue 12)
+    # checked that none committed since), not one more look-up of each source per step
     described = {s: plan.sources[s].provenance if s in plan.sources else t.provenance(s) for s in sources}
     prov = merge_provenance(described, own_provenance, lineage)
     return TridentOutput(
@@ -132,7 +132,7 @@ def _asset_kwargs(
         "description": description,
         "metadata": {"trident/strategy": strategy.describe(), **declared(metadata, partitions_def)},
         "automation_condition": automation_condition,
-        # partitions (issue 10): partitions_def + metadata["partition_expr"]
+        # partitions: partitions_def + metadata["partition_expr"]
         "partitions_def": partitions_def,
         "backfill_policy": backfill_policy,
     }
@@ -288,7 +288,7 @@ def split_asset(
         can_subset=True,
         partitions_def=partitions_def,
         backfill_policy=backfill_policy,
-        # issue 13: checks in-step; one pool (only this op writes either half)
+        # checks in the op's own step; one pool (only this op writes either half)
         check_specs=[s for k, exps in (expectations or {}).items() for s in check_specs(k, exps)],
         pool=dataset_pool(matched, partitions_def),
     )
@@ -319,7 +319,7 @@ def split_asset(
         if gated:
             yield from audit_and_publish(context, trident, staged, dict(expectations or {}))
             return
-        for k, exps in (expectations or {}).items():  # issue 13: after both halves are written
+        for k, exps in (expectations or {}).items():  # checks, once both halves are written
             yield from checked_results(context, trident, k, exps)
 
     return Node(_split)

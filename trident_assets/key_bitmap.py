@@ -1,8 +1,8 @@
 """An exact, linear-time proof that integer key columns repeat no key, for ``expectations.unique``.
 
 Why: ``unique`` is a GROUP BY over every key, a hash aggregate of the whole dataset: ~1-2 CPU
-seconds over the 6M line items of the example pipeline at SF1 (the two such checks were the
-largest cost of its checks, issue 12). When every key column is an integer, the key
+seconds over the 6M line items of the example pipeline at SF1 (its two such checks are the
+largest cost of its checks, measured). When every key column is an integer, the key
 ``(k1, ..., kn)`` maps one-to-one onto ``sum((ki - min_i) * stride_i)``, a number below the
 product of the columns' ranges; when that product is small enough, one pass over the key columns
 with a bitmap of that many bytes (a byte per possible key) sees every repeat: a key seen in an
@@ -51,7 +51,7 @@ def _bounds(
     key, a non-integer column, too few rows to be worth it, or too many possible keys.
 
     From the version's data-file statistics when they record every key column's null count and
-    bounds (no scan: the SQL below cost 0.03-0.17 s per check of the example pipeline, issue 12);
+    bounds (no scan: the SQL below costs 0.03-0.17 s per check of the example pipeline);
     otherwise (the pg sink, a file without a column's bounds) from that SQL. Bounds the files
     claim too narrowly are caught by the pass, which then proves nothing."""
     stats = version_stats() if version_stats is not None else t.version_stats(key, staged=staged)

@@ -1,4 +1,4 @@
-"""Model nodes: a Python function over Arrow batches, applied lazily as the facade pulls rows."""
+"""Model nodes: a Python function over Arrow batches, applied lazily as the client pulls rows."""
 
 from __future__ import annotations
 

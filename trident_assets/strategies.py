@@ -1,7 +1,7 @@
 """Output strategies: how a node's result becomes its dataset's next version.
 
 =================  =====================  =================================================================
-strategy           facade write           meaning
+strategy           Trident.write mode     meaning
 =================  =====================  =================================================================
 replace()          replace                the output becomes exactly the result (default)
 append_always()    append                 every run adds its result
@@ -84,7 +84,7 @@ def _need_keys(kind: str, keys: Sequence[str]) -> tuple[str, ...]:
     return out
 
 
-# strategy kind -> (facade write mode, whether the strategy's keys go to the write)
+# strategy kind -> (Trident.write mode, whether the strategy's keys go to the write)
 _FULL_MODES: dict[StrategyKind, tuple[WriteMode, bool]] = {
     "replace": ("replace", False),
     "append_always": ("append", False),
@@ -96,7 +96,7 @@ _FULL_MODES: dict[StrategyKind, tuple[WriteMode, bool]] = {
 
 @dataclass(frozen=True)
 class Plan:
-    """What one run of a node writes: the facade mode, which source rows to read, and the
+    """What one run of a node writes: the write mode, which source rows to read, and the
     watermarks its COMMIT records."""
 
     mode: WriteMode

@@ -2,7 +2,7 @@
 writer registry (writers, flag, pin), canary migration and the reconciler.
 
 Every command opens the trident from ``TRIDENT_*`` settings (the embedded default when none is set)
-and goes through the facade, so what it shows is exactly what a pipeline would read.
+and goes through the client, so what it shows is exactly what a pipeline would read.
 """
 
 from __future__ import annotations
@@ -234,7 +234,7 @@ def export(key: str, fmt: str, out: Path, columns: str | None, where: str | None
     if not out.parent.is_dir():
         raise click.UsageError(f"{out.parent} is not a directory; create it first")
     cols = [c.strip() for c in columns.split(",")] if columns else None
-    if cols is not None and not all(cols):  # "a,,b" or "," was "unknown column ''" / "lists [''] more than once"
+    if cols is not None and not all(cols):  # "a,,b" or ",": one message, not "unknown column ''" / "lists [''] more than once"
         raise click.BadParameter(
             f"{columns!r} names an empty column (two commas in a row, or one at an end)", param_hint="--columns"
         )

@@ -135,7 +135,7 @@ def _workspace_targets(workspace: Path) -> list[Target]:
         doc = yaml.safe_load(workspace.read_text()) or {}
     except yaml.YAMLError as exc:
         raise DefinitionsLoadError(f"{workspace} is not valid YAML: {exc}") from exc
-    if not isinstance(doc, dict):  # e.g. -w pointed at some other file: was AttributeError 'str' has no 'get'
+    if not isinstance(doc, dict):  # e.g. -w pointed at some other file (a string, a list)
         raise DefinitionsLoadError(f"{workspace} is not a Dagster workspace.yaml (a mapping with a load_from list)")
     targets: list[Target] = []
     for entry in doc.get("load_from") or []:

@@ -26,8 +26,9 @@ DEMO_DAYS = ("1995-03-15", "1995-03-21")  # the week of TPC-H Q3's date, for the
 
 
 def _scale(value: str | None) -> str | None:
-    """The settings' own rule for TRIDENT_TPCH_SCALE, checked here: a bad --scale surfaced as
-    pydantic's ValidationError traceback when the pipeline's settings were first read."""
+    """The settings' own rule for TRIDENT_TPCH_SCALE, checked here, so a bad --scale is a usage
+    error naming the option rather than pydantic's ValidationError traceback when the pipeline's
+    settings are first read."""
     if value is not None and (re.fullmatch(r"[0-9]+(\.[0-9]+)?", value) is None or float(value) == 0):
         raise click.BadParameter(f"{value!r} is not a positive scale factor such as 0.01 or 1", param_hint="--scale")
     return value

@@ -1,4 +1,4 @@
-"""The trident: settings, control plane, lakehouse, pg sink, router, facade and IO manager.
+"""The trident: settings, control plane, lakehouse, pg sink, router, client and IO manager.
 
 Its public names are the client (``Trident``), its settings, its errors and result types, and what
 a library of asset factories (``trident_assets``) builds on: the ledger's entries and metadata key

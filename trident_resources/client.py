@@ -11,7 +11,6 @@ from typing import Any, Literal, TypeVar, overload
 
 import pyarrow as pa
 
-from .control import faults
 from .control.plane import DatasetRecord, LedgerEntry
 from .core import arguments
 from .core.errors import InvalidArgumentError, InvalidSettingsError, InvalidWriteError
@@ -23,7 +22,7 @@ from .core.write_modes import WriteMode
 from .engine import Engine
 from .ops import adopt, drop, edits, maintain, manifest, migrate, publish, write
 from .ops.migrate import MigrationReport
-from .ops.stream_ingest import IngestStream
+from .ops.stream_ingest import IngestStream, WriteOptions
 from .planning.inputs import to_reader
 from .read import datasets, records, sql
 from .sinks.contract import AsOf, Maintenance, ScanPlan, VersionStats
@@ -57,9 +56,23 @@ class Trident:
 
     @classmethod
     def from_env(cls) -> Trident:
+        """A ``Trident`` on the settings the ``TRIDENT_*`` environment variables give (the
+        embedded default when none is set).
+
+        Raises:
+            InvalidSettingsError: a ``TRIDENT_*`` variable holds an unusable value.
+            ControlPlaneUnavailableError: the control-plane Postgres cannot be reached.
+            StorageUnavailableError: the Iceberg catalog cannot be reached.
+        """
         return cls(settings_from_env())
 
     def close(self) -> None:
+        """Release the connection pool and the SQL sandboxes; a closed ``Trident`` raises
+        ``TridentClosedError`` when used again.
+
+        Raises:
+            Nothing: closing twice is harmless.
+        """
         self.engine.close()
 
     def __enter__(self) -> Trident:
@@ -98,7 +111,11 @@ class Trident:
         return ds is not None and ds.exists
 
     def datasets(self) -> list[DatasetRecord]:
-        """This workspace's datasets (raises ControlPlaneUnavailableError if the Postgres went away)."""
+        """This workspace's datasets.
+
+        Raises:
+            ControlPlaneUnavailableError: the control-plane Postgres went away.
+        """
         return self.control.datasets(self.workspace)
 
     # -- WRITE ------------------------------------------------------------------------------
@@ -374,9 +391,14 @@ class Trident:
         """``decide()``, while no other process decides on staged transaction ``txn_id``.
 
         Why: under the multiprocess executor several step processes of one run settle its gated
-        versions (each check step at teardown, each downstream step at setup). Each read the
-        run's events, found no decision reported yet, and reported one: a rejected version was
-        reported twice. Under this lock the second reads the first's report and stays quiet."""
+        versions (each check step at teardown, each downstream step at setup). Without one
+        decider at a time, two could each find no decision reported yet and both report one;
+        under this lock the second reads the first's report and stays quiet.
+
+        Raises:
+            ControlPlaneUnavailableError: the control-plane Postgres went away.
+            and whatever ``decide()`` raises (the lock is released).
+        """
         with self.control.staged_decision_lock(txn_id):
             return decide()
 
@@ -456,7 +478,12 @@ class Trident:
 
     def scan_plan_of(self, ds: DatasetRecord, *, snapshot_id: int | None = None) -> ScanPlan:
         """``scan_plan(ds.key)`` for a record the caller just read (``sql`` lists the workspace's
-        datasets first): looking each one up again by key was a query per dataset per query."""
+        datasets first), so the dataset is not looked up again by key: a query per dataset per query.
+
+        Raises:
+            StorageUnavailableError: the catalog or storage went away.
+            ControlPlaneUnavailableError: the control-plane Postgres went away.
+        """
         return datasets.scan_plan_of(self.engine, ds, snapshot_id=snapshot_id)
 
     def version_stats(self, key: str, *, staged: uuid.UUID | str | None = None) -> VersionStats | None:
@@ -501,7 +528,7 @@ class Trident:
     def provenance(self, key: str) -> dict[str, Any]:
         """``key``'s governance metadata, what ``describe(key).provenance`` holds, without
         describing its storage (table, partitions): node factories merge their sources' provenance
-        in every step, where describing each source was a catalog look-up apiece.
+        in every step, where describing each source would be a catalog look-up apiece.
 
         Raises:
             InvalidDatasetKeyError: ``key`` is not a dataset key.
@@ -587,7 +614,11 @@ class Trident:
 
     def pending_cleanup_keys(self) -> list[str]:
         """Datasets with aborted transactions whose storage cleanup could not run yet (including
-        datasets whose first write aborted and so do not exist): what ``maintain`` should visit."""
+        datasets whose first write aborted and so do not exist): what ``maintain`` should visit.
+
+        Raises:
+            ControlPlaneUnavailableError: the control-plane Postgres went away.
+        """
         return records.pending_cleanup_keys(self.engine)
 
     def drop(self, key: str) -> None:
@@ -626,12 +657,19 @@ class Trident:
         writer: str = "ingest.stream",
         schema: pa.Schema | None = None,
         max_queued: int = 4,
-        **write_kwargs: Any,
+        source_refs: Iterable[str] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        txn_id: uuid.UUID | str | None = None,
+        provenance: Mapping[str, Any] | None = None,
+        watermarks: Watermarks | None = None,
+        stage: bool = False,
+        partition: PartitionFilter | None = None,
     ) -> IngestStream:
         """A write session: ``with t.ingest_stream(key) as s: s.append(batch)`` for as long as the
         producer runs, committed as ONE transaction (one snapshot) when the block ends; an exception
-        or ``s.abort()`` leaves nothing. ``mode``/``keys`` are those of ``write`` (default append);
-        ``write_kwargs`` pass through (``source_refs``, ``metadata``, ``provenance``...).
+        or ``s.abort()`` leaves nothing. ``mode``/``keys`` are those of ``write`` (default append),
+        and so are ``source_refs``, ``metadata``, ``txn_id``, ``provenance``, ``watermarks``,
+        ``stage`` and ``partition``.
         A sink mismatch is refused here, before the producer sends anything.
 
         Raises:
@@ -655,17 +693,38 @@ class Trident:
             writer=writer,
             schema=schema,
             max_queued=max_queued,
-            write_kwargs=write_kwargs,
+            options=WriteOptions(
+                source_refs=source_refs,
+                metadata=metadata,
+                txn_id=txn_id,
+                provenance=provenance,
+                watermarks=watermarks,
+                stage=stage,
+                partition=partition,
+            ),
         )
 
     def update_rows(
-        self, key: str, data: Any, keys: Iterable[str] | str, *, writer: str = "row.edit", **write_kwargs: Any
+        self,
+        key: str,
+        data: Any,
+        keys: Iterable[str] | str,
+        *,
+        writer: str = "row.edit",
+        source_refs: Iterable[str] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        txn_id: uuid.UUID | str | None = None,
+        provenance: Mapping[str, Any] | None = None,
+        watermarks: Watermarks | None = None,
+        stage: bool = False,
+        partition: PartitionFilter | None = None,
     ) -> WriteResult:
         """Point update by key (writer ``row.edit``): the rows of ``data`` replace the rows with the
         same key, keeping their ``__row_id`` and ``__row_index``; other rows are untouched.
 
         ``data`` may carry only some columns: the others keep their current values. Every key must
         already exist (KeyNotFoundError otherwise; use ``write(mode='upsert')`` to insert too).
+        The other keywords are those of ``write``.
 
         Raises:
             InvalidDatasetKeyError: ``key`` is not a dataset key.
@@ -678,7 +737,21 @@ class Trident:
         """
         key_cols = arguments.write_keys(keys)
         full = edits.complete_rows(self.engine, key, to_reader(data).read_all(), key_cols)
-        return write.write(self.engine, key, full, mode="upsert", keys=key_cols, writer=writer, **write_kwargs)
+        return write.write(
+            self.engine,
+            key,
+            full,
+            mode="upsert",
+            keys=key_cols,
+            writer=writer,
+            source_refs=source_refs,
+            metadata=metadata,
+            txn_id=txn_id,
+            provenance=provenance,
+            watermarks=watermarks,
+            stage=stage,
+            partition=partition,
+        )
 
     def delete_rows(
         self,
@@ -688,22 +761,54 @@ class Trident:
         keys: Iterable[str] | str | None = None,
         where: str | None = None,
         writer: str = "row.edit",
-        **write_kwargs: Any,
+        source_refs: Iterable[str] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        txn_id: uuid.UUID | str | None = None,
+        provenance: Mapping[str, Any] | None = None,
+        watermarks: Watermarks | None = None,
+        stage: bool = False,
     ) -> WriteResult:
         """Point delete (writer ``row.edit``): the rows whose key is in ``data`` (with ``keys``), or
         the rows matching ``where`` (a row filter like ``"order_id = 7"``); others keep identity.
+        The other keywords are those of ``write(mode='delete')``.
 
         Raises:
             whatever ``write(mode='delete')`` raises.
         """
-        if where is not None:
-            return write.write(self.engine, key, None, mode="delete", row_filter=where, writer=writer, **write_kwargs)
-        return write.write(self.engine, key, data, mode="delete", keys=keys, writer=writer, **write_kwargs)
+        return write.write(
+            self.engine,
+            key,
+            None if where is not None else data,
+            mode="delete",
+            keys=None if where is not None else keys,
+            row_filter=where,
+            writer=writer,
+            source_refs=source_refs,
+            metadata=metadata,
+            txn_id=txn_id,
+            provenance=provenance,
+            watermarks=watermarks,
+            stage=stage,
+        )
 
-    def write_manifest(self, key: str, entries: Any, *, mode: WriteMode = "upsert", **write_kwargs: Any) -> WriteResult:
+    def write_manifest(
+        self,
+        key: str,
+        entries: Any,
+        *,
+        mode: WriteMode = "upsert",
+        source_refs: Iterable[str] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        txn_id: uuid.UUID | str | None = None,
+        provenance: Mapping[str, Any] | None = None,
+        watermarks: Watermarks | None = None,
+        stage: bool = False,
+        partition: PartitionFilter | None = None,
+    ) -> WriteResult:
         """Record file pointers (object_key, size, checksum, content_type [+ extra columns]) in a
         ``dataset.manifest`` dataset, which lives in the control plane (sink ``pg``) by design.
-        ``mode`` upsert (default, keyed by object_key), append_new, replace or delete.
+        ``mode`` upsert (default, keyed by object_key), append_new, replace or delete; the other
+        keywords are those of ``write``.
 
         Raises:
             SchemaMismatchError: ``entries`` lack the manifest columns.
@@ -711,7 +816,21 @@ class Trident:
         """
         table = manifest.manifest_table(entries, keys_only=mode == "delete")
         keys = None if mode == "replace" else [manifest.MANIFEST_KEY]
-        return write.write(self.engine, key, table, mode=mode, keys=keys, writer=manifest.MANIFEST_WRITER, **write_kwargs)
+        return write.write(
+            self.engine,
+            key,
+            table,
+            mode=mode,
+            keys=keys,
+            writer=manifest.MANIFEST_WRITER,
+            source_refs=source_refs,
+            metadata=metadata,
+            txn_id=txn_id,
+            provenance=provenance,
+            watermarks=watermarks,
+            stage=stage,
+            partition=partition,
+        )
 
     def move_refusal(self, key: str, to_sink: str) -> str | None:
         """Why a canary may not move ``key`` to ``to_sink`` (its writers could not follow), or None.
@@ -747,6 +866,3 @@ class Trident:
             ControlPlaneUnavailableError: the control-plane Postgres went away.
         """
         return self.control.commits_since(self.workspace, after, limit)
-
-
-faults.name_control_plane_faults(Trident)  # a control plane lost after opening: ControlPlaneUnavailableError (control/faults.py)

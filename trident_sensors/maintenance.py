@@ -1,7 +1,7 @@
 """Jobs that keep the trident healthy: table maintenance on a schedule, and the canary that moves a
 dataset from the ``pg`` sink to ``iceberg_native`` (the same ``Trident.migrate`` as ``trident canary``).
 
-Both go through the facade (the only door to tables and rows) and report what they did as Dagster
+Both go through the client (the only door to tables and rows) and report what they did as Dagster
 metadata, so their history is visible in the UI next to the assets they touch.
 """
 

@@ -154,3 +154,35 @@ def test_every_path_the_tool_configuration_names_exists() -> None:
     }
     missing = [f"{what}: {p}" for what, paths in named.items() for p in paths if p and not (ROOT / p).exists()]
     assert not missing, "pyproject.toml names paths the tree does not have:\n" + "\n".join(missing)
+
+
+def test_public_methods_of_the_client_and_the_dagster_adapter_document_raises() -> None:
+    """The public door (``Trident``) and the Dagster adapter's IO manager and resource say in each
+    public method's docstring what it raises (a ``Raises:`` section), so a caller knows which
+    named errors to catch without reading the engine."""
+    import inspect
+
+    from trident_resources.dagster import TridentIOManager, TridentResource
+
+    missing = []
+    for cls in (Trident, TridentIOManager, TridentResource):
+        for name, attr in vars(cls).items():
+            if (name.startswith("_") and name != "__init__") or isinstance(attr, property):
+                continue
+            fn = getattr(attr, "__func__", attr)
+            if callable(fn) and fn.__qualname__.startswith(cls.__name__) and "Raises:" not in (inspect.getdoc(fn) or ""):
+                missing.append(f"{cls.__name__}.{name}")
+    assert not missing, "public methods without a Raises: section: " + ", ".join(missing)
+
+
+def test_the_code_cites_no_issue_numbers() -> None:
+    """Comments and docstrings say the contract and why; which issue asked for a change is history,
+    and history lives in the commit messages."""
+    cited = [
+        f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
+        for pkg in ("trident_resources", "trident_assets", "trident_sensors", "trident_cli")
+        for path in sorted((ROOT / pkg).rglob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(r"\bissues? \d+\b", line, re.IGNORECASE)
+    ]
+    assert not cited, "issue numbers in the code (say why instead):\n" + "\n".join(cited)

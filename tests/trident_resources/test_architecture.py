@@ -362,3 +362,46 @@ def test_assets_and_sensors_use_only_the_public_api() -> None:
     ``trident_assets`` (the example's schedule lives in ``trident_assets.example``)."""
     found = library_imports_breaking_the_api(Path(__file__).resolve().parents[2])
     assert not found, "imports past trident_resources' public API (export the name deliberately):\n" + "\n".join(found)
+
+
+def _forwarded_to(fn: ast.FunctionDef) -> str | None:
+    """What a one-line forwarder hands its work to (``module.f``), if ``fn`` is one: a body
+    (docstring aside) of one call of another module's function. A call of a member's method
+    (``self.con.close()``) is the member's own business, not a second name for another module's."""
+    body = fn.body[1:] if fn.body and isinstance(fn.body[0], ast.Expr) and isinstance(fn.body[0].value, ast.Constant) else fn.body
+    if len(body) != 1 or not isinstance(body[0], (ast.Return, ast.Expr)):
+        return None
+    call = body[0].value
+    if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Attribute):
+        return None
+    owner = call.func.value
+    if isinstance(owner, ast.Name) and owner.id != "self":
+        return f"{owner.id}.{call.func.attr}"
+    return None
+
+
+def sink_forwarders(root: Path) -> list[str]:
+    """Public methods of the sinks' classes that only forward to another module or part and that
+    no contract class (``sinks/contract.py``) declares: a caller should call the owner itself."""
+    contract = ast.parse((root / ENGINE / "sinks" / "contract.py").read_text())
+    declared = {
+        c.name: {f.name for f in c.body if isinstance(f, ast.FunctionDef)} for c in contract.body if isinstance(c, ast.ClassDef)
+    }
+    found: list[str] = []
+    for path in sorted((root / ENGINE / "sinks").rglob("*.py")):
+        for cls in (n for n in ast.walk(ast.parse(path.read_text(), str(path))) if isinstance(n, ast.ClassDef)):
+            allowed = set().union(*(declared.get(ast.unparse(b), set()) for b in cls.bases))
+            for fn in cls.body:
+                if isinstance(fn, ast.FunctionDef) and not fn.name.startswith("_") and fn.name not in allowed:
+                    target = _forwarded_to(fn)
+                    if target is not None:
+                        found.append(f"{_module_name(path, root)}: {cls.name}.{fn.name} only calls {target}")
+    return found
+
+
+def test_sinks_have_no_one_line_forwarders_beyond_the_contract() -> None:
+    """A sink implements the ``Sink`` contract; a method that only hands its arguments on to
+    ``scans``, ``wap`` or ``committer`` and is not part of that contract is a second name for one
+    thing, and a caller that should call the owning module directly."""
+    found = sink_forwarders(ROOT)
+    assert not found, "one-line forwarders outside the sink contract (call the owner directly):\n" + "\n".join(found)

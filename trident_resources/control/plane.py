@@ -157,8 +157,8 @@ def migration_files() -> list[tuple[int, str, str]]:
 
 
 class _Pool(ConnectionPool[psycopg.Connection[DictRow]]):
-    """The control plane's pool; a connection asked of it after ``close()`` is a named error (a
-    ``Trident`` used after its ``with`` block raised psycopg_pool's raw ``PoolClosed``)."""
+    """The control plane's pool; a connection asked of it after ``close()`` is a named error
+    (``TridentClosedError``, not psycopg_pool's raw ``PoolClosed``)."""
 
     @contextmanager
     def connection(self, timeout: float | None = None) -> Iterator[psycopg.Connection[DictRow]]:
@@ -170,9 +170,26 @@ class _Pool(ConnectionPool[psycopg.Connection[DictRow]]):
             yield conn
 
 
+@contextmanager
+def _named_faults() -> Iterator[None]:
+    """A psycopg error (a Postgres restarted or unreachable after the pool opened, the pool's wait
+    for a connection run out) raised as ``ControlPlaneUnavailableError`` with psycopg's error
+    chained, so a caller catches every control-plane fault as a ``TridentError``."""
+    try:
+        yield
+    except psycopg.Error as exc:
+        raise ControlPlaneUnavailableError(
+            f"the control-plane Postgres failed: {type(exc).__name__}: {' '.join(str(exc).split())}. "
+            "Check that it is running and reachable (TRIDENT_PG_DSN); the Trident reconnects once it is back"
+        ) from exc
+
+
 class ControlPlane:
     """Owns the pool. Short transactions only: nothing here holds a lock across a data write,
-    except the per-dataset writer lock, which lives on its own dedicated connection."""
+    except the per-dataset writer lock, which lives on its own dedicated connection.
+
+    Every connection it hands out or uses names its faults (``_named_faults``); the raw ``pool``
+    is for a sink that names its own (the pg sink's writes and range reads)."""
 
     def __init__(self, dsn: str, *, pool_max: int = 8) -> None:
         self._dsn = dsn
@@ -202,29 +219,38 @@ class ControlPlane:
             with self.tx() as pooled:
                 yield pooled
             return
-        try:
-            with conn.transaction():
-                yield conn
-        except psycopg.OperationalError as exc:
-            raise _lock_lost(exc) from exc
+        with _named_faults():
+            try:
+                with conn.transaction():
+                    yield conn
+            except psycopg.OperationalError as exc:
+                raise _lock_lost(exc) from exc
 
     @contextmanager
     def _single_on(self, conn: psycopg.Connection[Any] | None) -> Iterator[psycopg.Connection[Any]]:
         """A connection for ONE statement that is a whole change by itself (autocommit: atomic
         on its own): ``_tx_on`` without BEGIN and COMMIT, two round trips less."""
         if conn is None:
-            with self.pool.connection() as pooled:
+            with self.connection() as pooled:
                 yield pooled
             return
-        try:
+        with _named_faults():
+            try:
+                yield conn
+            except psycopg.OperationalError as exc:
+                raise _lock_lost(exc) from exc
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection (autocommit); a psycopg error raised getting it or inside the block
+        is ``ControlPlaneUnavailableError``."""
+        with _named_faults(), self.pool.connection() as conn:
             yield conn
-        except psycopg.OperationalError as exc:
-            raise _lock_lost(exc) from exc
 
     @contextmanager
     def tx(self) -> Iterator[psycopg.Connection[Any]]:
-        """One short Postgres transaction."""
-        with self.pool.connection() as conn, conn.transaction():
+        """One short Postgres transaction; a psycopg error is ``ControlPlaneUnavailableError``."""
+        with _named_faults(), self.pool.connection() as conn, conn.transaction():
             yield conn
 
     def migrate(self) -> list[str]:
@@ -245,19 +271,19 @@ class ControlPlane:
 
     # -- datasets ---------------------------------------------------------------------------
     def dataset(self, workspace: str, key: str) -> DatasetRecord | None:
-        with self.pool.connection() as conn:
+        with self.connection() as conn:
             row = conn.execute(q.GET_DATASET, (workspace, key)).fetchone()
         return DatasetRecord(**row) if row else None
 
     def dataset_by_id(self, dataset_id: uuid.UUID) -> DatasetRecord | None:
-        with self.pool.connection() as conn:
+        with self.connection() as conn:
             row = conn.execute(q.GET_DATASET_BY_ID, (dataset_id,)).fetchone()
         return DatasetRecord(**row) if row else None
 
     def dataset_if_settled(self, dataset_id: uuid.UUID) -> tuple[DatasetRecord | None, bool]:
         """``dataset_by_id`` and whether the dataset has an open transaction, in ONE query: what a
         writer that just took the lock asks (the open entries are read only when there are some)."""
-        with self.pool.connection() as conn:
+        with self.connection() as conn:
             row = conn.execute(q.GET_DATASET_BY_ID_OPEN, (dataset_id,)).fetchone()
         if row is None:
             return None, True  # no record: let the caller look for open entries
@@ -266,7 +292,7 @@ class ControlPlane:
 
     def dataset_with_provenance(self, workspace: str, key: str) -> tuple[DatasetRecord | None, dict[str, Any]]:
         """``dataset(workspace, key)`` and its ``provenance`` in ONE query ({} when none is set)."""
-        with self.pool.connection() as conn:
+        with self.connection() as conn:
             row = conn.execute(q.GET_DATASET_WITH_PROVENANCE, (workspace, key)).fetchone()
         if row is None:
             return None, {}
@@ -275,14 +301,14 @@ class ControlPlane:
 
     def datasets_by_keys(self, workspace: str, keys: Iterable[str]) -> dict[str, DatasetRecord]:
         """The records of several keys in one query (a key with no record is absent)."""
-        with self.pool.connection() as conn:
+        with self.connection() as conn:
             rows = conn.execute(q.GET_DATASETS_BY_KEYS, (workspace, list(keys))).fetchall()
         return {r["key"]: DatasetRecord(**r) for r in rows}
 
     def dataset_and_entry(self, workspace: str, key: str, txn_id: uuid.UUID) -> tuple[DatasetRecord | None, LedgerEntry | None]:
         """``dataset(workspace, key)`` and ``ledger_entry(txn_id)`` in ONE query (the entry may be
         another dataset's: the caller checks). What naming a staged version read in two."""
-        with self.pool.connection() as conn:
+        with self.connection() as conn:
             row = conn.execute(q.GET_DATASET_AND_LEDGER, (txn_id, workspace, key)).fetchone()
         if row is None:
             return None, None
@@ -294,7 +320,7 @@ class ControlPlane:
     def history_by_key(self, workspace: str, key: str, limit: int | None = None) -> list[LedgerEntry] | None:
         """``history`` of the dataset ``key`` names, ``None`` when there is no such dataset: one
         query when it has entries (every dataset written once has), two otherwise."""
-        with self.pool.connection() as conn:
+        with self.connection() as conn:
             rows = conn.execute(q.HISTORY_BY_KEY, (workspace, key, limit)).fetchall()
         if rows:
             return [LedgerEntry(**r) for r in rows]
@@ -302,11 +328,11 @@ class ControlPlane:
         return None if ds is None else self.history(ds.dataset_id, limit)
 
     def datasets(self, workspace: str) -> list[DatasetRecord]:
-        with self.pool.connection() as conn:
+        with self.connection() as conn:
             return [DatasetRecord(**r) for r in conn.execute(q.LIST_DATASETS, (workspace,))]
 
     def ensure_dataset(self, workspace: str, key: str, sink: str, identifier: str | None) -> DatasetRecord:
-        with self.pool.connection() as conn:  # the inserted row comes back; someone else's only on a lost race
+        with self.connection() as conn:  # the inserted row comes back; someone else's only on a lost race
             row = conn.execute(q.INSERT_DATASET, (uuid.uuid4(), workspace, key, sink, identifier)).fetchone()
             if row is None:
                 row = conn.execute(q.GET_DATASET, (workspace, key)).fetchone()
@@ -318,7 +344,7 @@ class ControlPlane:
             conn.execute(q.SET_DATASET_SINK, (sink, identifier, dataset_id))
 
     def provenance(self, dataset_id: uuid.UUID) -> dict[str, Any]:
-        with self.pool.connection() as conn:
+        with self.connection() as conn:
             row = conn.execute(q.GET_PROVENANCE, (dataset_id,)).fetchone()
         return row["provenance"] if row else {}
 
@@ -328,16 +354,16 @@ class ControlPlane:
 
     # -- ledger -----------------------------------------------------------------------------
     def ledger_entry(self, txn_id: uuid.UUID) -> LedgerEntry | None:
-        with self.pool.connection() as conn:
+        with self.connection() as conn:
             row = conn.execute(q.GET_LEDGER, (txn_id,)).fetchone()
         return LedgerEntry(**row) if row else None
 
     def history(self, dataset_id: uuid.UUID, limit: int | None = None) -> list[LedgerEntry]:
-        with self.pool.connection() as conn:
+        with self.connection() as conn:
             return [LedgerEntry(**r) for r in conn.execute(q.HISTORY, (dataset_id, limit))]
 
     def open_entries(self, dataset_id: uuid.UUID | None = None) -> list[LedgerEntry]:
-        with self.pool.connection() as conn:
+        with self.connection() as conn:
             return [LedgerEntry(**r) for r in conn.execute(q.OPEN_LEDGER, (dataset_id, dataset_id))]
 
     @contextmanager
@@ -347,7 +373,7 @@ class ControlPlane:
         The lock dies with the process's connection, which is how the reconciler tells an open
         transaction whose writer crashed from one still running.
         """
-        with self.pool.connection() as conn:
+        with self.connection() as conn:
             began = time.monotonic()
             deadline = began + wait_s
             delay = 0.02
@@ -380,7 +406,7 @@ class ControlPlane:
         """Wait for, then hold until the block ends, the one decision lock of staged transaction
         ``txn_id`` (a transaction-level advisory lock: released by the commit, or by the
         session's death if the process dies holding it)."""
-        with self.pool.connection() as conn, conn.transaction():
+        with self.connection() as conn, conn.transaction():
             conn.execute(q.STAGED_DECISION_LOCK, (str(txn_id),))
             yield
 
@@ -407,7 +433,7 @@ class ControlPlane:
         keys = [f"{ds_key}|{key}" for key, _ in items]
         modes = [shared for _, shared in items]
         taken = 0
-        with self.pool.connection() as conn:
+        with self.connection() as conn:
             deadline = time.monotonic() + wait_s
             shared_held = False
             try:
@@ -459,7 +485,10 @@ class ControlPlane:
     def acquire_commit_lock(self, conn: psycopg.Connection[Any], dataset: DatasetRecord, wait_s: float) -> None:
         """The dataset's commit lock, on the writer's lock session: partition writers serialise
         their Iceberg commit and ledger COMMIT under it (never their writes)."""
-        self._acquire(conn, q.TRY_COMMIT_LOCK, str(dataset.dataset_id), time.monotonic() + wait_s, dataset, wait_s, "its commit")
+        with _named_faults():
+            self._acquire(
+                conn, q.TRY_COMMIT_LOCK, str(dataset.dataset_id), time.monotonic() + wait_s, dataset, wait_s, "its commit"
+            )
 
     def release_commit_lock(self, conn: psycopg.Connection[Any], dataset: DatasetRecord) -> None:
         try:
@@ -490,7 +519,7 @@ class ControlPlane:
         A retry of an aborted transaction id reopens it; ``None`` means the id already committed.
         One statement (an upsert returning the row), so no transaction around it.
         """
-        with self.pool.connection() as conn:
+        with self.connection() as conn:
             row = conn.execute(
                 q.INSERT_OPEN_LEDGER,
                 (
@@ -607,18 +636,18 @@ class ControlPlane:
     def staged_entries_by_key(self, workspace: str, key: str) -> list[LedgerEntry] | None:
         """``staged_entries`` of the dataset ``key`` names, ``None`` when there is no such
         dataset: one query when it has some, two when it has none."""
-        with self.pool.connection() as conn:
+        with self.connection() as conn:
             rows = conn.execute(q.STAGED_LEDGER_BY_KEY, (workspace, key)).fetchall()
         if rows:
             return [LedgerEntry(**r) for r in rows]
         return None if self.dataset(workspace, key) is None else []
 
     def staged_entries(self, dataset_id: uuid.UUID | None = None) -> list[LedgerEntry]:
-        with self.pool.connection() as conn:
+        with self.connection() as conn:
             return [LedgerEntry(**r) for r in conn.execute(q.STAGED_LEDGER, (dataset_id, dataset_id))]
 
     def set_txn_location(self, txn_id: uuid.UUID, location: str) -> None:
-        with self.pool.connection() as conn:  # one statement: no transaction
+        with self.connection() as conn:  # one statement: no transaction
             conn.execute(q.SET_LEDGER_LOCATION, (location, txn_id))
 
     def abort_txn(self, txn_id: uuid.UUID, error: str) -> None:
@@ -632,7 +661,7 @@ class ControlPlane:
 
     def pending_cleanups(self, workspace: str, dataset_id: uuid.UUID | None = None) -> list[LedgerEntry]:
         """Aborted transactions whose storage leftovers could not be removed yet, oldest first."""
-        with self.pool.connection() as conn:
+        with self.connection() as conn:
             return [LedgerEntry(**r) for r in conn.execute(q.PENDING_CLEANUPS, (workspace, dataset_id, dataset_id))]
 
     def delete_dataset(self, dataset_id: uuid.UUID) -> None:
@@ -649,7 +678,7 @@ class ControlPlane:
     def watermarks(self, output_id: uuid.UUID, partition_keys: Sequence[str] = ("",)) -> dict[tuple[uuid.UUID, str], datetime]:
         """(source, output partition key) -> watermark, for the given partition keys of the
         output ('' is the whole output)."""
-        with self.pool.connection() as conn:
+        with self.connection() as conn:
             rows = conn.execute(q.GET_WATERMARKS, (output_id, list(partition_keys)))
             return {(r["source_dataset_id"], r["partition_key"]): r["watermark"] for r in rows}
 

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 from ..core.errors import FlagNotFoundError, InvalidWriteError, PinNotFoundError
 from ..core.keys import validate_key
-from . import faults
 from . import queries as q
 from .plane import ControlPlane, DatasetRecord
 
@@ -160,6 +159,3 @@ class Router:
 def _check_sink(sink: str) -> None:
     if sink not in SINK_NAMES:
         raise InvalidWriteError(f"unknown sink {sink!r}; sinks are {list(SINK_NAMES)}")
-
-
-faults.name_control_plane_faults(Router)  # the CLI's pin/flag commands call the router directly (control/faults.py)

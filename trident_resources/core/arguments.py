@@ -1,6 +1,6 @@
-"""Argument checks for the facade's doors: a malformed argument is a named error at the call,
-never a raw ``TypeError`` from deep inside (``keys=5`` used to fail as "'int' object is not
-iterable", ``columns='a'`` inside pyarrow, ``txn_id='nope'`` in ``uuid.UUID``)."""
+"""Argument checks for the client's methods: a malformed argument is a named error at the call,
+never a raw ``TypeError`` from deep inside (unchecked, ``keys=5`` would fail as "'int' object is
+not iterable", ``columns='a'`` inside pyarrow, ``txn_id='nope'`` in ``uuid.UUID``)."""
 
 from __future__ import annotations
 
@@ -89,7 +89,8 @@ def maintenance_window(older_than: Any, retain_last: Any, uploads_older_than: An
 
 def partition_filter(partition: Any) -> PartitionFilter | None:
     """``partition=`` is a ``PartitionFilter`` or None. A bare value (``partition='2024-01-01'``)
-    used to fail as "'str' object has no attribute 'bind'": it does not say which column it is of."""
+    is refused: it does not say which column it is of (unchecked, it fails as "'str' object has
+    no attribute 'bind'")."""
     if partition is None or isinstance(partition, PartitionFilter):
         return partition
     raise PartitionError(
@@ -100,7 +101,7 @@ def partition_filter(partition: Any) -> PartitionFilter | None:
 
 def history_limit(limit: Any) -> int | None:
     """How many ledger entries to return: None (all) or a positive count. Zero or a negative
-    count reached Postgres' LIMIT as a raw psycopg error (or silently showed nothing)."""
+    count would reach Postgres' LIMIT as a raw psycopg error (or silently show nothing)."""
     if limit is None:
         return None
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
@@ -110,7 +111,7 @@ def history_limit(limit: Any) -> int | None:
 
 def source_refs(refs: Any) -> list[str]:
     """What a write was derived from: None, one reference, or an iterable of non-empty strings. A
-    bare string used to be recorded letter by letter (``"raw/orders"`` became ``['r', 'a', ...]``)."""
+    bare string is one reference (iterated, ``"raw/orders"`` would become ``['r', 'a', ...]``)."""
     return _names(
         refs,
         "source_refs",
@@ -122,8 +123,8 @@ def source_refs(refs: Any) -> list[str]:
 
 def metadata(value: Any, name: str = "metadata", error: type[TridentError] = InvalidWriteError) -> dict[str, Any]:
     """A write's ledger metadata or provenance: None or a mapping that Postgres' jsonb can hold,
-    checked before the transaction opens. ``metadata=5`` was a raw TypeError; a NaN or a NUL
-    character a raw psycopg error (for provenance, met at COMMIT, even ControlPlaneUnavailableError)."""
+    checked before the transaction opens: unchecked, ``metadata=5`` would be a raw TypeError and a
+    NaN or a NUL character a Postgres error (for provenance, met only at COMMIT)."""
     if value is None:
         return {}
     if not isinstance(value, Mapping):

@@ -148,8 +148,8 @@ class KeyNotFoundError(TridentError, LookupError):
 
 
 class PinNotFoundError(TridentError, LookupError):
-    """``clear_pin`` of a dataset key that has no pin in this workspace: nothing was cleared (a
-    typo'd key used to be reported as "cleared" while the real pin stayed in force)."""
+    """``clear_pin`` of a dataset key that has no pin in this workspace: nothing was cleared (so
+    a typo'd key is not reported as "cleared" while the real pin stays in force)."""
 
 
 class TridentClosedError(TridentError):

@@ -86,7 +86,7 @@ def _id_bytes(value: Literal[Any]) -> Literal[Any]:
 def arrow_filter(schema: pa.Schema, row_filter: str) -> Any:
     """``row_filter`` as a pyarrow expression over ``schema``; InvalidFilterError when it does not
     parse or names a column the dataset lacks."""
-    if not isinstance(row_filter, str):  # was "'int' object has no attribute 'expandtabs'"
+    if not isinstance(row_filter, str):  # else pyiceberg's parser fails as "'int' object has no attribute 'expandtabs'"
         raise InvalidFilterError(
             f"row_filter must be a string in pyiceberg filter syntax, e.g. \"k > 5 and v = 'x'\", "
             f"got a {type(row_filter).__name__}: {row_filter!r}"

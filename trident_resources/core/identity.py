@@ -46,7 +46,7 @@ def identity_fields(row_id_type: pa.DataType = ROW_ID_STORED) -> tuple[pa.Field,
 
 
 RESERVED_PREFIX = "__"
-# Engine columns that the engine's own layers write through the facade (model nodes' lineage).
+# Engine columns that the engine's own layers write through the client (model nodes' lineage).
 ENGINE_LINEAGE_COLUMNS = frozenset({"__source_row_index__"})
 
 
@@ -60,7 +60,7 @@ def refuse_reserved(schema: pa.Schema) -> None:
     DuckDB nor Postgres' jsonb can hold them) and duplicate names (a row could not say which
     value a name means) are a SchemaMismatchError, nested struct fields included; so are names
     that differ only in case ("A" and "a"): DuckDB resolves names case-insensitively, so ``sql``
-    over such a dataset failed as if its files were corrupt.
+    over such a dataset would fail as if its files were corrupt.
     """
     if not schema.names:  # a dataset of identity columns alone holds nothing a reader asked for
         raise SchemaMismatchError("the input has no columns; write at least one column")
@@ -137,7 +137,7 @@ class RowIdBlock:
     number of the row within the block. A block is minted by the engine for each set of rows it
     numbers, from ``os.urandom`` and the clock, NEVER from the caller's transaction id: callers
     may pass any txn id (two UUIDv7s of one millisecond share their first 64 bits; a txn id may
-    be reused on another dataset), so an id derived from it was not unique. Two blocks collide
+    be reused on another dataset), so an id derived from it would not be unique. Two blocks collide
     only when minted in the same millisecond with the same 34 random bits and overlapping
     sequences. Ids stay time-ordered, which keeps index inserts local, and cost nothing per row.
 

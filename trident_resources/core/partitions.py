@@ -1,4 +1,4 @@
-"""Partitions: which slice of a dataset a write replaces, and how the slice maps onto Iceberg.
+"""Partitions: which slice of a dataset a write replaces, in terms every sink shares.
 
 A ``PartitionFilter`` names the partition(s) a write is about: per dimension a column, a transform
 (``identity``, ``hour``, ``day``, ``month``) and either the key values (``values``) or a half-open
@@ -12,6 +12,8 @@ Transforms are computed here with pyarrow (pyiceberg's own Arrow transforms need
 ``pyiceberg-core`` wheel) and produce exactly Iceberg's partition values: days / hours / months
 since the epoch, or the value itself for identity.
 
+How a slice maps onto an Iceberg table (its partition spec, a pyiceberg row filter, data files'
+partition records) is the Iceberg sink's: ``trident_resources/sinks/iceberg/partition_spec.py``.
 This module is engine code: it never imports Dagster (``trident_resources/dagster/partition_mapping.py``
 maps a Dagster ``partitions_def`` onto it).
 """
@@ -19,20 +21,13 @@ maps a Dagster ``partitions_def`` onto it).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any, Literal, get_args
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, GreaterThanOrEqual, In, LessThan
-from pyiceberg.partitioning import PartitionSpec, partition_record_value
-from pyiceberg.schema import Schema
-from pyiceberg.transforms import DayTransform, HourTransform, IdentityTransform, MonthTransform, Transform
-from pyiceberg.typedef import Record
 
 from .errors import PartitionError
 
@@ -199,11 +194,6 @@ class _BoundDim:
         start, end = pa.scalar(self.start, type=self.arrow_type), pa.scalar(self.end, type=self.arrow_type)
         return bool(pc.greater_equal(lo, start).as_py() and pc.less(hi, end).as_py())
 
-    def iceberg_expr(self) -> BooleanExpression:
-        if self.values is not None:
-            return In(self.column, [_literal_value(v) for v in self.values])  # type: ignore[misc, call-arg]  # pydantic plugin hides pyiceberg's positional __init__
-        return And(GreaterThanOrEqual(self.column, _literal_value(self.start)), LessThan(self.column, _literal_value(self.end)))  # type: ignore[misc, call-arg]  # as above
-
     def keys(self, column: pa.Array | pa.ChunkedArray) -> pa.Array:
         """Iceberg partition values of a column (days/hours/months since epoch, or the value)."""
         return partition_values(self.transform, column)
@@ -268,12 +258,6 @@ class BoundPartition:
         out = self.dims[0].arrow_expr()
         for d in self.dims[1:]:
             out = out & d.arrow_expr()
-        return out
-
-    def iceberg_expr(self) -> BooleanExpression:
-        out: BooleanExpression = AlwaysTrue()
-        for d in self.dims:
-            out = And(out, d.iceberg_expr())
         return out
 
     def key_arrays(self, batch: pa.RecordBatch) -> list[pa.Array]:
@@ -344,80 +328,6 @@ class BoundPartition:
             else:
                 return None
         return n
-
-    # -- Iceberg ------------------------------------------------------------------------------
-    def contains_record(self, spec: PartitionSpec, schema: Schema, record: Record) -> bool:
-        """Is the data file with partition ``record`` (of ``spec``) wholly inside the slice?"""
-        by_source = {schema.find_column_name(f.source_id): (i, f) for i, f in enumerate(spec.fields)}
-        for d in self.dims:
-            hit = by_source.get(d.column)
-            if hit is None or transform_name(hit[1].transform) != d.transform:
-                return False
-            if not d.contains(record[hit[0]]):
-                return False
-        return True
-
-
-def matches_spec(spec: PartitionSpec, schema: Schema, wanted: Sequence[tuple[str, TransformName]]) -> bool:
-    """Is the table partitioned exactly as ``wanted`` (same columns and transforms, any order)?"""
-    have = {(schema.find_column_name(f.source_id), transform_name(f.transform)) for f in spec.fields}
-    return have == set(wanted) and len(spec.fields) == len(wanted)
-
-
-def describe_spec(spec: PartitionSpec, schema: Schema) -> list[str]:
-    return [f"{transform_name(f.transform)}({schema.find_column_name(f.source_id)})" for f in spec.fields]
-
-
-def iceberg_transform(name: TransformName) -> Transform[Any, Any]:
-    return {"identity": IdentityTransform(), "hour": HourTransform(), "day": DayTransform(), "month": MonthTransform()}[name]
-
-
-def transform_name(t: Transform[Any, Any]) -> str:
-    """The word Trident uses for a pyiceberg transform (``identity``, ``day``...): specs here and
-    the sink's ``partitioning``/``partition_stats`` speak the same names."""
-    return {IdentityTransform: "identity", HourTransform: "hour", DayTransform: "day", MonthTransform: "month"}.get(
-        type(t), repr(t)
-    )
-
-
-def _split(table: pa.Table, keys: list[pa.Array]) -> Iterator[tuple[tuple[Any, ...], pa.Table]]:
-    """``table`` cut into one piece per distinct combination of ``keys`` (one array per field).
-    Rows already grouped by partition (a clustered backfill) are cut into zero-copy slices;
-    otherwise each piece is gathered with one ``take``."""
-    if table.num_rows == 0:
-        return
-    codes = np.zeros(table.num_rows, dtype=np.int64)
-    dicts = []
-    for k in keys:
-        enc = pc.dictionary_encode(k, null_encoding="encode")
-        if isinstance(enc, pa.ChunkedArray):
-            enc = enc.combine_chunks()
-        dicts.append(enc.dictionary)
-        codes = codes * len(enc.dictionary) + enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-    sizes = [len(d) for d in dicts]
-
-    def key_of(code: int) -> tuple[Any, ...]:
-        parts = []
-        for size in reversed(sizes):
-            code, p = divmod(code, size)
-            parts.append(p)
-        parts.reverse()
-        return tuple(dicts[i][p].as_py() for i, p in enumerate(parts))
-
-    cuts = np.flatnonzero(np.diff(codes)) + 1
-    run_codes = codes[np.concatenate([[0], cuts]).astype(np.int64)]
-    if len(np.unique(run_codes)) == len(run_codes):  # every partition's rows are contiguous
-        bounds = [0, *cuts.tolist(), table.num_rows]
-        for code, s, e in zip(run_codes.tolist(), bounds, bounds[1:], strict=False):
-            yield key_of(code), table.slice(s, e - s)
-        return
-    order = np.argsort(codes, kind="stable")
-    ordered = codes[order]
-    cuts = np.flatnonzero(np.diff(ordered)) + 1
-    starts = np.concatenate([[0], cuts])
-    ends = np.concatenate([cuts, [len(ordered)]])
-    for s, e in zip(starts, ends, strict=True):
-        yield key_of(int(ordered[s])), table.take(pa.array(order[s:e]))
 
 
 def partition_values(transform: TransformName, column: pa.Array | pa.ChunkedArray) -> pa.Array:
@@ -531,10 +441,6 @@ def _evaluate(table: pa.Table, expr: pc.Expression) -> pa.ChunkedArray:
     return pads.dataset(table).to_table(columns={"m": expr}).column("m")
 
 
-def _literal_value(v: Any) -> Any:
-    return v
-
-
 def _filter_column(name: str) -> str:
     """``name`` as a column reference in pyiceberg's filter syntax. Always quoted, segment by
     segment (the parser joins dotted segments back into one name): unquoted, a column named
@@ -601,32 +507,3 @@ def _plain(v: Any) -> Any:
     if isinstance(v, (date, datetime)):
         return v.isoformat()
     return v
-
-
-class Partitioner:
-    """Splits rows by a table's partition spec: every write to a partitioned table goes through
-    it (a partition run, a full replace, an upsert's rewritten files), so that no data file ever
-    holds rows of two partitions and each ``DataFile.partition`` says which one it holds."""
-
-    def __init__(self, spec: PartitionSpec, schema: Schema) -> None:
-        self.spec = spec
-        self.schema = schema
-        self.fields: list[tuple[str, TransformName]] = []
-        for f in spec.fields:
-            name = schema.find_column_name(f.source_id)
-            t = transform_name(f.transform)
-            if name is None or t not in TRANSFORMS:
-                raise PartitionError(f"partition field {f.name!r} ({f.transform}) is not one Trident writes")
-            self.fields.append((name, t))
-
-    def split(self, table: pa.Table) -> Iterator[tuple[tuple[Any, ...], pa.Table]]:
-        """(partition key, rows) per partition present in ``table``."""
-        keys = [partition_values(t, table.column(c)) for c, t in self.fields]
-        yield from _split(table, keys)
-
-    def record(self, key: Sequence[Any]) -> Record:
-        """The Iceberg partition record of partition ``key`` (a value per spec field)."""
-        values = []
-        for f, v in zip(self.spec.fields, key, strict=True):
-            values.append(partition_record_value(f, v, self.schema) if isinstance(f.transform, IdentityTransform) else v)
-        return Record(*values)

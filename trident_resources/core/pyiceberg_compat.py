@@ -112,7 +112,7 @@ class SqlCatalogReusingMetadata(SqlCatalog):
         # Autocommit: every statement this catalog issues for Trident is a whole change on its own
         # (a commit is ONE ``UPDATE ... WHERE metadata_location = <the file it started from>``,
         # a table or namespace creation one INSERT, a drop one DELETE), and the rest are reads.
-        # In a transaction each catalog call was BEGIN, the statement, and COMMIT or ROLLBACK
+        # In a transaction each catalog call would be BEGIN, the statement, and COMMIT or ROLLBACK
         # on return to the pool: three round trips to Postgres for one.
         self.engine = self.engine.execution_options(isolation_level="AUTOCOMMIT")
         self._parsed: Recent[str, TableMetadata] = Recent(self.METADATA_CACHED)
@@ -339,7 +339,7 @@ def create_branch_in(txn: Transaction, snapshot_id: int, branch: str) -> None:
     """Create ``branch`` at ``snapshot_id`` in the same (not yet committed) transaction as the
     snapshot written onto it, so a staged write is ONE metadata commit (its own catalog load
     and metadata file) instead of two. The commit's requirement is that the branch
-    does not exist yet, where the separate branch commit's was that it still pointed at the
+    does not exist yet, where a separate branch commit's would be that it still pointed at the
     fork: nobody but this transaction writes its audit branch, so both say the same."""
     from pyiceberg.table.update.snapshot import ManageSnapshots
 

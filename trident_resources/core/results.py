@@ -1,4 +1,4 @@
-"""What the facade returns: plain dataclasses, safe to print and to put in Dagster metadata."""
+"""What the client returns: plain dataclasses, safe to print and to put in Dagster metadata."""
 
 from __future__ import annotations
 

@@ -41,7 +41,7 @@ def _pre_normalise(t: pa.DataType) -> pa.DataType:
         return _pre_normalise(t.value_type)
     if isinstance(t, pa.BaseExtensionType) and t.extension_name in _EXTENSION_STORAGE:
         # Arrow's canonical JSON (DuckDB and Polars emit it) is JSON text and bool8 a boolean:
-        # both were refused as "a type Iceberg supports" though their values are a string and a bool
+        # stored as the string and the bool their values are (Iceberg has neither extension type)
         return _EXTENSION_STORAGE[t.extension_name]
     if pa.types.is_timestamp(t):
         return pa.timestamp("us", tz="UTC" if t.tz is not None else None)

@@ -248,7 +248,7 @@ def usable_home(home: Path) -> None:
 @functools.lru_cache(maxsize=64)
 def _duckdb_refuses(memory_limit: str) -> str | None:
     """Why DuckDB refuses ``memory_limit``, or None. Remembered: its parser's answer for a value
-    never changes, and opening a database to ask was ~15-20 ms of every settings read (each run
+    never changes, and opening a database to ask costs ~15-20 ms of every settings read (each run
     of a Dagster job reads them)."""
     import duckdb
 

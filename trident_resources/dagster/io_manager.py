@@ -1,4 +1,4 @@
-"""``TridentIOManager``: assets return rows; they are written and loaded through the facade.
+"""``TridentIOManager``: assets return rows; they are written and loaded through the client.
 
 What an asset may return (all go through ``Trident.write``, writer ``pipeline.output``):
 a pyarrow Table, a ``RecordBatchReader`` (streamed, never materialized: an asset larger than memory
@@ -11,9 +11,9 @@ only has side effects says so with ``-> None`` (Dagster then records it without 
 Plain returns take their options from the output's definition metadata:
 
 =====================  ==========================================================================
-``trident/mode``       replace (default), append, upsert, append_new (the facade's write modes)
+``trident/mode``       replace (default), append, upsert, append_new (``Trident.write``'s modes)
 ``trident/keys``       key column(s) for upsert / append_new / snapshot-replace (replace + keys)
-``trident/writer``     the facade writer name; default ``pipeline.output``
+``trident/writer``     the writer name; default ``pipeline.output``
 ``trident/provenance`` the asset's own governance metadata (dict)
 =====================  ==========================================================================
 
@@ -103,7 +103,7 @@ class TridentOutput:
     ``provenance`` is the output's own governance metadata, merged with its upstream datasets'
     unless ``merge_upstream`` is False (node factories merge it themselves, with the exact source
     versions they read). ``on_done`` runs after the write whether it succeeded or not: a streamed
-    output often holds a DuckDB connection open until the facade has drained it.
+    output often holds a DuckDB connection open until the client has drained it.
     """
 
     data: Any
@@ -143,6 +143,16 @@ class TridentIOManager(dg.ConfigurableIOManager):
     trident: TridentResource
 
     def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
+        """Write an asset's output (rows, a ``TridentOutput``, or an ``AuditedVersion`` its own
+        step already wrote) as one transaction, staged when blocking checks of other steps gate
+        it, and report the materialization's metadata.
+
+        Raises:
+            AssetReturnedNoneError: the asset returned ``None``.
+            AssetKeyNotADatasetKeyError: the asset key is not a dataset key.
+            PartitionError: a partitioned asset declares no ``partition_expr``, or a row lies outside the run's partition.
+            and whatever ``Trident.write`` raises (the dataset is then as it was).
+        """
         key = dataset_key(context.asset_key)
         if obj is None:
             raise AssetReturnedNoneError(key)
@@ -218,6 +228,14 @@ class TridentIOManager(dg.ConfigurableIOManager):
         )
 
     def load_input(self, context: dg.InputContext) -> Any:
+        """An upstream dataset's rows in the type the input is annotated with (only the mapped
+        upstream partitions; a check of a gated asset reads its staged version).
+
+        Raises:
+            AssetKeyNotADatasetKeyError: the asset key is not a dataset key.
+            InvalidWriteError: the input's annotation is not a type rows can be loaded as.
+            and whatever ``Trident.stream`` raises (``DatasetNotFoundError`` for an upstream never written).
+        """
         key = dataset_key(context.asset_key)
         meta = context.definition_metadata or {}
         t = self.trident.get_client()  # settles this run's gates first (a downstream reads what was published)
@@ -254,7 +272,7 @@ def write_output(
     gate: Mapping[str, str] | None = None,
     txn_id: uuid.UUID | None = None,
 ) -> tuple[WriteResult, Mapping[str, Any] | None]:
-    """Write one asset output through the facade (what ``handle_output`` does, shared with
+    """Write one asset output through the client (what ``handle_output`` does, shared with
     checked assets that write and audit in their own step): a staged version when
     ``out.stage_txn`` is set or ``gate`` names blocking checks of other steps (check -> step, recorded in the
     ledger, with the run, for gate.py to settle). The write's id is ``out.stage_txn``, else

@@ -142,7 +142,11 @@ class TridentResource(dg.ConfigurableResource):
     @classmethod
     def from_settings(cls, settings: TridentSettings) -> TridentResource:
         """A resource that reproduces ``settings`` exactly, whatever the environment says (tests,
-        the CLI): every field is set, so nothing falls back to ``TRIDENT_*``."""
+        the CLI): every field is set, so nothing falls back to ``TRIDENT_*``.
+
+        Raises:
+            Nothing: every value comes from a validated ``TridentSettings``.
+        """
         values: dict[str, Any] = {}
         for name in TridentSettings.model_fields:
             value = getattr(settings, name)
@@ -157,7 +161,11 @@ class TridentResource(dg.ConfigurableResource):
         """The settings this resource stands for: its set fields, the environment for the rest.
 
         Inside a run Dagster has already resolved ``dg.EnvVar`` fields; outside one (building the
-        Definitions, a script) they are resolved here, and an unset variable counts as unset."""
+        Definitions, a script) they are resolved here, and an unset variable counts as unset.
+
+        Raises:
+            InvalidSettingsError: a field or ``TRIDENT_*`` variable holds an unusable value (named).
+        """
         values: dict[str, Any] = {}
         for name in TridentSettings.model_fields:
             value = getattr(self, name, None)
@@ -172,7 +180,14 @@ class TridentResource(dg.ConfigurableResource):
 
         In a run that staged a gated version in this process (write-audit-publish of a plain
         asset, gate.py), its gate is settled first, so that a step running after the asset's
-        blocking checks reads the published version."""
+        blocking checks reads the published version.
+
+        Raises:
+            InvalidSettingsError: a setting is unusable.
+            ControlPlaneUnavailableError: the control-plane Postgres cannot be reached.
+            StorageUnavailableError: the Iceberg catalog cannot be reached.
+            and whatever ``Trident.publish`` raises while the gate is settled.
+        """
         if self._client is None:
             self._client = Trident(self.settings())
         if self._run_id is not None and is_pending(self._run_id):
@@ -180,6 +195,12 @@ class TridentResource(dg.ConfigurableResource):
         return self._client
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        """Dagster's hook: open (or share, within a run) the client and settle the gates earlier
+        steps decided.
+
+        Raises:
+            whatever ``get_client`` raises.
+        """
         self._run_id, self._instance = (context.run.run_id if context.run else None), context.instance
         if self._client is None and self._run_id is not None:
             # the key holds a digest of the fields, not the fields: some are secrets
@@ -189,6 +210,12 @@ class TridentResource(dg.ConfigurableResource):
         self._settle()  # a step of its own process (multiprocess executor): what earlier steps decided
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        """Dagster's hook: settle the gates this step decided (the last check step of a gated
+        asset publishes it), then release the client.
+
+        Raises:
+            whatever ``Trident.publish`` raises while the gate is settled (the client is released).
+        """
         if self._client is not None:
             try:
                 self._settle()  # the last check step of a gated asset publishes it here

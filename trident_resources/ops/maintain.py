@@ -93,7 +93,8 @@ def maintain(
 
 def _named(exc: Exception, key: str) -> Exception:
     """``exc`` as a named error: a fault reading a file or reaching storage as reads name it, one
-    of the table library's own (a pyiceberg ``IndexError`` was seen) as ``MaintenanceFailedError``."""
+    of the table library's own (pyiceberg can raise ``IndexError`` on a damaged manifest) as
+    ``MaintenanceFailedError``."""
     err = faults.named(exc, key)
     if isinstance(err, TridentError):
         return err
@@ -118,7 +119,7 @@ def _busy_reason(engine: Engine, ds: DatasetRecord) -> str:
 
 def _before(now: datetime, age: timedelta) -> datetime:
     """``now - age``, or the earliest instant when ``age`` reaches past year 1 (``timedelta.max``
-    means "keep everything", and was a raw OverflowError)."""
+    means "keep everything", and must not be a raw OverflowError)."""
     try:
         return now - age
     except OverflowError:

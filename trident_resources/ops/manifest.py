@@ -2,7 +2,7 @@
 
 They are control-plane data by design, so the writer's ``max_mode`` is ``pg``: no flag or pin can
 move them into the lakehouse. Rows are keyed by ``object_key``; describe/history work as for any
-dataset because they go through the facade like every other write.
+dataset because they go through the client like every other write.
 """
 
 from __future__ import annotations

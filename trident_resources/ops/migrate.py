@@ -11,7 +11,7 @@ One ledger transaction (writer ``canary``) under the dataset's writer lock:
 
 The checksum is the sum (mod 2^128) and xor of DuckDB's ``hash()`` of each row's values in
 column-name order: equal multisets of rows give equal checksums whatever the order of the rows.
-Used only through ``Trident.migrate`` (the facade is the one door to rows).
+Used only through ``Trident.migrate`` (the client is the one door to rows).
 """
 
 from __future__ import annotations

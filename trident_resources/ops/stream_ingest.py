@@ -1,6 +1,6 @@
 """``ingest.stream``: a write session fed batch by batch over minutes, committed as ONE transaction.
 
-The session runs the ordinary facade write (INTENT -> WRITE -> COMMIT) on a background thread whose
+The session runs the ordinary write (INTENT -> WRITE -> COMMIT) on a background thread whose
 input is a bounded queue, so the sink streams the rows to storage as they arrive (bounded memory,
 ``max_queued`` batches of back-pressure) and nothing is visible until the one commit at the end.
 Leaving the ``with`` block normally commits; an exception or ``abort()`` aborts the transaction
@@ -13,6 +13,10 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +24,7 @@ import pyarrow as pa
 
 from ..core.errors import InvalidWriteError, StreamClosedError, TridentError
 from ..core.identity import refuse_reserved
+from ..core.partitions import PartitionFilter
 from ..core.results import WriteResult
 from ..core.schemas import conform
 from ..engine import Engine
@@ -34,6 +39,20 @@ log = logging.getLogger("trident")
 _END = object()
 _ABORT = object()
 _POLL_SECONDS = 0.5
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    """What a session's one write records besides its rows: ``Trident.write``'s keywords of the
+    same names, handed to it when the session commits."""
+
+    source_refs: Iterable[str] | None = None
+    metadata: Mapping[str, Any] | None = None
+    txn_id: uuid.UUID | str | None = None
+    provenance: Mapping[str, Any] | None = None
+    watermarks: Mapping[str, tuple[datetime, uuid.UUID | None]] | None = None
+    stage: bool = False
+    partition: PartitionFilter | None = None
 
 
 class StreamAborted(TridentError):
@@ -53,14 +72,14 @@ class IngestStream:
         writer: str,
         schema: pa.Schema | None,
         max_queued: int,
-        write_kwargs: dict[str, Any],
+        options: WriteOptions,
     ) -> None:
         self._engine = engine
         self.key = key
         self._mode = mode
         self._keys = keys
         self._writer = writer
-        self._kwargs = write_kwargs
+        self._options = options
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=max_queued)
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
@@ -162,8 +181,21 @@ class IngestStream:
 
     def _run(self, reader: pa.RecordBatchReader) -> None:
         try:
+            o = self._options
             self.result = write.write(
-                self._engine, self.key, reader, mode=self._mode, keys=self._keys or None, writer=self._writer, **self._kwargs
+                self._engine,
+                self.key,
+                reader,
+                mode=self._mode,
+                keys=self._keys or None,
+                writer=self._writer,
+                source_refs=o.source_refs,
+                metadata=o.metadata,
+                txn_id=o.txn_id,
+                provenance=o.provenance,
+                watermarks=o.watermarks,
+                stage=o.stage,
+                partition=o.partition,
             )
         except BaseException as exc:  # handed to the producer thread
             self._error = exc

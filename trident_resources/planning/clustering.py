@@ -155,8 +155,8 @@ class _Buckets:
         the previous batch's slices to the spill files. Reading (Parquet decoding, an upstream
         computation), the ``take`` and the appends (a copy into the page cache) all run in C++
         without the GIL, so pass 1, during which nothing else of a write can run yet, uses two
-        cores instead of one. (The helper did the cutting too, and then it was the bottleneck:
-        the reading thread mostly waited for it.) One thread appends, in input order, so each
+        cores instead of one. (The cutting stays on the reading thread: on the helper it would be
+        the bottleneck, the reading thread mostly waiting for it.) One thread appends, in input order, so each
         partition's rows stay in input order; one batch more is held."""
         pending: deque[Future[None]] = deque()
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="trident-cluster") as spiller:

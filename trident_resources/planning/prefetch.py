@@ -1,11 +1,11 @@
 """A write's input pulled on a helper thread, a bounded few batches ahead of the writer.
 
-Why: a streamed write used to pull its input (a DuckDB query's Arrow stream, a Parquet file being
-decoded) on the same thread that hands row groups to the Parquet encoders, and that thread waits
-whenever the encoder lane it needs is still busy. While it waited, nothing pulled the input: a
-DuckDB streaming result only computes when asked for its next batch, so the query and the encoders
-took turns instead of sharing the two cores (Trident averaged ~1.6 busy cores over the
-example pipeline, DuckDB writing the same results ~1.8). Pulling on a helper thread keeps the
+Why: the thread that hands row groups to the Parquet encoders waits whenever the encoder lane it
+needs is still busy. Were it also the thread that pulls the input (a DuckDB query's Arrow stream, a
+Parquet file being decoded), nothing would pull while it waited: a DuckDB streaming result only
+computes when asked for its next batch, so the query and the encoders would take turns instead of
+sharing the two cores (measured: ~1.6 busy cores over the example pipeline that way, against ~1.8
+for DuckDB writing the same results). Pulling on a helper thread keeps the
 source producing while the writer waits; both sides release the GIL in their native code.
 
 Memory stays bounded: at most ``depth`` batches wait in the queue (plus the one being produced).

@@ -90,7 +90,7 @@ class SpareDatabases:
 
     Why: opening a DuckDB database costs ~15-20 ms, and every sandbox needs a new one (its
     allowed files are fixed for its life): 13 of them in the example pipeline, one per node and
-    per dataset whose checks query it, were ~0.25 s of its run on the critical path.
+    per dataset whose checks query it, cost ~0.25 s of its run on the critical path.
     ``duckdb.connect`` releases the GIL, so opening the next database on a helper thread while
     the step writes costs the step nothing. A spare is untouched until taken (no setting, no
     query), so the sandbox configured on it is exactly a newly opened one; it belongs to the
@@ -215,7 +215,7 @@ class _ReadParquetSql:
     """The ``read_parquet`` expression of each dataset version registered in this process.
 
     Why: the expression depends only on the version's data files (immutable: a path is never
-    rewritten) and its schema and field ids, yet it was worked out again for every sandbox, with
+    rewritten) and its schema and field ids, yet working it out for every sandbox takes
     a read of every file's schema (``_files_match_schema``): 3-15 ms per dataset, paid again by
     each node and each step's checks that read the same version (the example pipeline opens
     ``tpch/lineitem`` in three nodes and ``tpch/orders`` in three). Bounded; keyed by
@@ -283,7 +283,7 @@ def _ident(name: str) -> str:
 class SandboxCache:
     """Locked sandbox connections kept for the next query over the SAME dataset versions.
 
-    Building a sandbox (a fresh DuckDB database, its views, then tearing it down) was most of a
+    Building a sandbox (a fresh DuckDB database, its views, then tearing it down) is most of a
     small query's fixed cost (40-170 ms a call). A connection is reused only for a
     query whose datasets, names, snapshots, files, schemas and settings are exactly those it was
     built for (``sandbox_key``), so it allows exactly the files a fresh one would; its

@@ -1,6 +1,6 @@
 """The transaction driver: INTENT -> WRITE -> COMMIT, failure and recovery, in one place.
 
-Every change to a dataset's rows (a facade write, a stream session, a row edit, a canary copy)
+Every change to a dataset's rows (a ``Trident.write``, a stream session, a row edit, a canary copy)
 is a ``Transaction`` opened here under the dataset's writer lock:
 
 1. INTENT: a ledger row ``open`` with the transaction's instant τ (``open``);
@@ -390,6 +390,8 @@ class TransactionDriver:
                     if still is None or still.status != "open":
                         continue
                     status, discarded = self.recover(self._fresh(ds), still)
+            except ControlPlaneUnavailableError:  # the control plane is gone, not this writer busy
+                raise
             except TridentError:
                 running.append(entry.txn_id)
                 continue
@@ -406,6 +408,8 @@ class TransactionDriver:
                 with self.control.writer_lock(ds, _LOCK_RELEASE_SECONDS if _writer_died_here(entry) else 1.0):
                     if self.roll_forward_staged(ds, entry):  # main moved to it, the ledger did not follow
                         forward.append(entry.txn_id)
+            except ControlPlaneUnavailableError:
+                raise
             except TridentError:
                 continue
         earlier = self.retry_cleanups(workspace, skip=frozenset(now.cleaned + now.pending))
@@ -618,6 +622,8 @@ def _reraise(exc: BaseException, settled: bool) -> NoReturn:
             "rolled forward if its snapshot committed, else aborted"
         )
     )
+    if isinstance(exc, ControlPlaneUnavailableError) and isinstance(exc.__cause__, psycopg.Error):
+        exc = exc.__cause__  # named by the control plane, which cannot know the write's fate: said here
     if isinstance(exc, psycopg.Error) or _lost_sql_catalog(exc):
         raise ControlPlaneUnavailableError(
             f"the control-plane Postgres failed during the write; {fate}: {type(exc).__name__}: {exc}"

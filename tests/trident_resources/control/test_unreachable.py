@@ -114,6 +114,10 @@ def test_a_control_plane_lost_after_opening_is_a_named_error_at_every_door(tride
                 "clear_pin": lambda: t.router.clear_pin("cp/pg"),
                 "set_flag": lambda: t.router.set_flag("sync.full", "pg"),
                 "clear_flag": lambda: t.router.clear_flag("sync.full"),
+                # the control plane itself, called below the client (the plane names its faults)
+                "control.dataset": lambda: t.control.dataset(t.workspace, "cp/pg"),
+                "control.history_by_key": lambda: t.control.history_by_key(t.workspace, "cp/pg"),
+                "control.tx": lambda: t.control.execute("SELECT 1"),
             }
             t.control.pool.timeout = 1  # the pool's wait for a connection (30 s) shortened
             proxy.down()  # pooled connections reset, new ones refused

@@ -137,3 +137,37 @@ def test_row_edits_keep_every_other_rows_identity(trident: Trident) -> None:
     with pytest.raises(KeyNotFoundError, match="404"):
         t.update_rows("ed/x", pa.table({"id": [404], "qty": [1]}), keys="id")
     assert len(t.read("ed/x")) == 98
+
+
+def test_edits_manifests_and_streams_take_writes_keywords_by_name() -> None:
+    """``update_rows``, ``delete_rows``, ``write_manifest`` and ``ingest_stream`` name each of
+    ``write``'s keywords they pass on, typed as ``write`` types them (no ``**kwargs`` a type
+    checker cannot see through); ``delete_rows`` has no ``partition``, as ``write``'s delete has none."""
+    import inspect
+
+    write = inspect.signature(Trident.write).parameters
+    passed = ("source_refs", "metadata", "txn_id", "provenance", "watermarks", "stage")
+    for method in (Trident.update_rows, Trident.delete_rows, Trident.write_manifest, Trident.ingest_stream):
+        params = inspect.signature(method).parameters
+        assert not [p for p in params.values() if p.kind is inspect.Parameter.VAR_KEYWORD], method.__name__
+        for name in (*passed, *(() if method is Trident.delete_rows else ("partition",))):
+            assert params[name].kind is inspect.Parameter.KEYWORD_ONLY, (method.__name__, name)
+            assert (params[name].annotation, params[name].default) == (write[name].annotation, write[name].default), (
+                method.__name__,
+                name,
+            )
+    assert "partition" not in inspect.signature(Trident.delete_rows).parameters
+
+
+def test_edits_and_streams_record_what_write_records(trident: Trident) -> None:
+    t = trident
+    t.write("ed/meta", pa.table({"id": [1, 2, 3], "v": ["a", "b", "c"]}))
+    u = t.update_rows("ed/meta", pa.table({"id": [1], "v": ["A"]}), keys="id", source_refs=["raw/a"], metadata={"why": "fix"})
+    d = t.delete_rows("ed/meta", where="id = 2", provenance={"owner": "ops"})
+    with t.ingest_stream("ed/meta", metadata={"batch": 7}) as s:
+        s.append(pa.table({"id": [4], "v": ["d"]}))
+    assert s.result is not None
+    entries = {e.txn_id: e for e in t.history("ed/meta")}
+    assert entries[u.txn_id].source_refs == ["raw/a"] and entries[u.txn_id].metadata.get("why") == "fix"
+    assert entries[s.result.txn_id].metadata.get("batch") == 7
+    assert d.deleted == 1 and t.provenance("ed/meta") == {"owner": "ops"}

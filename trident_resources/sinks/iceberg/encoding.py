@@ -12,7 +12,7 @@ dictionary only where that encoding is no larger. Columns known never to repeat 
 
 A column without a dictionary is PLAIN, except one stored as a Parquet integer (ints, dates,
 times, timestamps, decimals of up to 18 digits): DELTA_BINARY_PACKED, which stores the deltas
-between values bit-packed. On TPC-H lineitem at SF1 (6M rows, zstd) it was smaller than PLAIN
+between values bit-packed. On TPC-H lineitem at SF1 (6M rows, zstd) it is smaller than PLAIN
 and cheaper to write and to read on every such column: ``l_orderkey`` (sorted) 1.3 vs 2.0 MB,
 ``l_partkey`` (random, bounded) 14.5 vs 18.9 MB written in 0.08 vs 0.19 CPU s, a counting column
 0.03 vs 6.1 MB; eight integer columns read back in 0.10 s instead of 0.29 s by DuckDB and
@@ -33,7 +33,7 @@ import pyarrow.parquet as pq
 
 TRIAL_MIN_ROWS = 1024  # below this the trial says nothing useful about the next row groups
 # The trial encodes its rows twice, on a lane's thread, and every other lane of the write waits for
-# its answer: at 65,536 rows that was 0.1-0.3 s of a TPC-H SF1 write with one core idle (customer,
+# its answer: at 65,536 rows that is 0.1-0.3 s of a TPC-H SF1 write with one core idle (customer,
 # orders, lineitem and each half of the split). 16,384 rows give the same choice on
 # lineitem and customer and on orders all but ``o_shippriority``, a constant int whose two
 # encodings are a few bytes apart; 8,192 rows already drop the date columns of lineitem. A column

@@ -29,9 +29,9 @@ from pyiceberg.typedef import Record
 from ...core.errors import StorageCredentialsError
 from ...core.failpoints import failpoint
 from ...core.identity import CREATED_AT, ROW_ID, ROW_INDEX
-from ...core.partitions import Partitioner
 from ...core.pyiceberg_compat import parquet_writer_kwargs
 from .encoding import DELTA, EncodingChoice
+from .partition_spec import Partitioner
 from .stats import FileStats
 
 
@@ -98,7 +98,7 @@ _FEW_VALUES = frozenset({CREATED_AT})
 # mainstream reader decodes it on an integer column. ``__row_id`` (16 bytes in a uuid table, a
 # 36-character string in one created before) is PLAIN: DELTA_BYTE_ARRAY would store it smaller
 # (a block of ids shares its head), but polars' native reader refuses it on FIXED_LEN_BYTE_ARRAY,
-# DuckDB 1.4 reads it only on strings and blobs and Velox not at all, so every Trident table was
+# DuckDB 1.4 reads it only on strings and blobs and Velox not at all, so every Trident table would be
 # unreadable there; BYTE_STREAM_SPLIT on FIXED_LEN_BYTE_ARRAY is as new to readers (DuckDB reads
 # it only on numbers). ``bench/encoding_bench.py`` measures what PLAIN costs. Compaction writes
 # through this same writer, so it rewrites older files in these encodings too.
@@ -295,8 +295,8 @@ class DataFileWriter(_TxnFileWriter):
     def _flush(self) -> None:
         """Hand the buffered batches to the lanes as row groups of at most ``row_group_bytes``
         (a batch alone over it is a row group of its own); the batches short of one stay
-        buffered. A row group used to end at the first batch end past the budget, so two 15 MiB
-        batches made one 30 MiB row group: one lane encoded twice what the other did."""
+        buffered. A row group ending at the first batch end past the budget would let two 15 MiB
+        batches make one 30 MiB row group: one lane encoding twice what the other does."""
         if not self._buffer:
             return
         self._close_lanes_if_credentials_expire()

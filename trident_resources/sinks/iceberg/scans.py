@@ -23,6 +23,7 @@ from ...core.identity import ROW_ID, is_row_id_bytes
 from ...core.partitions import BoundPartition
 from ...core.schemas import conform
 from ..contract import AsOf, ScanPath, ScanPlan, VersionStats
+from .partition_spec import iceberg_expr
 from .snapshots import published_iceberg_schema, published_schema, snapshot_to_read, without_metadata
 from .tables import IcebergTables
 
@@ -81,7 +82,7 @@ def scan(
     read-ahead. pyiceberg's own batch reader materialises every file task at once through its
     thread pool, which is not bounded. There are never delete files (keyed writes are
     copy-on-write), so the data files alone are the rows. ``as_of`` is a snapshot id the
-    facade resolved through the ledger; a past version is read by pyiceberg with THAT
+    read layer resolved through the ledger (``read/versions.py``); a past version is read by pyiceberg with THAT
     version's schema (columns matched by Iceberg field id, not by name).
     """
     table = tables.table_to_read(ds)
@@ -94,7 +95,7 @@ def scan(
 
 
 def _to_read(table: Table, as_of: AsOf) -> int | None:
-    """The snapshot that holds the data version ``as_of`` (a snapshot id the facade resolved
+    """The snapshot that holds the data version ``as_of`` (a snapshot id the read layer resolved
     through the ledger): a compaction of it when that is what main is at or all that is left."""
     return None if as_of is None else snapshot_to_read(table, int(as_of))  # type: ignore[arg-type]
 
@@ -107,7 +108,7 @@ def _plan_current(
     that is the snapshot's whole file list, remembered per snapshot as for ``scan_plan``: a
     table with a long history (1,000 appends, then compaction) otherwise re-plans its manifests
     on every read. The files are read with ``filter_schema`` (16-byte ids as
-    ``fixed_size_binary(16)``, which the filter compares); the facade turns the ids into text."""
+    ``fixed_size_binary(16)``, which the filter compares); readers get the ids as text (``identity.public``)."""
     schema = published_schema(table)
     check_columns(columns, schema)
     expr = arrow_filter(schema, row_filter) if row_filter else None
@@ -124,7 +125,7 @@ def read(tables: IcebergTables, ds: DatasetRecord, *, columns: list[str] | None,
     in parallel with pre-buffered I/O (pyarrow's threaded ``to_table``), unlike ``scan``,
     which keeps one file and one batch in flight to stay bounded. The parsed table is reused
     while the catalog names the same metadata file (``table_to_read``): a table's metadata
-    file grows with every snapshot it keeps (1 MiB after 1,000 appends), and parsing it was
+    file grows with every snapshot it keeps (1 MiB after 1,000 appends), and parsing it is
     most of a compacted table's read beyond the one-go table's."""
     table = tables.table_to_read(ds)
     current = table.current_snapshot()
@@ -176,7 +177,7 @@ def arrow_source(
     tables: IcebergTables, ds: DatasetRecord, partition: BoundPartition | None = None, snapshot_id: int | None = None
 ) -> Any:
     table = tables.existing_table(ds)
-    expr = partition.iceberg_expr() if partition is not None else None
+    expr = iceberg_expr(partition) if partition is not None else None
     files = [f.file_path for f in tables.data_files(table, snapshot_id=snapshot_id, row_filter=expr)]
     return tables.file_dataset(table, files, None if snapshot_id is None else snapshot_schema(table, snapshot_id))
 
@@ -292,7 +293,7 @@ def version_stats(tables: IcebergTables, ds: DatasetRecord, snapshot_id: int | N
 
 def _snapshot_files(tables: IcebergTables, table: Table, snapshot_id: int | None) -> list[str]:
     """The data file paths of one snapshot, remembered: a snapshot never changes, and reading
-    its manifests was a third of a small SQL query's fixed cost. Keyed by the
+    its manifests is a third of a small SQL query's fixed cost. Keyed by the
     table's uuid too, so a dropped and recreated table never reuses another's entry."""
     if snapshot_id is None:
         return []

@@ -33,15 +33,7 @@ from ...core.errors import (
 from ...core.failpoints import failpoint
 from ...core.filters import filter_schema
 from ...core.identity import CREATED_AT, FILE_COLUMN, ROW_ID, ROW_ID_STORED, ROW_INDEX, convert_ids
-from ...core.partitions import (
-    BoundPartition,
-    Partitioner,
-    PartitionFilter,
-    describe_spec,
-    iceberg_transform,
-    matches_spec,
-    transform_name,
-)
+from ...core.partitions import BoundPartition, PartitionFilter
 from ...core.pyiceberg_compat import (
     create_branch_in,
     manage_snapshots,
@@ -70,6 +62,7 @@ from ..contract import (
 from . import committer, scans, wap
 from .catalog import ensure_namespace
 from .files import DataFileWriter, PartitionedDataFileWriter, delete_paths, list_txn_files, list_txn_metadata
+from .partition_spec import Partitioner, contains_record, describe_spec, iceberg_transform, matches_spec, transform_name
 from .purge import purge_files, still_needed, unreferenced_files
 from .s3_housekeeping import abort_incomplete_uploads
 from .scans import scan_batches
@@ -242,7 +235,7 @@ class IcebergVersion(StoredVersion):
             spec = specs[f.spec_id]
             if not matches_spec(spec, schema, wanted):
                 partial.append(f)
-            elif bound.contains_record(spec, schema, f.partition):
+            elif contains_record(bound, spec, schema, f.partition):
                 inside.append(f)
             else:
                 partial.append(f)
@@ -322,8 +315,14 @@ class IcebergWrite(SinkWrite):
             **{f"trident.{k.replace('_', '-')}": str(v) for k, v in asdict(counts).items()},
         }
         base = self.version.table.current_snapshot() if self.version.table is not None else None
-        snap = self.version.sink.commit_snapshot(
-            self.req, self.txn, files, self.to_delete, props, base_snapshot_id=base.snapshot_id if base else None
+        snap = committer.commit_snapshot(
+            self.version.sink.tables,
+            self.req,
+            self.txn,
+            files,
+            self.to_delete,
+            props,
+            base_snapshot_id=base.snapshot_id if base else None,
         )
         return summary_outcome(snap, without_metadata(self.arrow_schema))
 
@@ -547,7 +546,7 @@ class IcebergSink(Sink):
     def _described_table(self, ds: DatasetRecord) -> Table | None:
         """The table for ``partitioning``/``partition_stats`` (read only; ``None`` when there is
         none): ``describe`` calls both, and the pipeline describes each source of a node three
-        times while it starts, so loading and parsing the metadata file each time was ~4% of a
+        times while it starts, so loading and parsing the metadata file each time would cost ~4% of a
         pipeline run's CPU; ``IcebergTables.table_to_read`` reuses it while the catalog names the same file."""
         try:
             return self.tables.table_to_read(ds)
@@ -638,19 +637,6 @@ class IcebergSink(Sink):
                     self._manifest_rows.clear()
                 self._manifest_rows[m.manifest_path] = rows
             yield from rows
-
-    def commit_snapshot(
-        self,
-        req: WriteRequest,
-        txn: Transaction,
-        files: list[DataFile],
-        to_delete: list[DataFile],
-        props: dict[str, str],
-        *,
-        base_snapshot_id: int | None = None,
-    ) -> Snapshot:
-        """Commit ONE snapshot (``committer.py``: re-based onto other partitions' commits when needed)."""
-        return committer.commit_snapshot(self.tables, req, txn, files, to_delete, props, base_snapshot_id=base_snapshot_id)
 
     # -- recovery ---------------------------------------------------------------------------
     def _txn_snapshot(self, table: Table, txn_id: uuid.UUID) -> Snapshot | None:

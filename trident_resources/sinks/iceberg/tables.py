@@ -26,12 +26,13 @@ from pyiceberg.table import Table
 from ...control.plane import DatasetRecord
 from ...core.errors import DatasetNotFoundError, StorageUnavailableError, TableOwnershipError
 from ...core.keys import iceberg_identifier
-from ...core.partitions import BoundPartition, matches_spec
+from ...core.partitions import BoundPartition
 from ...core.pyiceberg_compat import is_sql_catalog, plan_live_files, sql_catalog_metadata_location
 from ...core.settings import TridentSettings
 from ..contract import VersionStats
 from .credentials import StorageAccess
 from .files import filesystem_for
+from .partition_spec import iceberg_expr, matches_spec
 from .snapshots import published_schema
 
 OWNER_PROPERTY = "trident.dataset-id"
@@ -131,7 +132,7 @@ class IcebergTables:
         hold its rows (pyiceberg prunes manifests by their partition summaries, then entries by
         partition and column statistics), plus every file of another partitioning, which such a
         write rewrites whole (see ``IcebergVersion.partition_files``)."""
-        files = self.data_files(table, row_filter=bound.iceberg_expr())
+        files = self.data_files(table, row_filter=iceberg_expr(bound))
         schema = table.schema()
         foreign = {i for i, spec in table.specs().items() if not matches_spec(spec, schema, bound.filter.spec)}
         snap = table.current_snapshot()

@@ -17,6 +17,7 @@ from ...core.errors import InvalidWriteError, StagedVersionConflictError
 from ...core.partitions import PartitionFilter
 from ...core.pyiceberg_compat import manage_snapshots, remove_branch_in, transaction
 from .committer import commit_files
+from .partition_spec import iceberg_expr
 from .scans import snapshot_iceberg_schema, snapshot_schema
 from .snapshots import (
     TXN_PROPERTY,
@@ -97,8 +98,8 @@ def _move_main(tables: IcebergTables, ds: DatasetRecord, table: Table, staged: S
     update.commit()
     tables.remember_committed(ds, table)  # what the describe after a publish reads
     # the commit left ``table`` at the metadata it committed (pyiceberg updates it in place): a
-    # reload was one more catalog query and metadata parse per publish, and could
-    # have shown a later commit's schema instead of the published one's
+    # reload would be one more catalog query and metadata parse per publish, and could
+    # show a later commit's schema instead of the published one's
     return summary_outcome(staged, published_schema(table), table)
 
 
@@ -111,7 +112,7 @@ def _publish_rebased(
     snapshot deleted and added, carrying its summary (txn id, counts, next ``__row_index``)."""
     txn_id = uuid.UUID(str(staged.summary[TXN_PROPERTY])) if staged.summary is not None else None
     assert txn_id is not None and staged.parent_snapshot_id is not None
-    expr = partition.bind(snapshot_schema(table, staged.snapshot_id)).iceberg_expr()
+    expr = iceberg_expr(partition.bind(snapshot_schema(table, staged.snapshot_id)))
     parent = {f.file_path: f for f in tables.data_files(table, staged.parent_snapshot_id)}
     mine = {f.file_path: f for f in tables.data_files(table, staged.snapshot_id)}
     head = table.current_snapshot()

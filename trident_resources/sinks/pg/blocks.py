@@ -2,7 +2,7 @@
 
 Why (measured on 200k lineitem rows): Postgres renders each jsonb member a read asks
 for at ~0.035 s of server CPU per member per 200k rows, whatever the query shape, so a full read
-of a 16-column dataset cannot reach 5x the old cursor reader from jsonb. A batch written by a
+of a 16-column dataset cannot reach 5x a row-by-row cursor read from jsonb. A batch written by a
 replace or an append has contiguous ascending ``__row_index``; it is also stored as ONE Arrow IPC
 stream (identity + user columns, zstd buffers) in ``trident_row_blocks``, in the same Postgres
 transaction as its rows. A read takes each block's rows from the block (one TOAST fetch and a

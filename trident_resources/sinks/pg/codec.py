@@ -41,8 +41,8 @@ def _is_binary(t: pa.DataType) -> bool:
 def _floats_as_json(expr: str, t: pa.DataType, depth: int = 0) -> str | None:
     """``expr`` with every float in it (top level, or inside lists, structs and map values) as a JSON value
     jsonb keeps exactly; None when ``t`` holds no float. NaN, infinities and -0.0 become strings
-    (JSON has no such numbers, and a jsonb number is a numeric, which has no negative zero): a
-    nested NaN made the whole row invalid JSON and the write was refused. Reads accept both
+    (JSON has no such numbers, and a jsonb number is a numeric, which has no negative zero), so
+    a nested NaN cannot make the whole row invalid JSON and the write refused. Reads accept both
     forms (pyarrow's CSV reader and ``json_transform_strict`` parse "nan", "-inf", "-0.0")."""
     if _is_float(t):
         return (

@@ -3,7 +3,7 @@ server side and ships a range's values as CSV text; pyarrow's C++ CSV reader typ
 
 Why (measured with the backends' CPU from /proc on 200k lineitem rows): rendering whole
 documents (``data::text``, ~0.6 s of server CPU, 85 MB) and decoding that JSON client side
-(``json_transform_strict``, ~0.6 s) were the cost of a read. Extracting each member with ``->>``
+(``json_transform_strict``, ~0.6 s) are the cost of a read that way. Extracting each member with ``->>``
 and rendering the row as ``ROW(...)::text`` costs the server about two thirds of that, ships less
 than half the bytes (no keys), reads only the projected columns, and the client parses a
 CSV in C++ with the recorded Arrow types instead of parsing JSON. Per-member extraction aggregated

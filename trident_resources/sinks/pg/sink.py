@@ -1,5 +1,5 @@
 """The ``pg`` sink: rows as jsonb in the control-plane Postgres (the legacy store, and the home of
-``dataset.manifest`` by design), with the same facade semantics as the lakehouse.
+``dataset.manifest`` by design), with the same semantics as the lakehouse.
 
 - One Postgres transaction per write: rows and a commit marker (``trident_pg_commits``, carrying the
   txn id, the Arrow schema and the outcome) become visible together or not at all; a killed
@@ -217,7 +217,7 @@ class PgSink(Sink):
         return _commit_row(conn.execute(q.PG_LATEST_COMMIT, (dataset_id,)).fetchone())
 
     def current_commit(self, ds: DatasetRecord) -> PgCommit | None:
-        with self.control.pool.connection() as conn:
+        with self.control.connection() as conn:
             return self._latest(conn, ds.dataset_id)
 
     def _existing(self, ds: DatasetRecord) -> PgCommit:
@@ -273,7 +273,7 @@ class PgSink(Sink):
 
     # -- recovery ---------------------------------------------------------------------------
     def find_committed(self, ds: DatasetRecord, txn_id: uuid.UUID) -> Outcome | None:
-        with self.control.pool.connection() as conn:
+        with self.control.connection() as conn:
             row = conn.execute(q.PG_COMMIT_OF_TXN, (txn_id,)).fetchone()
         if row is None:
             return None

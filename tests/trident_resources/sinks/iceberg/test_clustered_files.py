@@ -18,8 +18,8 @@ from pyiceberg.schema import Schema
 from pyiceberg.transforms import DayTransform
 from pyiceberg.types import DateType, LongType, NestedField
 
-from trident_resources.core.partitions import Partitioner
 from trident_resources.sinks.iceberg.files import PartitionedDataFileWriter
+from trident_resources.sinks.iceberg.partition_spec import Partitioner
 
 SCHEMA = Schema(NestedField(1, "i", LongType(), required=False), NestedField(2, "d", DateType(), required=False))
 SPEC = PartitionSpec(PartitionField(source_id=2, field_id=1000, transform=DayTransform(), name="d_day"))
