@@ -117,7 +117,7 @@ class IngestStream:
         reader = to_reader(data)
         if self.schema is None:
             # The input's schema, not its first batch's: an empty table has no batch at all, and
-            # was dropped, so the session committed nothing where write() of it commits a version.
+            # write() of it commits a version, so the session must too.
             self._start(reader.schema)
         for batch in reader:
             assert self.schema is not None

@@ -392,7 +392,8 @@ class PgSink(Sink):
         codec = JsonCodec(state.user_schema)
         try:
             query = codec.reader(storage_schema(state.user_schema), blocks=False)
-            with _translated(), self.control.tx() as conn:
+            # the raw pool: this sink names its own faults (``_translated``)
+            with _translated(), self.control.pool.connection() as conn, conn.transaction():
                 conn.execute("SET LOCAL client_encoding TO 'UTF8'")  # the reader parses raw bytes
                 params = {"ds": ds.dataset_id, "gen": state.gen, "min_rows": block_cache.MIN_REBUILD_ROWS}
                 for run in conn.execute(q.PG_UNCOVERED_RUNS, params).fetchall():
