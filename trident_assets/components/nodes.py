@@ -23,6 +23,7 @@ what Dagster's own components take (the same models and template scope: ``{{ dg.
 writes a ``defs.yaml`` to start from (``scaffold.py``).
 """
 
+from abc import abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Optional
@@ -132,8 +133,9 @@ class _NodeComponent(dg.Component, dg.Resolvable):
             **fields,
         }
 
+    @abstractmethod
     def node(self) -> Node:
-        raise NotImplementedError
+        """The factory call this component stands for (each node kind builds its own)."""
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
         return self.node().definitions()
