@@ -47,6 +47,7 @@ from .core.errors import (
     StreamClosedError,
     TableOwnershipError,
     TransactionConflictError,
+    TransactionGroupError,
     TridentClosedError,
     TridentError,
     UnknownSqlTableError,
@@ -58,8 +59,9 @@ from .core.errors import (
 from .core.identity import CREATED_AT, IDENTITY_COLUMNS, ROW_INDEX
 from .core.keys import validate_key
 from .core.partitions import PartitionDim, PartitionFilter
-from .core.results import Description, ReconcileReport, WriteResult
+from .core.results import Description, GroupResult, ReconcileReport, WriteResult
 from .core.settings import TridentSettings
+from .ops.group import TransactionGroup
 from .sinks.contract import VersionStats
 from .sql.guard import check_reads_only
 from .sql.sandbox import PARSER_DATABASE, close_soon, native_paths, parser, register_dataset, sandbox
@@ -81,6 +83,7 @@ __all__ = [
     "DuplicateKeyError",
     "EmptyInputError",
     "FlagNotFoundError",
+    "GroupResult",
     "InvalidArgumentError",
     "InvalidDatasetKeyError",
     "InvalidFilterError",
@@ -111,6 +114,8 @@ __all__ = [
     "StreamClosedError",
     "TableOwnershipError",
     "TransactionConflictError",
+    "TransactionGroup",
+    "TransactionGroupError",
     "Trident",
     "TridentClosedError",
     "TridentError",

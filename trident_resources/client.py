@@ -16,11 +16,12 @@ from .core import arguments
 from .core.errors import InvalidArgumentError, InvalidSettingsError, InvalidWriteError
 from .core.keys import validate_key
 from .core.partitions import PartitionFilter
-from .core.results import Description, ReconcileReport, WriteResult
+from .core.results import Description, GroupResult, ReconcileReport, WriteResult
 from .core.settings import TridentSettings, settings_from_env
 from .core.write_modes import WriteMode
 from .engine import Engine
-from .ops import adopt, drop, edits, maintain, manifest, migrate, publish, write
+from .ops import adopt, drop, edits, group, maintain, manifest, migrate, publish, write
+from .ops.group import TransactionGroup
 from .ops.migrate import MigrationReport
 from .ops.stream_ingest import IngestStream, WriteOptions
 from .planning.inputs import to_reader
@@ -436,6 +437,55 @@ class Trident:
             ControlPlaneUnavailableError: the control-plane Postgres went away.
         """
         publish.discard(self.engine, key, txn_id, reason=reason)
+
+    # -- multi-dataset transactions --------------------------------------------------------------
+    def transaction(self, *, label: str | None = None, metadata: Mapping[str, Any] | None = None) -> TransactionGroup:
+        """A multi-dataset transaction: ``with t.transaction() as tx: tx.write(a, ...); tx.write(b, ...)``
+        stages every write and, when the block ends without an exception, publishes them all in ONE
+        control-plane transaction: readers see all of them or none, also across a crash (the
+        reconciler aborts a group whose owner died before publishing, and finishes one that died
+        while its Iceberg refs moved). An exception in the block discards the group.
+
+        Raises:
+            ControlPlaneUnavailableError: the control-plane Postgres went away (when the group opens).
+        """
+        return TransactionGroup(self.engine, label=label, metadata=metadata)
+
+    def publish_group(self, group_id: uuid.UUID | str) -> GroupResult:
+        """Publish an open transaction group (``group_id``: its id or a unique prefix of it).
+
+        Raises:
+            TransactionGroupError: no such group, it is not open, or a member is still being written.
+            InvalidArgumentError: the prefix names several groups.
+            StagedVersionConflictError: a member's dataset changed since it was staged (nothing published).
+            ConcurrentWriteError: a member's dataset stayed locked by another writer.
+            ControlPlaneUnavailableError: the control-plane Postgres went away.
+        """
+        return group.publish_group(self.engine, group_id)
+
+    def discard_group(self, group_id: uuid.UUID | str, *, reason: str = "discarded") -> list[uuid.UUID]:
+        """Discard an open transaction group: every staged member is dropped; returns their txn ids.
+
+        Raises:
+            TransactionGroupError: no such group, or it was published.
+            InvalidArgumentError: the prefix names several groups.
+            ControlPlaneUnavailableError: the control-plane Postgres went away.
+        """
+        return group.discard_group(self.engine, group_id, reason)
+
+    def read_many(self, keys: Iterable[str], columns: list[str] | None = None) -> dict[str, pa.Table]:
+        """Several datasets as of ONE moment of the control plane: every version is resolved by one
+        statement (one Postgres snapshot), so the tables never show half of a transaction group,
+        nor dataset A after a commit and dataset B before it.
+
+        Raises:
+            InvalidDatasetKeyError: a key is not a dataset key.
+            DatasetNotFoundError: a key names no dataset of this workspace.
+            InvalidReadError: a column is not in a dataset.
+            UnreadableDataError, StorageUnavailableError: a data file is missing or corrupt, or storage went away.
+            ControlPlaneUnavailableError: the control-plane Postgres went away.
+        """
+        return datasets.read_many(self.engine, list(keys), columns)
 
     def schema(self, key: str) -> pa.Schema:
         """The dataset's schema as readers get it (``__row_id`` as text, however it is stored).

@@ -13,6 +13,14 @@ forwards every catalog request to lakana unchanged and, by ``mode``:
 
 ``POST /oauth/token`` answers a client-credentials grant with lakana's token and records the form.
 Every request's headers are kept, so tests can assert what went over the wire.
+
+With ``multi_commit``, the proxy also serves what lakana 0.20 lacks: the Iceberg REST
+``POST /v1/{prefix}/transactions/commit`` (several tables' changes in one call, with an
+``Idempotency-Key``), and lists it among the ``endpoints`` of ``/v1/config`` (lakana lists none).
+It checks every table's requirements first and answers 409 without changing anything when one
+fails; then it applies the changes to lakana one table at a time, under one lock, so no other
+request through the proxy runs in between (lakana itself has no multi-table commit). A key seen
+before is answered 204 without applying anything again. Every call is kept in ``multi_commits``.
 """
 
 from __future__ import annotations
@@ -28,13 +36,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, quote, urlsplit
 
 from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
+from pyiceberg.catalog.rest import DEFAULT_ENDPOINTS
 
 from tests.support.s3_gate import S3Gate
+from trident_resources.core.pyiceberg_compat import MULTI_TABLE_COMMIT
 
 SIGNER_KEY = "signer-only-key"
 _TABLE = re.compile(r"^/v1/[^/]+/namespaces/[^/]+/tables(/[^/?]+)?/?(\?.*)?$")
@@ -60,6 +70,9 @@ class CatalogProxy:
     token_requests: list[dict[str, list[str]]] = field(default_factory=list)
     sign_requests: list[dict[str, Any]] = field(default_factory=list)
     vended: list[str] = field(default_factory=list)
+    multi_commit: bool = False
+    multi_commits: list[dict[str, Any]] = field(default_factory=list)
+    commit_lock: threading.Lock = field(default_factory=threading.Lock)
     _counter: Iterator[int] = field(default_factory=itertools.count)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -135,6 +148,9 @@ def _handler(proxy: CatalogProxy) -> type[BaseHTTPRequestHandler]:
                     }
                 )
                 return self._reply(200, token.encode())
+            if proxy.multi_commit and self.command == "POST" and path.endswith("/transactions/commit"):
+                status, payload = _multi_commit(proxy, path, body, {k: v for k, v in self.headers.items()})
+                return self._reply(status, payload)
             if path == "/v1/aws/s3/sign" and self.command == "POST":
                 if proxy.mode != "sign":
                     return self._reply(
@@ -162,6 +178,10 @@ def _handler(proxy: CatalogProxy) -> type[BaseHTTPRequestHandler]:
                 (self.command == "GET" and _TABLE.match(self.path).group(1))  # type: ignore[union-attr]
                 or (self.command == "POST" and not _TABLE.match(self.path).group(1))  # type: ignore[union-attr]
             )
+            if proxy.multi_commit and path == "/v1/config" and status == 200:
+                doc = json.loads(data)
+                doc["endpoints"] = [str(e) for e in DEFAULT_ENDPOINTS] + [MULTI_TABLE_COMMIT]
+                data = json.dumps(doc).encode()
             if loads_table and status == 200:
                 doc = json.loads(data)
                 doc["config"] = {**doc.get("config", {}), **proxy.table_config()}
@@ -173,13 +193,74 @@ def _handler(proxy: CatalogProxy) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+def _upstream(proxy: CatalogProxy, method: str, path: str, headers: dict[str, str], body: bytes = b"") -> tuple[int, bytes]:
+    up = urlsplit(proxy.upstream)
+    assert up.hostname is not None
+    conn = http.client.HTTPConnection(up.hostname, up.port, timeout=60)
+    try:
+        sent = {"Content-Type": "application/json", "Host": f"{up.hostname}:{up.port}"}
+        if "Authorization" in headers:
+            sent["Authorization"] = headers["Authorization"]
+        conn.request(method, path, body=body or None, headers=sent)
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
+
+
+def _multi_commit(proxy: CatalogProxy, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
+    """``transactions/commit``: every table's requirements checked, then every change applied."""
+    prefix = path[len("/v1/") : -len("/transactions/commit")].strip("/")
+    doc = json.loads(body)
+    key = next((v for k, v in headers.items() if k.lower() == "idempotency-key"), None)
+    with proxy.commit_lock:
+        replay = key is not None and any(c["key"] == key for c in proxy.multi_commits)
+        proxy.multi_commits.append({"key": key, "headers": headers, "body": doc, "replay": replay})
+        if replay:
+            return 204, b""
+        paths = []
+        for change in doc["table-changes"]:
+            ident = change["identifier"]
+            namespace = "%1F".join(quote(part, safe="") for part in ident["namespace"])
+            table_path = f"/v1/{prefix}/namespaces/{namespace}/tables/{quote(ident['name'], safe='')}"
+            status, data = _upstream(proxy, "GET", table_path, headers)
+            if status != 200:
+                return status, data
+            metadata = json.loads(data)["metadata"]
+            for req in change.get("requirements", []):
+                if req["type"] == "assert-ref-snapshot-id":
+                    ref = metadata.get("refs", {}).get(req["ref"])
+                    if (ref["snapshot-id"] if ref else None) != req.get("snapshot-id"):
+                        return 409, _conflict(f"{ident['name']}: ref {req['ref']} moved")
+                if req["type"] == "assert-table-uuid" and metadata["table-uuid"] != req["uuid"]:
+                    return 409, _conflict(f"{ident['name']}: table uuid changed")
+            paths.append(table_path)
+        for change, table_path in zip(doc["table-changes"], paths, strict=True):
+            status, data = _upstream(proxy, "POST", table_path, headers, json.dumps(change).encode())
+            if status != 200:
+                return status, data
+    return 204, b""
+
+
+def _conflict(message: str) -> bytes:
+    return json.dumps({"error": {"message": message, "type": "CommitFailedException", "code": 409}}).encode()
+
+
 @contextmanager
 def catalog_proxy(
-    upstream: str, gate: S3Gate, *, region: str, token: str, mode: str = "none", ttl_seconds: float = 3600.0
+    upstream: str,
+    gate: S3Gate,
+    *,
+    region: str,
+    token: str,
+    mode: str = "none",
+    ttl_seconds: float = 3600.0,
+    multi_commit: bool = False,
 ) -> Iterator[CatalogProxy]:
     """Run the proxy on 127.0.0.1 in front of the REST catalog at ``upstream``."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
     proxy = CatalogProxy(f"http://127.0.0.1:{server.server_address[1]}", upstream, gate, region, mode, ttl_seconds, token)
+    proxy.multi_commit = multi_commit
     server.RequestHandlerClass = _handler(proxy)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, name="catalog-proxy", daemon=True)

@@ -41,3 +41,42 @@ def test_pin_does_not_advise_a_canary_the_writer_cannot_follow(trident: Trident,
     assert out.exit_code == 0, out.output
     text = " ".join(out.output.split())
     assert "trident canary" not in text and "dataset.manifest" in text
+
+
+def test_staged_lists_groups_and_publish_discard_take_a_group_prefix(trident: Trident, settings: TridentSettings) -> None:
+    t = trident
+    runner = CliRunner()
+    env = cli_env(settings)
+    for k in ("cli/ga", "cli/gb"):
+        t.write(k, pa.table({"k": [1]}))
+    tx = t.transaction().open()
+    for k in ("cli/ga", "cli/gb"):
+        tx.write(k, pa.table({"k": [2]}))
+    prefix = str(tx.group_id)[:8]
+    listed = runner.invoke(cli, ["staged"], env=env)
+    text = " ".join(listed.output.split())
+    assert listed.exit_code == 0, listed.output
+    assert f"group {tx.group_id}: 2 dataset(s)" in text and f"trident publish {prefix}" in text
+    # a group member is never published on its own, even by prefix
+    member = t.history("cli/ga")[0].txn_id
+    alone = runner.invoke(cli, ["publish", "cli/ga", str(member)[:8]], env=env)
+    assert alone.exit_code == 2 and "whole group" in " ".join(alone.output.split()), alone.output
+    done = runner.invoke(cli, ["publish", prefix], env=env)
+    assert done.exit_code == 0 and "2 dataset(s) at once" in done.output, done.output
+    assert [t.read(k).column("k").to_pylist() for k in ("cli/ga", "cli/gb")] == [[2], [2]]
+    other = t.transaction().open()
+    other.write("cli/ga", pa.table({"k": [3]}))
+    gone = runner.invoke(cli, ["discard", str(other.group_id)[:6]], env=env)
+    assert gone.exit_code == 0 and "1 staged version(s)" in gone.output, gone.output
+    assert t.read("cli/ga").column("k").to_pylist() == [2]
+    missing = runner.invoke(cli, ["publish", "cli/ga"], env=env)  # one argument: a group id, and a key is none
+    assert missing.exit_code == 2 and "no transaction group" in missing.output, missing.output
+
+
+def test_publish_and_discard_take_a_txn_prefix(trident: Trident, settings: TridentSettings) -> None:
+    t = trident
+    t.write("cli/p", pa.table({"k": [1]}))
+    a = t.write("cli/p", pa.table({"k": [2]}), mode="append", stage=True)
+    out = CliRunner().invoke(cli, ["publish", "cli/p", str(a.txn_id)[:8]], env=cli_env(settings))
+    assert out.exit_code == 0, out.output
+    assert sorted(t.read("cli/p").column("k").to_pylist()) == [1, 2]

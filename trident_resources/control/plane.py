@@ -89,6 +89,9 @@ class LedgerEntry:
     base_snapshot_id: int | None = None  # a staged version's base: the published snapshot it was staged on
     staged_at: datetime | None = None
     cleanup_pending: bool = False  # aborted, and its storage leftovers are not removed yet
+    group_id: uuid.UUID | None = None  # the transaction group it publishes with (set when it stages)
+    staged_outcome: dict[str, Any] | None = None  # what its COMMIT records beyond the ledger's columns
+    ref_pending: bool = False  # committed by a group publish; its table's main not moved yet
 
 
 @dataclass(frozen=True)
@@ -618,6 +621,8 @@ class ControlPlane:
                     outcome.preserved,
                     outcome.snapshot_id,
                     base_snapshot_id,
+                    json.dumps(staged_outcome(outcome)),
+                    group_of(entry),
                     entry.txn_id,
                 ),
             ).fetchone()
@@ -683,6 +688,37 @@ class ControlPlane:
         with self.tx() as conn:
             cur = conn.execute(sql, params)
             return list(cur.fetchall()) if cur.description else []
+
+
+GROUP_META = "trident.group"  # ledger metadata at INTENT: the transaction group a write stages for
+
+
+def group_of(entry: LedgerEntry) -> uuid.UUID | None:
+    """The transaction group ``entry`` was written for (its INTENT metadata says), if any."""
+    group = entry.metadata.get(GROUP_META)
+    return uuid.UUID(str(group)) if group else None
+
+
+def staged_outcome(outcome: Outcome) -> dict[str, Any]:
+    """What a staged version's COMMIT records that the ledger's columns do not hold: a group
+    publishes from the ledger alone, without opening a table."""
+    return {"next_row_index": outcome.next_row_index, "schema": outcome.schema, "deleted": outcome.deleted}
+
+
+def outcome_of_staged(entry: LedgerEntry, visible_at: datetime | None) -> Outcome:
+    """The ``Outcome`` publishing staged ``entry`` records (see ``staged_outcome``)."""
+    saved = entry.staged_outcome or {}
+    return Outcome(
+        rows_written=entry.rows_written or 0,
+        row_count=entry.row_count or 0,
+        next_row_index=int(saved.get("next_row_index") or 0),
+        snapshot_id=entry.snapshot_id,
+        schema=list(saved.get("schema") or []),
+        skipped=entry.skipped or 0,
+        preserved=entry.preserved or 0,
+        deleted=int(saved.get("deleted") or 0),
+        visible_at=visible_at,
+    )
 
 
 def _lock_lost(exc: psycopg.OperationalError) -> WriterLockLostError:

@@ -14,7 +14,8 @@ GET_DATASET_BY_ID = f"SELECT {_DATASET_COLS} FROM trident_datasets WHERE dataset
 # A writer that just took a dataset's lock: the record as it is now, and whether any transaction
 # of it is still open (only then are the open ones read, to be settled), in one round trip
 GET_DATASET_BY_ID_OPEN = f"""SELECT {_DATASET_COLS},
-    EXISTS (SELECT 1 FROM trident_ledger l WHERE l.dataset_id = d.dataset_id AND l.status = 'open') AS has_open
+    EXISTS (SELECT 1 FROM trident_ledger l WHERE l.dataset_id = d.dataset_id AND (l.status = 'open' OR l.ref_pending))
+        AS has_open
     FROM trident_datasets d WHERE dataset_id = %s"""
 GET_DATASET_BY_ID_FOR_UPDATE = f"SELECT {_DATASET_COLS} FROM trident_datasets WHERE dataset_id = %s FOR UPDATE"
 LIST_DATASETS = f"""SELECT {_DATASET_COLS} FROM trident_datasets
@@ -38,7 +39,7 @@ DELETE_DATASET = "DELETE FROM trident_datasets WHERE dataset_id = %s"
 
 _LEDGER_COLS = """txn_id, dataset_id, status, mode, writer, sink, requested_sink, clamped, route_reason, started_at,
     committed_at, ended_at, rows_written, row_count, skipped, preserved, snapshot_id, schema_version, source_refs,
-    metadata, error, location, pid, host, base_snapshot_id, staged_at, cleanup_pending"""
+    metadata, error, location, pid, host, base_snapshot_id, staged_at, cleanup_pending, group_id, staged_outcome, ref_pending"""
 GET_LEDGER = f"SELECT {_LEDGER_COLS} FROM trident_ledger WHERE txn_id = %s"
 # One round trip for what naming a staged version (or an ``as_of`` txn) of a key reads: the
 # dataset by key and the ledger entry by txn id, whichever dataset it belongs to (the caller
@@ -73,7 +74,8 @@ COMMIT_LEDGER = f"""UPDATE trident_ledger SET status = 'committed',
     rows_written = %s, row_count = %s, skipped = %s, preserved = %s, snapshot_id = %s, schema_version = %s
     WHERE txn_id = %s AND status IN ('open', 'staged') RETURNING {_LEDGER_COLS}"""
 STAGE_LEDGER = f"""UPDATE trident_ledger SET status = 'staged', staged_at = clock_timestamp(),
-    rows_written = %s, row_count = %s, skipped = %s, preserved = %s, snapshot_id = %s, base_snapshot_id = %s
+    rows_written = %s, row_count = %s, skipped = %s, preserved = %s, snapshot_id = %s, base_snapshot_id = %s,
+    staged_outcome = %s::jsonb, group_id = %s
     WHERE txn_id = %s AND status = 'open' RETURNING {_LEDGER_COLS}"""
 REJECT_LEDGER = "UPDATE trident_ledger SET status = 'rejected', ended_at = clock_timestamp(), error = %s WHERE txn_id = %s AND status = 'staged'"
 STAGED_LEDGER = f"""SELECT {_LEDGER_COLS} FROM trident_ledger
@@ -242,3 +244,38 @@ COMMITS_SINCE = f"""SELECT s.id AS seq, d.key AS dataset_key, {", ".join("l." + 
     JOIN trident_ledger l ON l.txn_id = s.txn_id AND l.status = 'committed'
     JOIN trident_datasets d ON d.dataset_id = s.dataset_id
     WHERE d.workspace = %s AND s.id > %s ORDER BY s.id LIMIT %s"""
+
+# -- transaction groups (migrations/0008_transaction_groups.sql): staged writes of several datasets
+# published by one Postgres transaction; the owner holds the group lock for the group's life, so a
+# group whose lock can be taken by anyone else has lost its owner.
+INSERT_GROUP = """INSERT INTO trident_txn_groups (group_id, workspace, status, label, metadata, pid, host)
+    VALUES (%s, %s, 'open', %s, %s::jsonb, %s, %s) ON CONFLICT (group_id) DO NOTHING"""
+_GROUP_COLS = "group_id, workspace, status, label, metadata, created_at, ended_at, error, pid, host"
+GET_GROUP = f"SELECT {_GROUP_COLS} FROM trident_txn_groups WHERE group_id = %s"
+GET_GROUP_FOR_UPDATE = f"SELECT {_GROUP_COLS} FROM trident_txn_groups WHERE group_id = %s FOR UPDATE"
+GROUPS_BY_PREFIX = f"""SELECT {_GROUP_COLS} FROM trident_txn_groups
+    WHERE workspace = %s AND group_id::text LIKE %s ORDER BY created_at LIMIT 2"""
+OPEN_GROUPS = f"SELECT {_GROUP_COLS} FROM trident_txn_groups WHERE workspace = %s AND status = 'open' ORDER BY created_at"
+PUBLISH_GROUP = "UPDATE trident_txn_groups SET status = 'published', ended_at = %s WHERE group_id = %s AND status = 'open'"
+ABORT_GROUP = """UPDATE trident_txn_groups SET status = 'aborted', ended_at = clock_timestamp(), error = %s
+    WHERE group_id = %s AND status = 'open'"""
+GROUP_MEMBERS = f"SELECT {_LEDGER_COLS} FROM trident_ledger WHERE group_id = %s ORDER BY started_at"
+# a member still open has no group_id yet (it is set when it stages): its INTENT metadata names the group
+GROUP_OPEN_MEMBERS = f"""SELECT {_LEDGER_COLS} FROM trident_ledger
+    WHERE status = 'open' AND metadata->>'trident.group' = %s::text"""
+TRY_GROUP_LOCK = "SELECT pg_try_advisory_lock(hashtextextended(%s, 11)) AS locked"
+GROUP_UNLOCK = "SELECT pg_advisory_unlock(hashtextextended(%s, 11))"
+GROUP_INSTANT = "SELECT date_trunc('microseconds', clock_timestamp()) AS at"
+MARK_REF_PENDING = "UPDATE trident_ledger SET ref_pending = true WHERE txn_id = ANY(%s)"
+CLEAR_REF_PENDING = "UPDATE trident_ledger SET ref_pending = false WHERE txn_id = ANY(%s)"
+REF_PENDING = f"""SELECT {_LEDGER_COLS} FROM trident_ledger WHERE ref_pending
+    AND dataset_id IN (SELECT dataset_id FROM trident_datasets WHERE workspace = %s)
+    AND (%s::uuid IS NULL OR dataset_id = %s::uuid) ORDER BY committed_at"""
+# staged members of groups that will never publish (aborted): what the reconciler discards
+STRANDED_MEMBERS = f"""SELECT {", ".join(f"l.{c.strip()}" for c in _LEDGER_COLS.split(","))}
+    FROM trident_ledger l JOIN trident_txn_groups g ON g.group_id = l.group_id
+    WHERE l.status = 'staged' AND g.status = 'aborted' AND g.workspace = %s ORDER BY l.started_at"""
+GET_DATASETS_BY_IDS = f"SELECT {_DATASET_COLS} FROM trident_datasets WHERE dataset_id = ANY(%s)"
+GET_DATASETS_BY_IDS_FOR_UPDATE = f"""SELECT {_DATASET_COLS} FROM trident_datasets WHERE dataset_id = ANY(%s)
+    ORDER BY dataset_id FOR UPDATE"""
+REF_PENDING_OF = f"SELECT {_LEDGER_COLS} FROM trident_ledger WHERE ref_pending AND dataset_id = ANY(%s) ORDER BY committed_at"

@@ -113,6 +113,12 @@ class ChecksFailedError(TridentError):
     previous version); the staged txn id is kept for inspection, then publish or discard."""
 
 
+class TransactionGroupError(TridentError):
+    """A multi-dataset transaction (a group) refused a write or an operation: a partition write, a
+    second write of one dataset, a write after it published or was discarded, a group id that names
+    no group, or a single publish or discard of one of its members (the group decides them all)."""
+
+
 class TransactionConflictError(TridentError):
     """The Iceberg commit kept conflicting with concurrent commits after every retry."""
 

@@ -2,12 +2,13 @@
 
 A point does nothing unless armed, either in-process (``armed(...)``) or for a child process via
 ``TRIDENT_FAILPOINTS="name=raise,other=exit"`` (``exit`` kills the process without cleanup, as a
-crash would; ``sleep:<seconds>`` stalls there, to make a race deterministic). Production code pays one dict lookup per point.
+crash would; ``kill`` sends it SIGKILL; ``sleep:<seconds>`` stalls there, to make a race deterministic). Production code pays one dict lookup per point.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -33,6 +34,8 @@ def failpoint(name: str) -> None:
         return
     if action == "exit":
         os._exit(137)
+    if action == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
     if action.startswith("sleep:"):
         time.sleep(float(action.split(":", 1)[1]))
         return

@@ -251,6 +251,48 @@ class RestCatalogWithExplicitDelegation(RestCatalog):
             session.headers.pop(ACCESS_DELEGATION_HEADER, None)
 
 
+MULTI_TABLE_COMMIT = "POST /v1/{prefix}/transactions/commit"
+
+
+def commits_tables_at_once(catalog: Any) -> bool:
+    """Does ``catalog`` serve the Iceberg REST ``transactions/commit`` endpoint (changes of several
+    tables in ONE atomic call)? Known from the endpoints its ``/v1/config`` listed, which
+    pyiceberg keeps in ``_supported_endpoints`` (a server that lists none is taken to lack it)."""
+    from pyiceberg.catalog.rest import Endpoint
+
+    return isinstance(catalog, RestCatalog) and Endpoint.from_string(MULTI_TABLE_COMMIT) in catalog._supported_endpoints
+
+
+def commit_tables(catalog: RestCatalog, changes: list[Any], idempotency_key: str) -> None:
+    """``POST /v1/{prefix}/transactions/commit`` with ``changes`` (pyiceberg ``CommitTableRequest``s)
+    and an ``Idempotency-Key``, on the catalog's own authenticated session, exactly as pyiceberg's
+    ``commit_table`` posts one table's change; pyiceberg 0.12 has no client for it. Raises
+    pyiceberg's ``CommitFailedException`` on 409 (a requirement no longer holds: nothing changed)
+    and ``CommitStateUnknownException`` on a 5xx (it may or may not have been applied)."""
+    from pyiceberg.catalog.rest import _handle_non_200_response
+    from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
+    from requests import HTTPError
+
+    body = "{" + '"table-changes": [' + ", ".join(c.model_dump_json() for c in changes) + "]}"
+    response = catalog._session.post(
+        catalog.url("transactions/commit", prefixed=True),
+        data=body.encode("utf-8"),
+        headers={"Idempotency-Key": idempotency_key, "Content-Type": "application/json"},
+    )
+    try:
+        response.raise_for_status()
+    except HTTPError as exc:
+        _handle_non_200_response(
+            exc,
+            {
+                409: CommitFailedException,
+                500: CommitStateUnknownException,
+                502: CommitStateUnknownException,
+                504: CommitStateUnknownException,
+            },
+        )
+
+
 def register_fsspec_scheme(io: FsspecFileIO, scheme: str, factory: Callable[[Properties], AbstractFileSystem]) -> None:
     """Make an ``FsspecFileIO`` build ``scheme``'s filesystem with ``factory`` (its per-instance
     ``_scheme_to_fs`` table, which pyiceberg copies from ``SCHEME_TO_FS`` for each FileIO)."""

@@ -74,3 +74,15 @@ class ReconcileReport:
     cleanup_pending: list[uuid.UUID] = field(default_factory=list)
     deleted_files: int = 0  # data files of aborted transactions removed by this pass
     aborted_uploads: int = 0  # incomplete multipart uploads of aborted transactions aborted by this pass
+
+
+@dataclass(frozen=True)
+class GroupResult:
+    """A published transaction group: every member's result (by dataset key), all committed at
+    ``published_at``; ``refs_moved`` is False when the Iceberg refs could not all follow yet
+    (Trident's readers see the group anyway; ``reconcile`` moves the rest)."""
+
+    group_id: uuid.UUID
+    published_at: datetime | None
+    results: dict[str, WriteResult]
+    refs_moved: bool = True

@@ -51,7 +51,13 @@ def maintain(
         else:
             now = datetime.now(UTC)
             cutoff = now - timedelta(days=engine.settings.staged_max_age_days)
-            stale = [e for e in engine.control.staged_entries(ds.dataset_id) if e.staged_at is not None and e.staged_at < cutoff]
+            # a transaction group's member is decided with its group (discarding it alone would let the
+            # group publish without it); the reconciler aborts a group whose owner is gone
+            stale = [
+                e
+                for e in engine.control.staged_entries(ds.dataset_id)
+                if e.staged_at is not None and e.staged_at < cutoff and e.group_id is None
+            ]
             for entry in stale:
                 engine.driver.discard_staged(
                     ds, entry, f"discarded by maintenance: staged over {engine.settings.staged_max_age_days} days ago"

@@ -17,6 +17,7 @@ from ..core.results import WriteResult
 from ..engine import Engine
 from ..read import versions
 from . import commit_records
+from .group import refuse_member
 
 
 def publish(
@@ -29,6 +30,7 @@ def publish(
 ) -> WriteResult:
     """``Trident.publish`` (see there)."""
     ds, entry = versions.staged_entry(engine, key, txn_id)
+    refuse_member(entry)
     with engine.staged_lock(ds, entry) as ds:
         ds, entry = versions.staged_entry(engine, key, txn_id)  # still staged now that we hold the lock
         pending = entry.metadata.get(commit_records.STAGED_META) or {}
@@ -55,6 +57,7 @@ def publish(
 def discard(engine: Engine, key: str, txn_id: uuid.UUID | str, *, reason: str = "discarded") -> None:
     """``Trident.discard`` (see there)."""
     ds, entry = versions.staged_entry(engine, key, txn_id)
+    refuse_member(entry)
     with engine.driver.locked(ds) as ds:
         ds, entry = versions.staged_entry(engine, key, txn_id)
         engine.driver.discard_staged(ds, entry, reason)

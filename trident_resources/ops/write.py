@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
+from ..control.plane import GROUP_META
 from ..core import arguments
 from ..core.errors import DatasetNotFoundError, InvalidWriteError
 from ..core.identity import refuse_case_clash, refuse_reserved
@@ -46,8 +47,10 @@ def write(
     watermarks: Mapping[str, tuple[datetime, uuid.UUID | None]] | None = None,
     stage: bool = False,
     partition: PartitionFilter | None = None,
+    group: uuid.UUID | None = None,
 ) -> WriteResult:
-    """``Trident.write`` (see there for the modes, and what it raises)."""
+    """``Trident.write`` (see there for the modes, and what it raises); ``group``: staged for that
+    transaction group (``ops/group.py``), published with it."""
     validate_key(key)
     key_cols = arguments.write_keys(keys)
     arguments.write_mode(mode, key_cols, row_filter, data)
@@ -89,6 +92,8 @@ def write(
             meta[WATERMARK_META] = watermark_meta(marks)
         if stage:  # recorded by publish, with the version (a staged version changes nothing yet)
             meta[commit_records.STAGED_META] = commit_records.staged_meta(provenance, watermarks, marked)
+        if group is not None:
+            meta[GROUP_META] = str(group)
         intent = Intent(txn_id=txn, mode=mode, writer=writer, sink=route.sink, route=route, source_refs=refs, metadata=meta)
         sink = engine.sink(route.sink)
         if stage and not sink.stages:

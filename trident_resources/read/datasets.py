@@ -16,8 +16,9 @@ import pyarrow as pa
 
 from ..control.plane import DatasetRecord
 from ..core import arguments, read_faults
-from ..core.errors import InvalidReadError
+from ..core.errors import DatasetNotFoundError, InvalidReadError
 from ..core.identity import ROW_INDEX, public_schema
+from ..core.keys import validate_key
 from ..core.partitions import PartitionFilter
 from ..engine import Engine
 from ..sinks.contract import AsOf, ScanPlan, VersionStats
@@ -83,6 +84,23 @@ def read_table(
     return read_faults.read_all(key, lambda: sink.read(ds, columns=columns, row_filter=row_filter, as_of=version))
 
 
+def read_many(engine: Engine, keys: list[str], columns: list[str] | None) -> dict[str, pa.Table]:
+    """``Trident.read_many``: every record from ONE statement, then each version it names read."""
+    columns = arguments.read_columns(columns)
+    found = engine.control.datasets_by_keys(engine.workspace, [validate_key(k) for k in keys])
+    out: dict[str, pa.Table] = {}
+    for key in keys:
+        ds = found.get(key)
+        if ds is None or not ds.exists:
+            raise DatasetNotFoundError(key, engine.workspace)
+        sink = engine.sink(ds.sink)
+        out[key] = read_faults.read_all(
+            key,
+            lambda ds=ds, sink=sink: sink.read(ds, columns=columns, row_filter=None, as_of=None),  # type: ignore[misc]
+        )
+    return out
+
+
 def schema(engine: Engine, key: str) -> pa.Schema:
     """The dataset's schema as readers get it (``__row_id`` as text, however it is stored)."""
     ds = engine.dataset_record(key)
@@ -104,6 +122,11 @@ def arrow_source(
     bound = partition.bind(sink.schema(ds))
     source = sink.arrow_source(ds, partition=bound) if sink.partitions else sink.arrow_source(ds)
     return source.filter(bound.arrow_expr())
+
+
+def arrow_source_of(engine: Engine, ds: DatasetRecord) -> Any:
+    """``arrow_source`` of the published version ``ds`` (a record the caller read) names."""
+    return engine.sink(ds.sink).arrow_source(ds)
 
 
 def scan_plan(engine: Engine, key: str, *, staged: uuid.UUID | str | None = None) -> ScanPlan:

@@ -12,7 +12,8 @@ import logging
 import re
 import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import duckdb
 import pyarrow as pa
@@ -87,13 +88,22 @@ def _fold(name: str) -> str:
     return name.replace('"', "").lower()
 
 
+def _source(engine: Engine, key: str, staged: uuid.UUID | str | None, record: DatasetRecord | None) -> Callable[[], Any]:
+    """How the sandbox gets a dataset's Arrow source: the published version from the record read
+    with every other one of the query (one control-plane snapshot: never dataset A after a group
+    published and dataset B before it), or the staged version named."""
+    if staged is None and record is not None:
+        return lambda: datasets.arrow_source_of(engine, record)
+    return lambda: datasets.arrow_source(engine, key, staged=staged)
+
+
 def run_sql(engine: Engine, query: str, staged: Mapping[str, uuid.UUID | str] | None = None) -> pa.Table:
     """``staged`` maps dataset keys to staged transactions whose versions the query reads."""
     check_read_only(query)
     staged = dict(staged or {})
-    records = {
-        d.key: d for d in engine.control.datasets(engine.workspace)
-    }  # each read dataset's record, passed on (not read again)
+    # every dataset's record from ONE statement (one Postgres snapshot), passed on, never read
+    # again: the query reads every dataset as of one moment of the control plane
+    records = {d.key: d for d in engine.control.datasets(engine.workspace)}
     known = set(records) | set(staged)
     plans = {
         key: datasets.scan_plan(engine, key, staged=staged[key]) if key in staged else datasets.scan_plan_of(engine, records[key])
@@ -115,7 +125,7 @@ def run_sql(engine: Engine, query: str, staged: Mapping[str, uuid.UUID | str] | 
         if con is None:
             con = sandbox(engine.settings.duckdb_memory_limit, engine.settings.duckdb_threads, native_paths(plans.values()))
             for name, plan in plans.items():
-                register_dataset(con, name, plan, lambda name=name: datasets.arrow_source(engine, name, staged=staged.get(name)))  # type: ignore[misc]
+                register_dataset(con, name, plan, _source(engine, name, staged.get(name), records.get(name)))
             con.execute("SET lock_configuration = true")
         try:
             interrupted = threading.Event()

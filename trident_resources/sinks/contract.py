@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -232,6 +232,17 @@ class StoredVersion(ABC):
         become the whole dataset (schema ``user_schema`` wins)."""
 
 
+@dataclass(frozen=True)
+class RefMove:
+    """A published group member whose table's current version must follow the control plane:
+    ``ds``'s storage to ``snapshot_id``, the version transaction ``txn_id`` staged."""
+
+    ds: DatasetRecord
+    txn_id: uuid.UUID
+    snapshot_id: int
+    main: bool = True  # False: a later commit superseded it; only its audit branch is left to drop
+
+
 class Sink(ABC):
     name: ClassVar[str]
     tracks_files: ClassVar[bool] = False  # existing_keys carries __file; Removal.affected_files matters
@@ -286,6 +297,13 @@ class Sink(ABC):
     def discard_staged(self, ds: DatasetRecord, txn_id: uuid.UUID, location: str | None = None) -> None:
         """Drop a staged version and the storage only it used (see ``publish``)."""
         raise self.staging_refusal(ds)
+
+    def move_refs(self, moves: Sequence[RefMove], idempotency_key: str) -> int:
+        """Make the published members of a transaction group the storage's current versions (the
+        control plane already says they are); idempotent. Returns the storage commits it took."""
+        if moves:
+            raise self.staging_refusal(moves[0].ds)
+        return 0
 
     def staging_refusal(self, ds: DatasetRecord) -> UnsupportedBySinkError:
         return UnsupportedBySinkError(

@@ -22,6 +22,7 @@ import logging
 import os
 import shutil
 import socket
+import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
@@ -34,6 +35,7 @@ import psycopg
 import pyarrow as pa
 import sqlalchemy.exc
 
+from ..control import groups
 from ..control.plane import ControlPlane, DatasetRecord, LedgerEntry, Outcome, WatermarkRow
 from ..control.range_locks import LockItem
 from ..control.router import RouteDecision
@@ -52,7 +54,7 @@ from ..core.results import ReconcileReport
 from ..core.settings import TridentSettings
 from ..core.write_modes import WriteMode
 from ..planning.planner import WritePlanner
-from ..sinks.contract import Discarded, Sink, WriteRequest
+from ..sinks.contract import Discarded, RefMove, Sink, WriteRequest
 
 log = logging.getLogger("trident")
 
@@ -122,9 +124,12 @@ class TransactionDriver:
             try:
                 # one query when nothing is open (the usual case): the record and "nothing to settle"
                 now, has_open = self.control.dataset_if_settled(ds.dataset_id)
-                if has_open:
+                if has_open:  # an open transaction, or a published group member whose ref did not move
                     for stale in self.control.open_entries(ds.dataset_id):
                         self.recover(self._fresh(ds), stale)
+                    pending = groups.ref_pending(self.control, ds.workspace, ds.dataset_id)
+                    if pending:
+                        self.move_refs(pending, {ds.dataset_id: self._fresh(ds)}, raises=True)
                     now = self.control.dataset_by_id(ds.dataset_id)
                 yield now or ds
             finally:
@@ -234,6 +239,41 @@ class TransactionDriver:
                 assert lock is not None
                 self.control.release_commit_lock(lock, ds)
         return done, outcome
+
+    def move_refs(
+        self, entries: Sequence[LedgerEntry], datasets: Mapping[uuid.UUID, DatasetRecord], *, raises: bool = False
+    ) -> bool:
+        """Make each published group member's version its storage's current one (Iceberg: the
+        table's ``main``), one call per sink and group, then clear the members' ``ref_pending``
+        (the caller holds the datasets' writer locks). A failure is logged and the members stay
+        pending for ``reconcile`` or the dataset's next writer (``raises``: raised, for a writer
+        that must not write on a stale ``main``). Returns whether every ref moved."""
+        batches: dict[tuple[str, uuid.UUID | None], list[LedgerEntry]] = {}
+        for e in entries:
+            batches.setdefault((e.sink, e.group_id), []).append(e)
+        moved = True
+        for (sink, group), batch in batches.items():
+            moves = [
+                RefMove(datasets[e.dataset_id], e.txn_id, e.snapshot_id, main=datasets[e.dataset_id].last_txn_id == e.txn_id)
+                for e in batch
+                if e.snapshot_id is not None
+            ]
+            try:
+                self.sink(sink).move_refs(moves, str(group or batch[0].txn_id))
+                groups.refs_moved(self.control, [e.txn_id for e in batch])
+            except Exception as exc:
+                if raises:
+                    raise
+                moved = False
+                log.warning(
+                    "group %s is published, but the Iceberg refs of %d of its tables could not be moved yet (%s: %s); "
+                    "Trident's readers see the group, other engines' readers do when `trident reconcile` has moved them",
+                    group,
+                    len(batch),
+                    type(exc).__name__,
+                    exc,
+                )
+        return moved
 
     def discard_staged(self, ds: DatasetRecord, entry: LedgerEntry, reason: str) -> None:
         self.control.reject_txn(entry.txn_id, reason)
@@ -346,6 +386,7 @@ class TransactionDriver:
                 raise
             except TridentError:
                 continue
+        self._reconcile_groups(workspace, forward, aborted, running)
         earlier = self.retry_cleanups(workspace, skip=frozenset(now.cleaned + now.pending))
         return ReconcileReport(
             rolled_forward=forward,
@@ -356,6 +397,59 @@ class TransactionDriver:
             deleted_files=now.files + earlier.files,
             aborted_uploads=now.uploads + earlier.uploads,
         )
+
+    def _reconcile_groups(
+        self, workspace: str, forward: list[uuid.UUID], aborted: list[uuid.UUID], running: list[uuid.UUID]
+    ) -> None:
+        """Settle transaction groups whose owner died: an open one is aborted and its staged members
+        discarded (none of it was published); a published one's members whose refs did not move
+        get them moved (all of it was). Groups owned by a live process are left alone."""
+        for group in groups.open_groups(self.control, workspace):
+            if group.metadata.get("owner") == "external":  # decided by its owner (a Dagster run's sensor)
+                continue
+            if not self._owner_gone(group):
+                running.append(group.group_id)
+                continue
+            groups.abort(self.control, group.group_id, "aborted by the reconciler: its owner died before it published")
+            log.warning("reconciled: aborted transaction group %s (its owner died before it published)", group.group_id)
+        for entry in groups.stranded(self.control, workspace):
+            ds = self.control.dataset_by_id(entry.dataset_id)
+            if ds is None:
+                continue
+            try:
+                with self.control.writer_lock(ds, _LOCK_RELEASE_SECONDS if _writer_died_here(entry) else 1.0):
+                    still = self.control.ledger_entry(entry.txn_id)
+                    if still is not None and still.status == "staged":
+                        self.discard_staged(self._fresh(ds), still, "its transaction group was aborted")
+                        aborted.append(entry.txn_id)
+            except TridentError:
+                continue
+        by_group: dict[uuid.UUID | None, list[LedgerEntry]] = {}
+        for entry in groups.ref_pending(self.control, workspace):
+            by_group.setdefault(entry.group_id, []).append(entry)
+        for batch in by_group.values():
+            records = {e.dataset_id: self.control.dataset_by_id(e.dataset_id) for e in batch}
+            found = {k: v for k, v in records.items() if v is not None}
+            try:
+                with groups.writer_locks(self.control, list(found.values()), _LOCK_RELEASE_SECONDS):
+                    ids = {b.txn_id for b in batch}
+                    left = [e for e in groups.ref_pending(self.control, workspace) if e.txn_id in ids]
+                    if left and self.move_refs(left, {k: self._fresh(v) for k, v in found.items()}):
+                        forward.extend(e.txn_id for e in left)
+            except TridentError:
+                continue
+
+    def _owner_gone(self, group: groups.GroupRecord) -> bool:
+        """Is the group's owner gone (its group lock free)? An owner that died on this host may
+        hold it for a moment while Postgres ends its session: waited for."""
+        deadline = time.monotonic() + (_LOCK_RELEASE_SECONDS if _pid_gone_here(group.host, group.pid) else 0)
+        while True:
+            with groups.owner_lock(self.control, group.group_id) as free:
+                if free:
+                    return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.1)
 
 
 @dataclass
@@ -382,10 +476,14 @@ _LOCK_RELEASE_SECONDS = 10.0  # how long Postgres may take to end a dead client'
 def _writer_died_here(entry: LedgerEntry) -> bool:
     """The writer ran on this host and its process is gone: its lock session is ending, so it is
     worth waiting for instead of reporting the transaction as still running."""
-    if entry.host != socket.gethostname() or entry.pid is None:
+    return _pid_gone_here(entry.host, entry.pid)
+
+
+def _pid_gone_here(host: str | None, pid: int | None) -> bool:
+    if host != socket.gethostname() or pid is None:
         return False
     try:
-        os.kill(entry.pid, 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return True
     except PermissionError:

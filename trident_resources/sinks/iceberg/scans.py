@@ -87,11 +87,31 @@ def scan(
     """
     table = tables.table_to_read(ds)
     current = table.current_snapshot()
-    as_of = _to_read(table, as_of)
+    as_of = _to_read(table, as_of) if as_of is not None else published_version(table, ds)
     if as_of is not None and (current is None or as_of != current.snapshot_id):
         return _scan_past(table, as_of, columns, row_filter)
     schema, expr, files = _plan_current(tables, table, columns, row_filter)
     return scan_batches(tables.file_dataset(table, files, filter_schema(schema)), columns or schema.names, expr)
+
+
+def published_version(table: Table, ds: DatasetRecord) -> int | None:
+    """The snapshot holding the version the control plane says is published (``ds.snapshot_id``,
+    read with every other record of the same read in one Postgres snapshot), when that is not
+    main's: ``None`` when main holds it (the usual case, read as the current version).
+
+    The control plane, not the table's ``main``, says what is published: a transaction group
+    flips every member's version in ONE Postgres transaction and moves the tables' ``main`` refs
+    after it, so a reader following ``main`` could see half a group, and a reader following the
+    control plane never does. A version this table does not have (a table changed outside
+    Trident) reads main, as before."""
+    want = ds.snapshot_id
+    current = table.current_snapshot()
+    if want is None or (current is not None and current.snapshot_id == want):
+        return None
+    snap = snapshot_to_read(table, want)
+    if (current is not None and snap == current.snapshot_id) or table.snapshot_by_id(snap) is None:
+        return None
+    return snap
 
 
 def _to_read(table: Table, as_of: AsOf) -> int | None:
@@ -129,7 +149,7 @@ def read(tables: IcebergTables, ds: DatasetRecord, *, columns: list[str] | None,
     most of a compacted table's read beyond the one-go table's."""
     table = tables.table_to_read(ds)
     current = table.current_snapshot()
-    as_of = _to_read(table, as_of)
+    as_of = _to_read(table, as_of) if as_of is not None else published_version(table, ds)
     if as_of is not None and (current is None or as_of != current.snapshot_id):
         return _scan_past(table, as_of, columns, row_filter).read_all()
     schema, expr, files = _plan_current(tables, table, columns, row_filter)
@@ -177,6 +197,8 @@ def arrow_source(
     tables: IcebergTables, ds: DatasetRecord, partition: BoundPartition | None = None, snapshot_id: int | None = None
 ) -> Any:
     table = tables.existing_table(ds)
+    if snapshot_id is None:
+        snapshot_id = published_version(table, ds)
     expr = iceberg_expr(partition) if partition is not None else None
     files = [f.file_path for f in tables.data_files(table, snapshot_id=snapshot_id, row_filter=expr)]
     return tables.file_dataset(table, files, None if snapshot_id is None else snapshot_schema(table, snapshot_id))
@@ -219,6 +241,8 @@ def scan_plan(tables: IcebergTables, ds: DatasetRecord, snapshot_id: int | None 
     columns by field id (as Iceberg does), so a column added later reads NULL in older files."""
     path, reason = scan_path(tables, ds)
     table = tables.table_to_read(ds)
+    if snapshot_id is None:
+        snapshot_id = published_version(table, ds)
     snap = table.current_snapshot() if snapshot_id is None else table.snapshot_by_id(snapshot_id)
     iceberg_schema = published_iceberg_schema(table) if snapshot_id is None else snapshot_iceberg_schema(table, snapshot_id)
     schema = schema_to_pyarrow(iceberg_schema, include_field_ids=False)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
@@ -48,6 +48,7 @@ from ..contract import (
     AsOf,
     Discarded,
     Maintenance,
+    RefMove,
     Removal,
     ScanPath,
     ScanPlan,
@@ -59,7 +60,7 @@ from ..contract import (
     WriteCounts,
     WriteRequest,
 )
-from . import committer, scans, wap
+from . import committer, refs, scans, wap
 from .catalog import ensure_namespace
 from .files import DataFileWriter, PartitionedDataFileWriter, delete_paths, list_txn_files, list_txn_metadata
 from .partition_spec import Partitioner, contains_record, describe_spec, iceberg_transform, matches_spec, transform_name
@@ -705,6 +706,10 @@ class IcebergSink(Sink):
     def discard_staged(self, ds: DatasetRecord, txn_id: uuid.UUID, location: str | None = None) -> None:
         """Drop a staged version: its branch, its snapshot and the files only it wrote."""
         self.discard(ds, txn_id, location)
+
+    def move_refs(self, moves: Sequence[RefMove], idempotency_key: str) -> int:
+        """Every member table's ``main`` to its published version (see ``refs.move_refs``)."""
+        return refs.move_refs(self.tables, moves, idempotency_key)
 
     # -- READ (``scans.py``) ------------------------------------------------------------------
     def scan(self, ds: DatasetRecord, *, columns: list[str] | None, row_filter: str | None, as_of: AsOf) -> pa.RecordBatchReader:
