@@ -157,6 +157,7 @@ def describe(key: str, limit: int, as_json: bool) -> None:
                 ("dataset id", d.dataset_id),
                 ("sink", d.sink),
                 ("rows", f"{d.row_count:,}"),
+                *([("inlined rows (not in Iceberg yet)", f"{d.inlined_rows:,}")] if d.inlined_rows else []),
                 ("schema version", d.schema_version),
                 ("snapshot", d.snapshot_id),
                 ("last txn", d.last_txn_id),
@@ -551,7 +552,8 @@ def maintain(keys: tuple[str, ...], older_than_days: float, retain_last: int, as
                 rows.append(
                     (
                         key,
-                        f"{r.compacted_files} small files compacted into {r.compaction_files_written}, "
+                        (f"{r.flushed_rows} inlined rows flushed, " if r.flushed_rows else "")
+                        + f"{r.compacted_files} small files compacted into {r.compaction_files_written}, "
                         f"{r.repaired_files} files with lossy bounds rewritten, "
                         + (f"{r.reencoded_files} files re-encoded for other readers, " if r.reencoded_files else "")
                         + f"{r.expired_snapshots} snapshots expired, {r.deleted_files} files deleted, "
@@ -567,6 +569,21 @@ def maintain(keys: tuple[str, ...], older_than_days: float, retain_last: int, as
         _kv("maintain", rows or [("datasets", "none")])
 
 
+@click.command("flush")
+@click.argument("key")
+def flush(key: str) -> None:
+    """Move KEY's inlined rows (small appends kept in the control plane, TRIDENT_INLINE_MAX_ROWS)
+    into ONE Iceberg snapshot, so that other Iceberg engines see them. Trident readers see the same
+    rows before and after."""
+    with open_trident() as t:
+        inlined = t.describe(key, storage=False).inlined_rows
+        entry = t.flush(key)
+        if entry is None:
+            _kv("flush", [("key", key), ("inlined rows", "none: nothing to flush")])
+            return
+        _kv("flushed", [("key", key), ("rows", inlined), ("txn", str(entry.txn_id)), ("snapshot", entry.snapshot_id)])
+
+
 @click.command("adopt")
 @click.argument("key")
 def adopt(key: str) -> None:
@@ -578,4 +595,4 @@ def adopt(key: str) -> None:
         _kv("adopted", [("key", d.key), ("dataset id", str(d.dataset_id)), ("rows", d.row_count)])
 
 
-COMMANDS = [datasets, describe, history, sql, export, writers, flag, pin, pins, canary, reconcile, maintain, adopt]
+COMMANDS = [datasets, describe, history, sql, export, writers, flag, pin, pins, canary, reconcile, maintain, flush, adopt]

@@ -20,7 +20,7 @@ from .core.results import Description, GroupResult, ReconcileReport, WriteResult
 from .core.settings import TridentSettings, settings_from_env
 from .core.write_modes import WriteMode
 from .engine import Engine
-from .ops import adopt, drop, edits, group, maintain, manifest, migrate, publish, write
+from .ops import adopt, drop, edits, flush, group, maintain, manifest, migrate, publish, write
 from .ops.group import TransactionGroup
 from .ops.migrate import MigrationReport
 from .ops.stream_ingest import IngestStream, WriteOptions
@@ -661,6 +661,22 @@ class Trident:
         return maintain.maintain(
             self.engine, key, older_than=older_than, retain_last=retain_last, uploads_older_than=uploads_older_than
         )
+
+    def flush(self, key: str) -> LedgerEntry | None:
+        """Move the dataset's inlined rows (small appends kept in the control plane, see
+        ``TRIDENT_INLINE_MAX_ROWS``) into ONE Iceberg snapshot, identity unchanged, so that other
+        Iceberg engines see them. Returns the flush's ledger entry (writer ``inline.flush``), or
+        ``None`` when nothing was inlined (or the dataset is not ``iceberg_native``). Readers
+        through Trident see the same rows before and after. Waits for the writer lock like a write.
+
+        Raises:
+            InvalidDatasetKeyError: ``key`` is not a dataset key.
+            DatasetNotFoundError: no dataset ``key`` exists in this workspace.
+            ConcurrentWriteError: another writer held the dataset longer than ``TRIDENT_WRITER_WAIT_SECONDS``.
+            StorageUnavailableError, ControlPlaneUnavailableError: storage or the control plane went
+                away (the rows stay inlined, or the reconciler rolls the flush forward).
+        """
+        return flush.flush(self.engine, key)
 
     def pending_cleanup_keys(self) -> list[str]:
         """Datasets with aborted transactions whose storage cleanup could not run yet (including

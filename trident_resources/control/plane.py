@@ -35,6 +35,9 @@ log = logging.getLogger("trident")
 MIGRATION_LOCK = 0x7472_6964_656E_7401  # 'trident\x01': serialises migrations across processes
 # One watermark a COMMIT records: (source dataset, output partition key ('' = whole output), mark, source txn)
 WatermarkRow = tuple[uuid.UUID, str, datetime, "uuid.UUID | None"]
+# Ledger metadata of a flush of the inlined tail: the last tail block (``seq``) it moves into
+# Iceberg. Its COMMIT (the writer's, or the reconciler's roll-forward) marks exactly those flushed.
+INLINE_FLUSH_META = "trident.inline-flush"
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,39 @@ class Outcome:
     # when the change became visible to readers: the instant the table's snapshot log gives its
     # snapshot (Iceberg); None where the sink has no such log, and COMMIT's clock is taken
     visible_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class InlineBlock:
+    """One inlined commit's rows, stamped with their identity and encoded (an Arrow IPC stream):
+    what an inlined write stores in the control plane with its ledger COMMIT."""
+
+    first_row_index: int
+    n_rows: int
+    ipc: bytes
+
+
+@dataclass(frozen=True)
+class InlineState:
+    """A dataset's inlined tail as a writer sees it (``ControlPlane.inline_state``)."""
+
+    rows: int  # rows inlined and not flushed yet
+    last_seq: int | None  # the newest unflushed block (what a flush started now moves)
+    staged: bool  # a staged version waits for publish
+    age_s: float | None = None  # seconds since the oldest unflushed block was inlined
+
+
+@dataclass(frozen=True)
+class InlineTail:
+    """The unflushed blocks of a version and the Iceberg snapshot they sit on top of."""
+
+    snapshot_id: int | None
+    blocks: list[tuple[int, bytes]]  # (n_rows, ipc), in commit order
+    last_seq: int | None = None
+
+    @property
+    def rows(self) -> int:
+        return sum(n for n, _ in self.blocks)
 
 
 _AUTH_FAILURES = ("authentication failed", "no pg_hba.conf entry", "role ", "password")
@@ -548,6 +584,7 @@ class ControlPlane:
         flip_to: str | None = None,
         conn: psycopg.Connection[Any] | None = None,
         reserved_indexes: bool = False,
+        inline: InlineBlock | None = None,
     ) -> LedgerEntry:
         """COMMIT: ledger, dataset stats, schema version, sync log, watermarks and provenance in
         one Postgres transaction, so the control plane never half-records a write. ``flip_to``
@@ -555,7 +592,10 @@ class ControlPlane:
         is committed exactly when its dataset lives where its copy is. ``conn`` is the writer
         lock's session: committing on it fences a writer whose lock died (the commit fails).
         ``reserved_indexes``: the write reserved its ``__row_index`` range (a partition write), so
-        ``next_row_index`` only ever grows here (other partition writers reserve past it)."""
+        ``next_row_index`` only ever grows here (other partition writers reserve past it).
+        ``inline``: the rows of an inlined write, stored in this same transaction (no sink change);
+        a flush's COMMIT (``INLINE_FLUSH_META`` in its metadata) takes the blocks it moved out of
+        the current version, in this same transaction too."""
         with self._tx_on(conn) as conn:
             ds = conn.execute(q.GET_DATASET_BY_ID_FOR_UPDATE, (entry.dataset_id,)).fetchone()
             assert ds is not None
@@ -604,7 +644,75 @@ class ControlPlane:
                 conn.execute(q.UPSERT_WATERMARK, (entry.dataset_id, source_id, part, watermark, source_txn, entry.txn_id))
             if provenance is not None:
                 conn.execute(q.UPSERT_PROVENANCE, (entry.dataset_id, json.dumps(provenance, default=str)))
+            if inline is not None:
+                conn.execute(
+                    q.INSERT_INLINE_BLOCK, (entry.dataset_id, entry.txn_id, inline.first_row_index, inline.n_rows, inline.ipc)
+                )
+            through = entry.metadata.get(INLINE_FLUSH_META)
+            if through is not None:
+                conn.execute(q.MARK_INLINE_FLUSHED, (entry.txn_id, entry.dataset_id, int(through)))
         return LedgerEntry(**row)
+
+    # -- the inlined tail -------------------------------------------------------------------
+    def inline_state(self, dataset_id: uuid.UUID) -> InlineState:
+        """The tail's unflushed rows and newest block, and whether a staged version waits."""
+        with self.pool.connection() as conn:
+            row = cast(DictRow, conn.execute(q.INLINE_STATE, (dataset_id, dataset_id)).fetchone())
+        return InlineState(rows=int(row["rows"]), last_seq=row["last_seq"], staged=bool(row["staged"]), age_s=row["age_s"])
+
+    def commit_inline(
+        self, entry: LedgerEntry, outcome: Outcome, block: InlineBlock | None, conn: psycopg.Connection[Any] | None = None
+    ) -> LedgerEntry | None:
+        """An inlined write in ONE statement: its ledger row born ``committed`` with ``entry``'s τ,
+        the dataset's stats, the sync log and the rows (``block``). ``conn`` is the writer lock's
+        session: committing on it fences a writer whose lock died. ``None``: the txn id exists."""
+        params = {
+            "txn": entry.txn_id,
+            "ds": entry.dataset_id,
+            "mode": entry.mode,
+            "writer": entry.writer,
+            "sink": entry.sink,
+            "requested": entry.requested_sink,
+            "clamped": entry.clamped,
+            "reason": entry.route_reason,
+            "tau": entry.started_at,
+            "n": outcome.rows_written,
+            "rows": outcome.row_count,
+            "next": outcome.next_row_index,
+            "snapshot": outcome.snapshot_id,
+            "version": entry.schema_version,
+            "refs": json.dumps(entry.source_refs),
+            "meta": json.dumps(entry.metadata, default=str),
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "first": None if block is None else block.first_row_index,
+            "ipc": None if block is None else block.ipc,
+        }
+        with self._single_on(conn) as c:
+            row = c.execute(q.INLINE_COMMIT, params).fetchone()
+        return LedgerEntry(**row) if row else None
+
+    def inline_tail(self, dataset_id: uuid.UUID) -> InlineTail:
+        """The current version's tail and the snapshot it sits on, read in ONE statement, so a
+        flush committing meanwhile is seen entirely or not at all (never a row twice or lost)."""
+        with self.pool.connection() as conn:
+            rows = conn.execute(q.INLINE_TAIL, (dataset_id,)).fetchall()
+        blocks = [(int(r["n_rows"]), bytes(r["ipc"])) for r in rows if r["seq"] is not None]
+        last = max((r["seq"] for r in rows if r["seq"] is not None), default=None)
+        return InlineTail(rows[0]["snapshot_id"] if rows else None, blocks, last)
+
+    def inline_tail_at(self, dataset_id: uuid.UUID, snapshot_id: int | None, visible_at: datetime) -> InlineTail:
+        """The tail of the version that became visible at ``visible_at`` (a committed
+        transaction's ``committed_at``) on top of ``snapshot_id``."""
+        with self.pool.connection() as conn:
+            rows = conn.execute(q.INLINE_TAIL_AT, (dataset_id, visible_at, visible_at)).fetchall()
+        last = max((r["seq"] for r in rows), default=None)
+        return InlineTail(snapshot_id, [(int(r["n_rows"]), bytes(r["ipc"])) for r in rows], last)
+
+    def purge_flushed_inline(self, dataset_id: uuid.UUID, before: datetime) -> int:
+        """Delete tail blocks flushed before ``before`` (kept until then for time travel)."""
+        with self.pool.connection() as conn:
+            return conn.execute(q.PURGE_FLUSHED_INLINE, (dataset_id, before)).rowcount
 
     def stage_txn(
         self, entry: LedgerEntry, outcome: Outcome, base_snapshot_id: int | None, conn: psycopg.Connection[Any] | None = None

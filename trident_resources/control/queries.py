@@ -279,3 +279,59 @@ GET_DATASETS_BY_IDS = f"SELECT {_DATASET_COLS} FROM trident_datasets WHERE datas
 GET_DATASETS_BY_IDS_FOR_UPDATE = f"""SELECT {_DATASET_COLS} FROM trident_datasets WHERE dataset_id = ANY(%s)
     ORDER BY dataset_id FOR UPDATE"""
 REF_PENDING_OF = f"SELECT {_LEDGER_COLS} FROM trident_ledger WHERE ref_pending AND dataset_id = ANY(%s) ORDER BY committed_at"
+
+# -- the inlined tail of iceberg_native datasets (migrations/0009_inline_tail.sql) ------------------
+INSERT_INLINE_BLOCK = """INSERT INTO trident_inline_tail (dataset_id, txn_id, first_row_index, n_rows, ipc)
+    VALUES (%s, %s, %s, %s, %s)"""
+# What a writer of the dataset asks before inlining: rows and last block of the tail, and whether a
+# staged version waits (its publish would replace main: an inlined write then takes the Iceberg path).
+INLINE_STATE = """SELECT coalesce(sum(n_rows), 0)::bigint AS rows, max(seq) AS last_seq,
+    extract(epoch FROM now() - min(created_at))::float8 AS age_s,
+    EXISTS (SELECT 1 FROM trident_ledger l WHERE l.dataset_id = %s AND l.status = 'staged') AS staged
+    FROM trident_inline_tail WHERE dataset_id = %s AND flushed_by IS NULL"""
+# The current version as readers see it, in ONE statement (one Postgres snapshot): the dataset's
+# recorded Iceberg snapshot and the tail not yet flushed into it (no block: one row of NULLs).
+INLINE_TAIL = """SELECT d.snapshot_id, t.seq, t.n_rows, t.ipc FROM trident_datasets d
+    LEFT JOIN trident_inline_tail t ON t.dataset_id = d.dataset_id AND t.flushed_by IS NULL
+    WHERE d.dataset_id = %s ORDER BY t.seq"""
+# The tail of a past version (the instant a committed transaction became visible): blocks committed
+# at or before it and not flushed (or flushed only after it).
+INLINE_TAIL_AT = """SELECT t.seq, t.n_rows, t.ipc FROM trident_inline_tail t
+    JOIN trident_ledger w ON w.txn_id = t.txn_id
+    LEFT JOIN trident_ledger f ON f.txn_id = t.flushed_by
+    WHERE t.dataset_id = %s AND w.status = 'committed' AND w.committed_at <= %s
+      AND (t.flushed_by IS NULL OR f.committed_at IS NULL OR f.committed_at > %s)
+    ORDER BY t.seq"""
+# A flush's COMMIT: the blocks it moved into Iceberg leave the current version.
+MARK_INLINE_FLUSHED = """UPDATE trident_inline_tail SET flushed_by = %s
+    WHERE dataset_id = %s AND flushed_by IS NULL AND seq <= %s"""
+# maintain: flushed blocks are kept for time travel as long as the snapshots of their age.
+PURGE_FLUSHED_INLINE = """DELETE FROM trident_inline_tail t USING trident_ledger f
+    WHERE t.dataset_id = %s AND f.txn_id = t.flushed_by AND f.committed_at < %s"""
+# An inlined write as ONE statement (atomic on its own, one round trip): the ledger row born
+# committed (its rows never leave Postgres, so there is nothing an INTENT row would let the
+# reconciler find), the dataset's stats, the sync log and the rows. No row when the txn id exists.
+# committed_at is this clock at COMMIT, never before τ (taken by the writer just before).
+INLINE_COMMIT = f"""
+WITH led AS (
+    INSERT INTO trident_ledger (txn_id, dataset_id, status, mode, writer, sink, requested_sink, clamped, route_reason,
+        started_at, committed_at, ended_at, rows_written, row_count, skipped, preserved, snapshot_id, schema_version,
+        source_refs, metadata, pid, host)
+    VALUES (%(txn)s, %(ds)s, 'committed', %(mode)s, %(writer)s, %(sink)s, %(requested)s, %(clamped)s, %(reason)s,
+        %(tau)s, GREATEST(date_trunc('microseconds', clock_timestamp()), %(tau)s), clock_timestamp(), %(n)s, %(rows)s,
+        0, 0, %(snapshot)s, %(version)s, %(refs)s::jsonb, %(meta)s::jsonb, %(pid)s, %(host)s)
+    ON CONFLICT (txn_id) DO NOTHING
+    RETURNING {_LEDGER_COLS}
+), stats AS (
+    UPDATE trident_datasets SET row_count = %(rows)s, next_row_index = %(next)s, last_txn_id = %(txn)s,
+        committed_at = (SELECT committed_at FROM led), updated_at = now()
+    WHERE dataset_id = %(ds)s AND EXISTS (SELECT 1 FROM led)
+    RETURNING 1
+), sync AS (
+    INSERT INTO trident_sync_log (dataset_id, txn_id, sink, snapshot_id, has_identity, rows_written, row_count)
+    SELECT %(ds)s, %(txn)s, %(sink)s, %(snapshot)s, true, %(n)s, %(rows)s FROM led
+), tail AS (
+    INSERT INTO trident_inline_tail (dataset_id, txn_id, first_row_index, n_rows, ipc)
+    SELECT %(ds)s, %(txn)s, %(first)s, %(n)s, %(ipc)s FROM led WHERE %(ipc)s::bytea IS NOT NULL
+)
+SELECT * FROM led"""

@@ -58,6 +58,9 @@ class Description:
     # without the catalog (pyiceberg's StaticTable.from_metadata, DuckDB's iceberg_scan); None for
     # the pg sink and for describe(storage=False)
     metadata_location: str | None = None
+    # rows inlined into the control plane by small writes and not flushed into Iceberg yet: part
+    # of row_count and of every Trident read, but not of what another Iceberg engine reads
+    inlined_rows: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

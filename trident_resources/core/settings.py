@@ -106,6 +106,24 @@ class TridentSettings(BaseSettings):
         7, ge=0, description="`trident maintain` discards staged (write-audit-publish) versions older than this."
     )
     commit_retries: int = Field(5, ge=0, description="Retries of an Iceberg commit that conflicts with a concurrent one.")
+    inline_max_rows: int = Field(
+        0,  # off until the whole suite runs with it on; 1,000 is the recommended value
+        ge=0,
+        le=65_536,  # one inlined commit is one Arrow row block (sinks/pg/blocks.py)
+        description="An append of at most this many rows to an iceberg_native dataset is inlined into the control plane "
+        "(committed with its ledger row, no Iceberg snapshot) until a flush; 0 (the default) turns inlining off.",
+    )
+    inline_flush_rows: int = Field(
+        100_000,
+        ge=1,
+        description="An inlined write that leaves at least this many inlined rows flushes them into one Iceberg snapshot.",
+    )
+    inline_flush_seconds: float = Field(
+        0,
+        ge=0,
+        description="An inlined write flushes the inlined rows when the oldest was inlined at least this long ago; "
+        "0: no flush by age (maintain and the row threshold still flush).",
+    )
     target_file_bytes: int = Field(512 * 1024 * 1024, ge=1024, description="Uncompressed Arrow bytes per data file.")
     row_group_bytes: int = Field(
         16 * 1024 * 1024, ge=1024, description="Uncompressed Arrow bytes buffered per Parquet row group."

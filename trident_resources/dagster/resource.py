@@ -95,6 +95,16 @@ class TridentResource(dg.ConfigurableResource):
     commit_retries: int | None = Field(
         default=None, description="TRIDENT_COMMIT_RETRIES: retries of a conflicting Iceberg commit."
     )
+    inline_max_rows: int | None = Field(
+        default=None, description="TRIDENT_INLINE_MAX_ROWS: appends of at most this many rows are inlined (0: off)."
+    )
+    inline_flush_rows: int | None = Field(
+        default=None, description="TRIDENT_INLINE_FLUSH_ROWS: inlined rows that trigger a flush into one Iceberg snapshot."
+    )
+    inline_flush_seconds: float | None = Field(
+        default=None,
+        description="TRIDENT_INLINE_FLUSH_SECONDS: inlined rows this old are flushed by the next inlined write (0: never by age).",
+    )
     staged_max_age_days: float | None = Field(
         default=None, description="TRIDENT_STAGED_MAX_AGE_DAYS: `trident maintain` discards staged versions older than this."
     )

@@ -16,7 +16,9 @@ from ..core import read_faults as faults
 from ..core.errors import ConcurrentWriteError, DatasetNotFoundError, MaintenanceFailedError, TridentError, WriterLockLostError
 from ..core.keys import validate_key
 from ..engine import Engine
+from ..read.tail import rows_count as inline_rows
 from ..sinks.contract import Maintenance
+from .flush import flushed_first
 
 log = logging.getLogger("trident")
 
@@ -62,6 +64,9 @@ def maintain(
                 engine.driver.discard_staged(
                     ds, entry, f"discarded by maintenance: staged over {engine.settings.staged_max_age_days} days ago"
                 )
+            before_flush = inline_rows(engine, ds)
+            ds = flushed_first(engine, ds, before_flush)
+            engine.control.purge_flushed_inline(ds.dataset_id, _before(now, older_than))
             sink = engine.driver.sink(ds.sink)
             try:
                 compacted = sink.compact(ds)
@@ -87,6 +92,7 @@ def maintain(
                 rebuilt_blocks=compacted.rebuilt_blocks,
                 data_files_before=compacted.data_files_before,
                 data_files_after=compacted.data_files_after,
+                flushed_rows=before_flush,
             )
         return replace(
             done,

@@ -15,7 +15,9 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from ..control.plane import GROUP_META
+import pyarrow as pa
+
+from ..control.plane import GROUP_META, DatasetRecord
 from ..core import arguments
 from ..core.errors import DatasetNotFoundError, InvalidWriteError
 from ..core.identity import refuse_case_clash, refuse_reserved
@@ -25,8 +27,10 @@ from ..core.results import WriteResult
 from ..core.write_modes import WriteMode
 from ..engine import Engine
 from ..planning.inputs import to_reader
+from ..transaction import inline
 from ..transaction.driver import PARTITION_META, WATERMARK_META, Intent, watermark_meta
 from . import commit_records
+from .flush import flush_after, flushed_first
 
 log = logging.getLogger("trident")
 
@@ -98,6 +102,22 @@ def write(
         sink = engine.sink(route.sink)
         if stage and not sink.stages:
             raise sink.staging_refusal(ds)
+        if route.sink == inline.INLINE_SINK and ds.exists:
+            state = engine.control.inline_state(ds.dataset_id)
+            small, reader = _inlinable(engine, ds, mode, key_cols, stage, partition, reader, state.staged)
+            if small is not None:
+                schema = inline.target(engine.driver, ds).schema
+                assert schema is not None  # (``_inlinable`` checked)
+                fresh = txn_id is None  # minted here: no earlier attempt of it can exist
+                inlined = inline.commit(
+                    engine.driver, ds, intent, small, schema, provenance=provenance, watermarks=marks, fresh=fresh
+                )
+                if inlined is None:
+                    return commit_records.noop_result(engine, key, txn, route)
+                if _flush_due(engine, state.rows + small.num_rows, state.age_s):
+                    flush_after(engine, ds)
+                return commit_records.write_result(ds.key, *inlined, route)
+            ds = flushed_first(engine, ds, state.rows)
         transaction = engine.driver.open(ds, intent)
         if transaction is None:
             return commit_records.noop_result(engine, key, txn, route)
@@ -106,3 +126,36 @@ def write(
             return commit_records.write_result(ds.key, transaction.stage(outcome), outcome, route, staged=True)
         done = transaction.commit(outcome, provenance=provenance, watermarks=marks)
         return commit_records.write_result(ds.key, done, outcome, route)
+
+
+def _inlinable(
+    engine: Engine,
+    ds: DatasetRecord,
+    mode: WriteMode,
+    keys: tuple[str, ...],
+    stage: bool,
+    partition: PartitionFilter | None,
+    reader: pa.RecordBatchReader | None,
+    staged_waiting: bool,
+) -> tuple[pa.RecordBatch | None, pa.RecordBatchReader | None]:
+    """The input as the batch an inlined write stores, when this write is inlined
+    (``transaction/inline.py`` says which are); else ``None`` and the input, unconsumed."""
+    limit = engine.settings.inline_max_rows
+    if not limit or mode != "append" or keys or stage or partition is not None or reader is None or staged_waiting:
+        return None, reader
+    if ds.snapshot_id is None:
+        return None, reader
+    target = inline.target(engine.driver, ds)
+    if target.schema is None:
+        return None, reader
+    rows, reader = inline.take_small(reader, limit)
+    if rows is None:
+        return None, reader
+    return inline.fits(rows, target.schema), reader
+
+
+def _flush_due(engine: Engine, rows: int, age_s: float | None) -> bool:
+    """Has the inlined tail passed ``TRIDENT_INLINE_FLUSH_ROWS`` rows, or its oldest row
+    ``TRIDENT_INLINE_FLUSH_SECONDS``?"""
+    s = engine.settings
+    return rows >= s.inline_flush_rows or bool(s.inline_flush_seconds and age_s is not None and age_s >= s.inline_flush_seconds)

@@ -40,8 +40,9 @@ class WritePlanner:
         version = sink.current(req.dataset)
         if req.mode == "delete" and version.schema is None:
             raise DatasetNotFoundError(req.dataset.key, req.dataset.workspace)
-        if req.preserve_identity and (req.mode != "replace" or req.keys):
-            raise InvalidWriteError("an identity-preserving copy (migration) is always a plain replace")
+        if req.preserve_identity and (req.mode not in ("replace", "append") or req.keys):
+            # a migration copies a whole dataset (replace); a flush of inlined rows appends them
+            raise InvalidWriteError("an identity-preserving copy is a plain replace or append")
         if req.mode in ("append", "replace") and not req.keys:
             return self._stream(req, version)
         return self._keyed(sink, req, version)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
@@ -22,6 +23,8 @@ from ..core.keys import validate_key
 from ..core.partitions import PartitionFilter
 from ..engine import Engine
 from ..sinks.contract import AsOf, ScanPlan, VersionStats
+from ..transaction import inline
+from . import tail as inlined
 from . import versions
 
 log = logging.getLogger("trident")
@@ -55,8 +58,28 @@ def stream(
     ds = engine.dataset_record(key)
     sink = engine.sink(ds.sink)
     row_filter = engine.with_partition(sink, ds, row_filter, partition)
-    version = versions.version_at(engine, ds, as_of) if sink.time_travel else as_of
-    return read_faults.guarded(key, lambda: sink.scan(ds, columns=columns, row_filter=row_filter, as_of=version))
+    version, tail = _version(engine, ds, as_of)
+    reader = read_faults.guarded(key, lambda: sink.scan(ds, columns=columns, row_filter=row_filter, as_of=version))
+    if tail is None:
+        return reader
+    rows = tail.rows_as(_stored(engine, ds), reader.schema, columns, row_filter)
+    return inlined.appended(reader, rows)
+
+
+def _version(engine: Engine, ds: DatasetRecord, as_of: AsOf) -> tuple[AsOf, inlined.Tail | None]:
+    """What a read of ``as_of`` asks the sink for, and the version's inlined tail: with a tail,
+    the snapshot the tail completes (the current version's as the control plane records it)."""
+    if not engine.sink(ds.sink).time_travel:
+        return as_of, None
+    tail = inlined.of(engine, ds, as_of)
+    if tail is not None:
+        return tail.snapshot_id, tail
+    return versions.version_at(engine, ds, as_of), None
+
+
+def _stored(engine: Engine, ds: DatasetRecord) -> pa.Schema:
+    """The table's stored schema, which inlined rows are decoded as."""
+    return inline.target(engine.driver, ds).schema or engine.sink(ds.sink).schema(ds)
 
 
 def read_table(
@@ -80,8 +103,11 @@ def read_table(
     ds = engine.dataset_record(key)
     sink = engine.sink(ds.sink)
     row_filter = engine.with_partition(sink, ds, row_filter, partition)
-    version = versions.version_at(engine, ds, as_of) if sink.time_travel else as_of
-    return read_faults.read_all(key, lambda: sink.read(ds, columns=columns, row_filter=row_filter, as_of=version))
+    version, tail = _version(engine, ds, as_of)
+    table = read_faults.read_all(key, lambda: sink.read(ds, columns=columns, row_filter=row_filter, as_of=version))
+    if tail is None:
+        return table
+    return pa.concat_tables([table, tail.rows_as(_stored(engine, ds), table.schema, columns, row_filter)])
 
 
 def read_many(engine: Engine, keys: list[str], columns: list[str] | None) -> dict[str, pa.Table]:
@@ -114,19 +140,23 @@ def arrow_source(
     if staged is not None:
         ds, entry = versions.staged_entry(engine, key, staged)
         return engine.sink(ds.sink).arrow_source(ds, snapshot_id=entry.snapshot_id)
-    ds = engine.dataset_record(key)
+    return arrow_source_of(engine, engine.dataset_record(key), arguments.partition_filter(partition))
+
+
+def arrow_source_of(engine: Engine, ds: DatasetRecord, partition: PartitionFilter | None = None) -> Any:
+    """``arrow_source`` of the published version ``ds`` (a record the caller read) names, its
+    inlined tail included."""
     sink = engine.sink(ds.sink)
-    partition = arguments.partition_filter(partition)
-    if partition is None:
-        return sink.arrow_source(ds)
-    bound = partition.bind(sink.schema(ds))
-    source = sink.arrow_source(ds, partition=bound) if sink.partitions else sink.arrow_source(ds)
-    return source.filter(bound.arrow_expr())
-
-
-def arrow_source_of(engine: Engine, ds: DatasetRecord) -> Any:
-    """``arrow_source`` of the published version ``ds`` (a record the caller read) names."""
-    return engine.sink(ds.sink).arrow_source(ds)
+    tail = inlined.of(engine, ds)
+    snapshot = tail.snapshot_id if tail is not None else None
+    bound = None if partition is None else partition.bind(sink.schema(ds))
+    if bound is not None and sink.partitions:
+        source = sink.arrow_source(ds, partition=bound, snapshot_id=snapshot)
+    else:
+        source = sink.arrow_source(ds, snapshot_id=snapshot) if snapshot is not None else sink.arrow_source(ds)
+    if tail is not None:
+        source = inlined.with_tail_dataset(source, tail.table(_stored(engine, ds)))
+    return source if bound is None else source.filter(bound.arrow_expr())
 
 
 def scan_plan(engine: Engine, key: str, *, staged: uuid.UUID | str | None = None) -> ScanPlan:
@@ -139,7 +169,12 @@ def scan_plan(engine: Engine, key: str, *, staged: uuid.UUID | str | None = None
 
 def scan_plan_of(engine: Engine, ds: DatasetRecord, *, snapshot_id: int | None = None) -> ScanPlan:
     """``scan_plan`` for a record the caller just read (no second look-up by key)."""
-    plan = engine.sink(ds.sink).scan_plan(ds, snapshot_id=snapshot_id)
+    tail = inlined.of(engine, ds) if snapshot_id is None else None
+    if tail is None:
+        plan = engine.sink(ds.sink).scan_plan(ds, snapshot_id=snapshot_id)
+    else:  # the snapshot the tail completes, and the tail's rows (sql/sandbox.py reads both)
+        plan = engine.sink(ds.sink).scan_plan(ds, snapshot_id=tail.snapshot_id)
+        plan = replace(plan, tail=tail.table(_stored(engine, ds)), reason=f"{plan.reason}; {tail.rows} inlined rows")
     log.info("trident scan %s path=%s files=%d (%s)", ds.key, plan.path, len(plan.files), plan.reason)
     return plan
 
@@ -152,6 +187,8 @@ def version_stats(engine: Engine, key: str, *, staged: uuid.UUID | str | None = 
     else:
         ds = engine.dataset_record(key)
         sink, snapshot_id = engine.sink(ds.sink), None
+        if inlined.rows_count(engine, ds):  # the files record only the snapshot's rows: callers count with SQL
+            return None
     try:
         return sink.version_stats(ds, snapshot_id)
     except Exception as exc:

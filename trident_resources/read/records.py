@@ -16,6 +16,7 @@ from ..core.partitions import PartitionFilter
 from ..core.results import Description
 from ..engine import Engine
 from ..sinks.contract import StorageInfo
+from . import tail
 
 
 def describe(engine: Engine, key: str, *, storage: bool = True) -> Description:
@@ -45,6 +46,7 @@ def describe(engine: Engine, key: str, *, storage: bool = True) -> Description:
         partitioning=[f"{t}({c})" for c, t in (stored.partitioning or ())],
         partitions=stored.partitions,
         metadata_location=stored.metadata_location,
+        inlined_rows=tail.rows_count(engine, ds),
     )
 
 

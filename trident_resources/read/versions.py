@@ -15,12 +15,19 @@ from ..sinks.contract import AsOf
 
 
 def version_at(engine: Engine, ds: DatasetRecord, as_of: AsOf) -> int | None:
-    """The snapshot id of the version ``as_of`` names, decided by the ledger: a transaction id,
-    a snapshot id or an instant name a COMMITTED transaction of this dataset, and an instant
-    reads the version that was visible then: the newest one whose ``committed_at`` (the instant it
-    became visible, the table's snapshot log's for Iceberg) is at or before it, so Trident answers
-    what Iceberg readers' time travel by timestamp answers. A staged version published later
-    becomes visible at its publish, not at its staging.
+    """The snapshot id of the version ``as_of`` names (``entry_at``'s)."""
+    entry = entry_at(engine, ds, as_of)
+    return None if entry is None else entry.snapshot_id
+
+
+def entry_at(engine: Engine, ds: DatasetRecord, as_of: AsOf) -> LedgerEntry | None:
+    """The committed transaction whose version ``as_of`` names, decided by the ledger: a
+    transaction id, a snapshot id or an instant name a COMMITTED transaction of this dataset, and
+    an instant reads the version that was visible then: the newest one whose ``committed_at`` (the
+    instant it became visible, the table's snapshot log's for Iceberg) is at or before it, so
+    Trident answers what Iceberg readers' time travel by timestamp answers. A staged version
+    published later becomes visible at its publish, not at its staging. A snapshot id names the
+    transaction that made it (inlined writes after it share it: they add no snapshot).
     Anything else is an InvalidReadError, never an empty or older version."""
     if as_of is None:
         return None
@@ -32,16 +39,16 @@ def version_at(engine: Engine, ds: DatasetRecord, as_of: AsOf) -> int | None:
         at = [e for e in committed if e.committed_at is not None and e.committed_at <= when]
         if not at:
             raise InvalidReadError(f"dataset {ds.key!r} has no version committed at or before {when.isoformat()}")
-        return max(at, key=lambda e: e.committed_at).snapshot_id  # type: ignore[arg-type, return-value]
+        return max(at, key=lambda e: e.committed_at)  # type: ignore[arg-type, return-value]
     if isinstance(as_of, int):
-        for e in committed:
-            if e.snapshot_id == as_of:
-                return as_of
+        made = [e for e in committed if e.snapshot_id == as_of and e.committed_at is not None]
+        if made:
+            return min(made, key=lambda e: e.committed_at)  # type: ignore[arg-type, return-value]
         raise InvalidReadError(f"no committed version of {ds.key!r} has snapshot id {as_of}")
     entry = _entry_of(engine, ds, as_of, f"as_of {as_of!r} is neither a transaction id (uuid) nor a snapshot id")
     if entry.status != "committed" or entry.snapshot_id is None:
         raise InvalidReadError(f"transaction {entry.txn_id} of {ds.key!r} is {entry.status}, not committed: it has no version")
-    return entry.snapshot_id
+    return entry
 
 
 def staged_entry(engine: Engine, key: str, txn_id: uuid.UUID | str) -> tuple[DatasetRecord, LedgerEntry]:

@@ -97,6 +97,8 @@ class Maintenance:
     reencoded_files: int = 0
     # pg sink: row blocks (its read cache) rebuilt over rows whose blocks keyed writes dropped
     rebuilt_blocks: int = 0
+    # iceberg_native: inlined rows (small writes kept in the control plane) flushed into one snapshot
+    flushed_rows: int = 0
 
     # manifests, manifest lists and metadata files that no retained snapshot, ref or log used
     deleted_metadata_files: int = 0
@@ -127,6 +129,9 @@ class ScanPlan:
     snapshot_id: int | None = None
     files: tuple[str, ...] = ()
     field_ids: tuple[int, ...] = ()
+    # rows of this version inlined into the control plane (``read/tail.py``), in the table's stored
+    # types: the version is the files' rows plus these; None when there are none
+    tail: pa.Table | None = None
 
 
 @dataclass(frozen=True)

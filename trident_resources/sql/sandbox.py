@@ -200,7 +200,9 @@ def register_dataset(con: duckdb.DuckDBPyConnection, name: str, plan: ScanPlan, 
     does), so a column added after a file was written reads NULL there, and DuckDB's parallel
     reader pushes projections and filters into the Parquet files. Arrow: ``arrow_source()`` (the
     sink's re-scannable pyarrow source) is registered instead."""
-    if plan.path == "native" and plan.files:
+    if plan.path == "native" and plan.tail is not None:
+        _register_with_tail(con, name, plan)
+    elif plan.path == "native" and plan.files:
         try:
             con.execute(f"CREATE VIEW {_ident(name)} AS SELECT * FROM {READ_PARQUET_SQL.get(con, plan)}")
         except duckdb.Error as exc:  # DuckDB opens the files here: one missing or corrupt fails the view
@@ -209,6 +211,24 @@ def register_dataset(con: duckdb.DuckDBPyConnection, name: str, plan: ScanPlan, 
         con.register(name, pa.Table.from_batches([], schema=plan.schema))
     else:
         con.register(name, arrow_source())
+
+
+def _register_with_tail(con: duckdb.DuckDBPyConnection, name: str, plan: ScanPlan) -> None:
+    """A native plan whose version has inlined rows: the view is the files' rows followed by the
+    tail's (registered under a name user SQL cannot read: the guard allows only dataset views)."""
+    assert plan.tail is not None
+    tail = f"__trident_tail_{abs(hash(name))}"
+    con.register(tail, plan.tail.select(plan.schema.names))
+    if not plan.files:
+        con.execute(f"CREATE VIEW {_ident(name)} AS SELECT * FROM {_ident(tail)}")
+        return
+    try:
+        con.execute(
+            f"CREATE VIEW {_ident(name)} AS SELECT * FROM {READ_PARQUET_SQL.get(con, plan)} "
+            f"UNION ALL BY NAME SELECT * FROM {_ident(tail)}"
+        )
+    except duckdb.Error as exc:
+        raise read_faults.named(exc, plan.key) from exc
 
 
 class _ReadParquetSql:
@@ -320,8 +340,8 @@ class SandboxCache:
 
 def sandbox_key(plans: Mapping[str, ScanPlan], settings: TridentSettings) -> tuple[Any, ...] | None:
     """What a sandbox is built from; ``None`` when it must not be reused (an Arrow-path plan)."""
-    if any(p.path != "native" for p in plans.values()):
-        return None
+    if any(p.path != "native" or p.tail is not None for p in plans.values()):
+        return None  # (an inlined tail changes without a new snapshot)
     return (
         settings.duckdb_memory_limit,
         settings.duckdb_threads,

@@ -36,7 +36,7 @@ import pyarrow as pa
 import sqlalchemy.exc
 
 from ..control import groups
-from ..control.plane import ControlPlane, DatasetRecord, LedgerEntry, Outcome, WatermarkRow
+from ..control.plane import ControlPlane, DatasetRecord, InlineBlock, LedgerEntry, Outcome, WatermarkRow
 from ..control.range_locks import LockItem
 from ..control.router import RouteDecision
 from ..core.errors import (
@@ -576,8 +576,10 @@ class Transaction:
         provenance: Mapping[str, Any] | None = None,
         watermarks: Watermarks = (),  # type: ignore[assignment]
         flip_to: str | None = None,
+        inline: InlineBlock | None = None,
     ) -> LedgerEntry:
-        """COMMIT: record exactly what WRITE produced (and, for a canary, the flip)."""
+        """COMMIT: record exactly what WRITE produced (and, for a canary, the flip; for an
+        inlined write, its rows: ``transaction/inline.py``)."""
         try:
             failpoint("commit.before_ledger")
             return self.driver.control.commit_txn(
@@ -588,6 +590,7 @@ class Transaction:
                 flip_to=flip_to,
                 conn=self.lock,
                 reserved_indexes=self.partitioned,
+                inline=inline,
             )
         except BaseException as exc:
             _reraise(exc, self.fail(exc))
