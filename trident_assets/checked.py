@@ -35,6 +35,7 @@ from trident_resources.dagster import (
     TridentOutput,
     TridentResource,
     asset_key_to_key,
+    asset_step_txn_id,
     checks_failed,
     dataset_pool,
     gate_checks,
@@ -93,7 +94,10 @@ def staged_write(context: dg.AssetExecutionContext, trident: TridentResource, ke
     gate = gate_checks(context.get_step_execution_context(), akey)
     if gate:
         supersede(t, key, context.run.run_id)
-    out = replace(out, stage_txn=uuid.uuid4()) if isinstance(out, TridentOutput) else TridentOutput(out, stage_txn=uuid.uuid4())
+    # the step's own id for this output: a second attempt of the step (a redelivered Celery task, a
+    # retry) replaces a version the first staged, and finds one it published already committed
+    txn = asset_step_txn_id(context, akey.to_python_identifier())
+    out = replace(out, stage_txn=txn) if isinstance(out, TridentOutput) else TridentOutput(out, stage_txn=txn)
     result, provenance = write_output(
         t,
         key,
@@ -123,7 +127,8 @@ def audit_and_publish(
     checks of other steps still gate is reported staged and published by gate.py."""
     results: list[dg.AssetCheckResult] = []
     for k, exps in expectations.items():
-        txn = staged[k][1].result.txn_id if k in staged else None
+        # an earlier attempt of this step that published already: its version is the current one
+        txn = staged[k][1].result.txn_id if k in staged and staged[k][1].result.staged else None
         results.extend(checked_results(context, trident, k, exps, staged=txn))
     blocking = {check_key(k, e) for k, exps in expectations.items() for e in exps if e.blocking}
     failed = [r for r in results if not r.passed and _result_key(r) in blocking]

@@ -35,8 +35,7 @@ def staged(key: str | None, as_json: bool) -> None:
         for g in groups:
             n = sum(1 for _, e in rows if e.group_id == g)
             console.print(
-                f"group {g}: {n} dataset(s); publish all with `trident publish {str(g)[:8]}`, "
-                f"or `trident discard {str(g)[:8]}`"
+                f"group {g}: {n} dataset(s); publish all with `trident publish {str(g)[:8]}`, or `trident discard {str(g)[:8]}`"
             )
 
 

@@ -8,13 +8,16 @@ First a normal run: every step ran in a worker, and the datasets equal an in-pro
 run during which one worker is SIGKILLed (its whole process group) while it executes a step: the
 step comes back to the broker (task_acks_late; Redis hands it on after the visibility timeout,
 shortened here) and the run ends, on the other worker, with the data whole, no dataset written
-twice and no ledger row open.
+twice and no ledger row open. Last a run whose worker is SIGKILLed right after a step committed
+and before the step reported it: the step runs again on a new worker, in the same run, and its
+second write is a no-op (one transaction per dataset in the run, the killed attempt's).
 
 Needs ``redis-server`` (``.ci/run`` installs Debian's); without it the test is skipped, except in
 CI where that is a failure."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -22,6 +25,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,7 +39,7 @@ from tests.support.helpers import settings_env
 from trident_assets.definitions import build_definitions
 from trident_cli.ui import ensure_database
 from trident_resources import Trident, TridentSettings
-from trident_resources.dagster import TridentResource
+from trident_resources.dagster import RUN_ID, TridentResource
 from trident_resources.dagster.instance_storage import DRIVER
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,14 +65,20 @@ def _free_port() -> int:
 
 
 class Deployment:
-    def __init__(self, root: Path, settings: TridentSettings, pg_dsn: str) -> None:
+    """The deployment's processes on loopback; the broker is a Redis of its own unless ``broker``
+    gives (broker URL, result backend URL) of another."""
+
+    def __init__(self, root: Path, settings: TridentSettings, pg_dsn: str, broker: tuple[str, str] | None = None) -> None:
         self.root, self.settings = root, settings
-        port = _free_port()
-        self.redis = subprocess.Popen(
-            [_redis(), "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        self.redis: subprocess.Popen[bytes] | None = None
+        if broker is None:
+            port = _free_port()
+            self.redis = subprocess.Popen(
+                [_redis(), "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            broker = (f"redis://127.0.0.1:{port}/0", f"redis://127.0.0.1:{port}/1")
         dbname = f"dagster_celery_{os.getpid()}"
         with __import__("psycopg").connect(pg_dsn, autocommit=True) as conn:
             conn.execute(f'drop database if exists "{dbname}" with (force)')
@@ -81,8 +91,8 @@ class Deployment:
         self.env.update(
             settings_env(settings),
             TRIDENT_DAGSTER_PG_URL=url,
-            TRIDENT_CELERY_BROKER_URL=f"redis://127.0.0.1:{port}/0",
-            TRIDENT_CELERY_BACKEND_URL=f"redis://127.0.0.1:{port}/1",
+            TRIDENT_CELERY_BROKER_URL=broker[0],
+            TRIDENT_CELERY_BACKEND_URL=broker[1],
             PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
             PYTHONPATH=str(ROOT),
         )
@@ -97,7 +107,7 @@ class Deployment:
         shutil.copy(DEPLOY / "dagster.yaml", base / "dagster" / "dagster.yaml")
         return {**self.env, "TRIDENT_HOME": str(base / "trident"), "DAGSTER_HOME": str(base / "dagster")}
 
-    def start_worker(self, name: str) -> None:
+    def start_worker(self, name: str, **env: str) -> None:
         log = open(self.root / f"{name}.log", "wb")  # noqa: SIM115  (closed with the process)
         self.workers[name] = subprocess.Popen(
             [
@@ -112,7 +122,7 @@ class Deployment:
                 ),
                 *("-n", name, "-l", "INFO", "--", "--concurrency=1", "--without-gossip", "--without-mingle"),
             ],
-            env=self.home(name),
+            env={**self.home(name), **env},
             cwd=self.root,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -136,6 +146,17 @@ class Deployment:
             text=True,
         )
 
+    def materialize(self, selection: str) -> subprocess.Popen[str]:
+        """``dagster asset materialize`` of ``selection`` (a run of the implicit asset job)."""
+        return subprocess.Popen(
+            [str(BIN / "dagster"), "asset", "materialize", "-f", str(DEPLOY / "definitions.py"), "--select", selection],
+            env=self.home("runner-assets"),
+            cwd=self.root,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+
     def instance(self) -> Any:
         import dagster as dg
 
@@ -147,8 +168,9 @@ class Deployment:
             if w.poll() is None:
                 os.killpg(w.pid, signal.SIGKILL)
                 w.wait(30)
-        self.redis.kill()
-        self.redis.wait(30)
+        if self.redis is not None:
+            self.redis.kill()
+            self.redis.wait(30)
         os.environ.pop("TRIDENT_DAGSTER_PG_URL", None)
         with __import__("psycopg").connect(self.pg_dsn, autocommit=True) as conn:
             conn.execute(f'drop database if exists "{self.dbname}" with (force)')
@@ -186,6 +208,20 @@ def _steps_on_workers(instance: Any, run_id: str) -> dict[str, str]:
         worker = event.engine_event_data.metadata.get("Celery worker")
         where[str(event.step_key)] = str(getattr(worker, "value", worker))
     return where
+
+
+def _run_entries(t: Trident, key: str, run_id: str) -> list[Any]:
+    return [e for e in t.history(key) if (e.metadata or {}).get(RUN_ID) == run_id]
+
+
+def _committed_in_run(t: Trident, keys: Any, run_id: str) -> dict[str, Any]:
+    """dataset key -> txn id of each dataset the run has committed so far."""
+    out = {}
+    for key in keys:
+        entries = [e for e in _run_entries(t, key, run_id) if e.status == "committed"]
+        if entries:
+            out[key] = entries[0].txn_id
+    return out
 
 
 def _wait(proc: subprocess.Popen[str], bound: float) -> str:
@@ -256,6 +292,151 @@ def test_the_example_runs_on_two_workers_and_survives_a_killed_one(deployment: D
             assert [e for e in history if e.status == "open"] == [], key
             committed = [e for e in history[: len(history) - versions[key]] if e.status == "committed"]
             assert len(committed) == 1, f"{key}: {len(committed)} commits in one run"
+
+        # a run whose only worker is SIGKILLed right after a step committed, before the step
+        # reported it (the failpoint stalls the worker there); the step is redelivered to a new
+        # worker and runs again in the same run: its write is a no-op returning the first commit
+        deployment.kill_worker("w2")
+        deployment.start_worker("w3", TRIDENT_FAILPOINTS="io_manager.after_write=sleep:900")
+        third = deployment.launch("third")
+        deadline = time.monotonic() + RUN_BOUND
+        done: dict[str, Any] = {}
+        while not done and time.monotonic() < deadline and third.poll() is None:
+            runs = instance.get_runs(dg.RunsFilter(tags={"test/run": "third"}))
+            done = _committed_in_run(t, expected, runs[0].run_id) if runs else {}
+            time.sleep(0.2)
+        assert len(done) == 1, f"w3 should have committed exactly one step before stalling: {done}"
+        [(killed_key, killed_txn)] = done.items()
+        deployment.kill_worker("w3")
+        deployment.start_worker("w4")
+        out = _wait(third, RUN_BOUND)
+        [run3] = instance.get_runs(dg.RunsFilter(tags={"test/run": "third"}))
+        assert third.returncode == 0 and run3.status == dg.DagsterRunStatus.SUCCESS, out[-4000:]
+        steps3 = _steps_on_workers(instance, run3.run_id)
+        assert any(w.startswith("w4@") for w in steps3.values()), "the rest of the run did not go to w4"
+        t.reconcile()
+        assert _contents(t) == expected
+        commits = {key: _run_entries(t, key, run3.run_id) for key in expected}
+        for key, entries in commits.items():
+            assert [e.status for e in entries] == ["committed"], f"{key}: {entries}"  # one transaction per dataset
+        assert commits[killed_key][0].txn_id == killed_txn  # the killed attempt's commit is the one that counts
+        print(f"w3 killed after committing {killed_key}; the step ran again on w4 and wrote nothing more")
     finally:
         t.close()
         instance.dispose()
+
+
+# -- the same deployment on a RabbitMQ broker --------------------------------------------------------
+
+
+def _rabbitmq() -> str:
+    found = shutil.which("rabbitmq-server") or next((p for p in ["/usr/sbin/rabbitmq-server"] if Path(p).exists()), None)
+    if found is None:
+        if os.environ.get("CI"):
+            pytest.fail("rabbitmq-server is missing in CI: .ci/run installs it (apt-get install rabbitmq-server)")
+        pytest.skip("rabbitmq-server is not installed (apt-get install rabbitmq-server)")
+    return found
+
+
+@pytest.fixture
+def rabbitmq() -> Iterator[str]:
+    """A RabbitMQ node of its own on loopback (its own name, ports and folders); its AMQP URL.
+    Its folders are outside pytest's (those are private to this user, and Debian's script runs the
+    server as user ``rabbitmq`` when started as root)."""
+    server = _rabbitmq()
+    base = Path(tempfile.mkdtemp(prefix="trident-rabbitmq-"))
+    (base / "mnesia").mkdir(parents=True)
+    (base / "log").mkdir()
+    (base / "plugins").write_text("[].")
+    if os.geteuid() == 0:  # Debian's script runs the server as user rabbitmq
+        shutil.chown(base, "rabbitmq", "rabbitmq")
+        for sub in base.iterdir():
+            shutil.chown(sub, "rabbitmq", "rabbitmq")
+    port, node = _free_port(), f"trident_{os.getpid()}@localhost"
+    env = {
+        **os.environ,
+        "RABBITMQ_NODENAME": node,
+        "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
+        "RABBITMQ_NODE_PORT": str(port),
+        "RABBITMQ_DIST_PORT": str(_free_port()),
+        "RABBITMQ_MNESIA_BASE": str(base / "mnesia"),
+        "RABBITMQ_LOG_BASE": str(base / "log"),
+        "RABBITMQ_ENABLED_PLUGINS_FILE": str(base / "plugins"),
+        "RABBITMQ_FEATURE_FLAGS_FILE": str(base / "feature_flags"),
+    }
+    out = open(base / "server.out", "wb")  # noqa: SIM115  (closed with the process)
+    proc = subprocess.Popen([server], env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    logs = "".join(
+                        p.read_text(errors="replace")[-2000:] for p in [base / "server.out", *(base / "log").glob("*.log")]
+                    )
+                    pytest.fail(f"rabbitmq-server did not start: {logs}")
+                time.sleep(0.5)
+        yield f"amqp://guest:guest@127.0.0.1:{port}//"
+    finally:
+        subprocess.run(
+            [str(Path(server).with_name("rabbitmqctl")), "-n", node, "stop"], env=env, capture_output=True, timeout=120
+        )
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+        out.close()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_on_rabbitmq_a_worker_killed_after_its_commit_is_redelivered_at_once_and_writes_once(
+    request: pytest.FixtureRequest, tmp_path: Path, pg_dsn: str, rabbitmq: str
+) -> None:
+    """deploy/celery's settings on RabbitMQ (``amqp://``, results over ``rpc://``): the example's
+    raw-table job runs on a worker that is SIGKILLed right after its first step committed (the
+    failpoint stalls it there). RabbitMQ hands the unacknowledged task to the other worker as soon
+    as the dead one's connection drops (no visibility timeout), the step runs again in the same
+    run and its write is a no-op: one transaction of the run per dataset, the killed attempt's."""
+    import dagster as dg
+
+    settings = backend_settings(request, "rest", tmp_path / "unused-home", pg_dsn, tpch_scale="0.01")
+    deployment = Deployment(tmp_path, settings, pg_dsn, broker=(rabbitmq, "rpc://"))
+    instance = deployment.instance()
+    t = Trident(settings)
+    try:
+        deployment.start_worker("r1", TRIDENT_FAILPOINTS="io_manager.after_write=sleep:900")
+        keys = ["tpch/customer", "tpch/orders"]
+        run = deployment.materialize(",".join(keys))
+        deadline = time.monotonic() + RUN_BOUND
+        done: dict[str, Any] = {}
+        while not done and time.monotonic() < deadline and run.poll() is None:
+            runs = instance.get_runs()  # the instance's only run
+            done = _committed_in_run(t, [k for k in keys if t.exists(k)], runs[0].run_id) if runs else {}
+            time.sleep(0.2)
+        ended = "" if run.poll() is None else (run.stdout.read() if run.stdout else "")[-4000:]
+        assert len(done) == 1, f"r1 should have committed exactly one step before stalling: {done} {ended}"
+        [(killed_key, killed_txn)] = done.items()
+        killed_at = time.monotonic()
+        deployment.kill_worker("r1")
+        deployment.start_worker("r2")
+        out = _wait(run, RUN_BOUND)
+        [record] = instance.get_runs()
+        print(
+            f"r1 killed after committing {killed_key}; the run ended {record.status.value} {time.monotonic() - killed_at:.0f} s later"
+        )
+        assert run.returncode == 0 and record.status == dg.DagsterRunStatus.SUCCESS, out[-4000:]
+        where = _steps_on_workers(instance, record.run_id)
+        assert all(w.startswith("r2@") for w in where.values() if not w.startswith("r1@")) and any(
+            w.startswith("r2@") for w in where.values()
+        )
+        for key in keys:
+            entries = _run_entries(t, key, record.run_id)
+            assert [e.status for e in entries] == ["committed"], f"{key}: {entries}"
+        assert _run_entries(t, killed_key, record.run_id)[0].txn_id == killed_txn
+        assert t.read(killed_key).num_rows == t.describe(killed_key).row_count
+    finally:
+        t.close()
+        instance.dispose()
+        deployment.close()

@@ -413,7 +413,8 @@ class ControlPlane:
         transaction whose writer crashed from one still running.
         """
         with self.connection() as conn:
-            deadline = time.monotonic() + wait_s
+            began = time.monotonic()
+            deadline = began + wait_s
             delay = 0.02
             while not cast(DictRow, conn.execute(q.TRY_WRITER_LOCK, (str(dataset.dataset_id),)).fetchone())["locked"]:
                 if time.monotonic() >= deadline:
@@ -430,6 +431,7 @@ class ControlPlane:
                     )
                 time.sleep(delay)
                 delay = min(delay * 2, 0.5)
+            _note_wait(dataset, "its writer lock", began, delay != 0.02)
             try:
                 yield conn
             finally:
@@ -476,11 +478,12 @@ class ControlPlane:
             try:
                 self._acquire(conn, q.TRY_WRITER_LOCK_SHARED, ds_key, deadline, dataset, wait_s, "the whole dataset")
                 shared_held = True
-                delay = 0.02
+                delay, began = 0.02, time.monotonic()
                 while True:
                     row = conn.execute(q.TRY_PARTITION_LOCKS, {"start": taken + 1, "keys": keys, "shared": modes}).fetchone()
                     taken += int(cast(DictRow, row)["taken"])
                     if taken >= len(keys):
+                        _note_wait(dataset, what, began, delay != 0.02)
                         break
                     if time.monotonic() >= deadline:
                         raise ConcurrentWriteError(
@@ -507,7 +510,7 @@ class ControlPlane:
     def _acquire(
         self, conn: psycopg.Connection[Any], sql: str, key: str, deadline: float, dataset: DatasetRecord, wait_s: float, what: str
     ) -> None:
-        delay = 0.02
+        delay, began = 0.02, time.monotonic()
         while not cast(DictRow, conn.execute(sql, (key,)).fetchone())["locked"]:
             if time.monotonic() >= deadline:
                 raise ConcurrentWriteError(
@@ -516,6 +519,7 @@ class ControlPlane:
                 )
             time.sleep(delay)
             delay = min(delay * 2, 0.25)
+        _note_wait(dataset, what, began, delay != 0.02)
 
     def acquire_commit_lock(self, conn: psycopg.Connection[Any], dataset: DatasetRecord, wait_s: float) -> None:
         """The dataset's commit lock, on the writer's lock session: partition writers serialise
@@ -835,3 +839,14 @@ def _lock_lost(exc: psycopg.OperationalError) -> WriterLockLostError:
         "change may already be in its sink: `trident reconcile` (or the next write of the dataset) "
         "rolls it forward if so, else aborts it. Check `trident history` before retrying"
     )
+
+
+LOCK_WAIT_LOG = "trident lock wait: dataset %r waited %.3f s for %s"
+
+
+def _note_wait(dataset: DatasetRecord, what: str, began: float, waited: bool) -> None:
+    """Log (INFO, logger ``trident``) a lock this writer had to wait for, and how long: how an
+    operator sees writers of one dataset queue behind each other (bench/celery_load_bench.py
+    counts these lines)."""
+    if waited:
+        log.info(LOCK_WAIT_LOG, dataset.key, time.monotonic() - began, what)

@@ -63,8 +63,11 @@ INSERT INTO trident_ledger (txn_id, dataset_id, status, mode, writer, sink, requ
 VALUES (%s, %s, 'open', %s, %s, %s, %s, %s, %s, date_trunc('microseconds', clock_timestamp()), %s::jsonb, %s::jsonb, %s, %s)
 ON CONFLICT (txn_id) DO UPDATE SET status = 'open', started_at = EXCLUDED.started_at, ended_at = NULL,
     error = NULL, mode = EXCLUDED.mode, writer = EXCLUDED.writer, sink = EXCLUDED.sink, pid = EXCLUDED.pid,
-    host = EXCLUDED.host
-    WHERE trident_ledger.status = 'aborted' AND trident_ledger.dataset_id = EXCLUDED.dataset_id
+    host = EXCLUDED.host, requested_sink = EXCLUDED.requested_sink, clamped = EXCLUDED.clamped,
+    route_reason = EXCLUDED.route_reason, source_refs = EXCLUDED.source_refs, metadata = EXCLUDED.metadata,
+    location = NULL, staged_at = NULL, base_snapshot_id = NULL, rows_written = NULL, row_count = NULL,
+    skipped = NULL, preserved = NULL, snapshot_id = NULL
+    WHERE trident_ledger.status IN ('aborted', 'rejected') AND trident_ledger.dataset_id = EXCLUDED.dataset_id
       AND NOT trident_ledger.cleanup_pending
 RETURNING {_LEDGER_COLS}"""
 # committed_at is when the version became visible (the sink's instant for it, else this clock):

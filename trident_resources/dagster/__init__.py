@@ -7,8 +7,10 @@ Besides the resource and the IO manager, it exports what a library of asset fact
 (``write_output``, ``AuditedVersion``), the write-audit-publish gate (``gate_checks``,
 ``staged_in_run``, ``supersede``, ``checks_failed``, ``GATE_META``), the ledger's ``RUN_ID``
 metadata key, a run's partition (``run_partition``, ``declared``), asset key to dataset key
-(``asset_key_to_key``; ``validate_asset_keys`` checks a Definitions' keys when it loads), provenance merging (``merge_provenance``, ``lineage_entry``, the
-``COLUMN_LINEAGE`` field) and how a materialization's metadata is shown (``report``, metadata.py)."""
+(``asset_key_to_key``; ``validate_asset_keys`` checks a Definitions' keys when it loads),
+provenance merging (``merge_provenance``, ``lineage_entry``, the ``COLUMN_LINEAGE`` field), how a
+materialization's metadata is shown (``report``, metadata.py) and the transaction id every attempt
+of a step writes an output under (``step_txn_id``, ``output_txn_id``, ``asset_step_txn_id``)."""
 
 from .asset_keys import InvalidAssetKeysError, validate_asset_keys
 from .gate import GATE_META, PARTITION_KEYS, RUN_ID, checks_failed, gate_checks, staged_in_run, supersede
@@ -26,6 +28,7 @@ from .partition_mapping import declared, run_partition
 from .pools import dataset_pool
 from .provenance import lineage_entry, merge_provenance
 from .resource import TridentResource
+from .step_txn import asset_step_txn_id, output_txn_id, step_txn_id
 
 __all__ = [
     "COLUMN_LINEAGE",
@@ -40,15 +43,18 @@ __all__ = [
     "TridentResource",
     "WriteMode",
     "asset_key_to_key",
+    "asset_step_txn_id",
     "checks_failed",
     "dataset_pool",
     "declared",
     "gate_checks",
     "lineage_entry",
     "merge_provenance",
+    "output_txn_id",
     "report",
     "run_partition",
     "staged_in_run",
+    "step_txn_id",
     "supersede",
     "validate_asset_keys",
     "write_output",

@@ -42,6 +42,7 @@ import pyarrow as pa
 
 from ..client import Trident
 from ..core.errors import DatasetNotFoundError, InvalidDatasetKeyError, InvalidWriteError, TridentError
+from ..core.failpoints import failpoint
 from ..core.identity import IDENTITY_COLUMNS
 from ..core.keys import iceberg_identifier, validate_key
 from ..core.results import Description, WriteResult
@@ -63,6 +64,7 @@ from .metadata import materialization_metadata, report, version_metadata
 from .partition_mapping import input_partition, output_partition, partition_metadata
 from .provenance import lineage_entry, merge_provenance
 from .resource import TridentResource
+from .step_txn import output_txn_id
 
 PIPELINE_WRITER = "pipeline.output"
 META_MODE = "trident/mode"
@@ -186,6 +188,7 @@ class TridentIOManager(dg.ConfigurableIOManager):
             partition=partition,
             gate=gate,
             partition_keys=list(context.asset_partition_keys) if context.has_asset_partitions else None,
+            txn_id=output_txn_id(context),  # a re-run of this step repeats its write, never adds to it
         )
         self._report(context, t, key, result, provenance, out.metadata, partition=partition)
 
@@ -214,6 +217,7 @@ class TridentIOManager(dg.ConfigurableIOManager):
         *,
         partition: Any,
     ) -> None:
+        failpoint("io_manager.after_write")  # the write is done; the step has not reported it yet
         if result.staged:  # what its checks audit and publish makes current: the same numbers
             plan = t.scan_plan(key, staged=result.txn_id)
             note_pending(context.run_id)
@@ -283,13 +287,16 @@ def write_output(
     partition: Any = None,
     gate: Mapping[str, str] | None = None,
     partition_keys: Sequence[str] | None = None,
+    txn_id: uuid.UUID | None = None,
 ) -> tuple[WriteResult, Mapping[str, Any] | None]:
     """Write one asset output through the client (what ``handle_output`` does, shared with
     checked assets that write and audit in their own step): a staged version when
     ``out.stage_txn`` is set or ``gate`` names blocking checks of other steps (check -> step, recorded in the
     ledger, with the run, for gate.py to settle). ``partition_keys``: the Dagster partitions the run
     writes, kept in the ledger so that an instance that does not know the run can still report
-    each partition's materialization (the ledger sensor)."""
+    each partition's materialization (the ledger sensor). The write's id is ``out.stage_txn``, else
+    ``txn_id`` (the step's, ``step_txn.py``: a second attempt of the step is a no-op returning
+    the first commit, or replaces the first staging), else a fresh one."""
     meta = definition_metadata
     mode: WriteMode = out.mode or meta.get(META_MODE) or "replace"
     keys = out.keys if out.keys is not None else meta.get(META_KEYS)
@@ -315,7 +322,7 @@ def write_output(
             watermarks=out.watermarks,
             partition=partition,
             stage=out.stage_txn is not None or bool(gate),
-            txn_id=out.stage_txn,
+            txn_id=out.stage_txn or txn_id,
         )
     finally:
         if out.on_done is not None:

@@ -59,9 +59,6 @@ def noop_result(engine: Engine, key: str, txn: uuid.UUID, route: RouteDecision) 
     return write_result(key, prior, outcome, route, noop=True)
 
 
-STAGED_META = "trident.staged"  # ledger metadata of a staged write: what publish records with it
-
-
 def staged_meta(
     provenance: Mapping[str, Any] | None,
     watermarks: Mapping[str, tuple[datetime, uuid.UUID | None]] | None,

@@ -30,6 +30,7 @@ from ..core.partitions import PartitionFilter
 from ..core.results import GroupResult, WriteResult
 from ..core.write_modes import WriteMode
 from ..engine import Engine
+from ..transaction.driver import StagedRecords
 from . import commit_records
 from .write import write
 
@@ -288,14 +289,11 @@ def refuse_member(entry: LedgerEntry) -> None:
 def _member(engine: Engine, entry: LedgerEntry) -> Member:
     """What publishing ``entry`` records besides its version: the provenance and watermarks its
     staged write kept for the publish (as a single publish records them)."""
-    pending = entry.metadata.get(commit_records.STAGED_META) or {}
-    marks = {
-        k: (datetime.fromisoformat(mark), uuid.UUID(src) if src else None)
-        for k, (mark, src) in (pending.get("watermarks") or {}).items()
-    }
-    marked = list(pending.get("watermark_partitions") or [""])
+    pending = StagedRecords.of(entry)
     return Member(
-        entry=entry, provenance=pending.get("provenance"), watermarks=commit_records.watermark_rows(engine, marks, marked)
+        entry=entry,
+        provenance=pending.provenance,
+        watermarks=commit_records.watermark_rows(engine, pending.watermarks, pending.partitions),
     )
 
 

@@ -16,6 +16,7 @@ from ..control.router import RouteDecision
 from ..core.results import WriteResult
 from ..engine import Engine
 from ..read import versions
+from ..transaction.driver import StagedRecords
 from . import commit_records
 from .group import refuse_member
 
@@ -33,15 +34,12 @@ def publish(
     refuse_member(entry)
     with engine.staged_lock(ds, entry) as ds:
         ds, entry = versions.staged_entry(engine, key, txn_id)  # still staged now that we hold the lock
-        pending = entry.metadata.get(commit_records.STAGED_META) or {}
+        pending = StagedRecords.of(entry)
         if provenance is None:
-            provenance = pending.get("provenance")
+            provenance = pending.provenance
         if watermarks is None:
-            watermarks = {
-                k: (datetime.fromisoformat(mark), uuid.UUID(src) if src else None)
-                for k, (mark, src) in (pending.get("watermarks") or {}).items()
-            }
-        marked = list(pending.get("watermark_partitions") or [""])
+            watermarks = pending.watermarks
+        marked = pending.partitions
         done, outcome = engine.driver.publish(
             ds, entry, provenance=provenance, watermarks=commit_records.watermark_rows(engine, watermarks, marked)
         )

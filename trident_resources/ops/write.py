@@ -28,7 +28,7 @@ from ..core.write_modes import WriteMode
 from ..engine import Engine
 from ..planning.inputs import to_reader
 from ..transaction import inline
-from ..transaction.driver import PARTITION_META, WATERMARK_META, Intent, watermark_meta
+from ..transaction.driver import PARTITION_META, STAGED_META, WATERMARK_META, Intent, watermark_meta
 from . import commit_records
 from .flush import flush_after, flushed_first
 
@@ -95,7 +95,7 @@ def write(
         if marks and not stage:  # a roll-forward by the reconciler records them too
             meta[WATERMARK_META] = watermark_meta(marks)
         if stage:  # recorded by publish, with the version (a staged version changes nothing yet)
-            meta[commit_records.STAGED_META] = commit_records.staged_meta(provenance, watermarks, marked)
+            meta[STAGED_META] = commit_records.staged_meta(provenance, watermarks, marked)
         if group is not None:
             meta[GROUP_META] = str(group)
         intent = Intent(txn_id=txn, mode=mode, writer=writer, sink=route.sink, route=route, source_refs=refs, metadata=meta)

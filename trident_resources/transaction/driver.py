@@ -66,6 +66,28 @@ Watermarks = list[WatermarkRow]  # (source dataset, output partition key, mark, 
 WATERMARK_META = "trident.watermarks"
 
 
+STAGED_META = "trident.staged"  # ledger metadata of a staged write: what publish records with it
+
+
+@dataclass(frozen=True)
+class StagedRecords:
+    """What a staged write kept for its publish to record (``STAGED_META``): the provenance, each
+    source's watermark (key -> (mark, source txn)) and the output partitions they are kept for."""
+
+    provenance: dict[str, Any] | None
+    watermarks: dict[str, tuple[datetime, uuid.UUID | None]]
+    partitions: list[str]
+
+    @classmethod
+    def of(cls, entry: LedgerEntry) -> StagedRecords:
+        pending = entry.metadata.get(STAGED_META) or {}
+        marks = {
+            k: (datetime.fromisoformat(mark), uuid.UUID(src) if src else None)
+            for k, (mark, src) in (pending.get("watermarks") or {}).items()
+        }
+        return cls(pending.get("provenance"), marks, list(pending.get("watermark_partitions") or [""]))
+
+
 def watermark_meta(rows: Watermarks) -> dict[str, Any]:
     """``rows`` as JSON for the ledger: each source's mark once, and the output partitions."""
     marks = {str(src): [mark.isoformat(), str(txn) if txn else None] for src, _, mark, txn in rows}
@@ -167,7 +189,14 @@ class TransactionDriver:
         return self.control.dataset_by_id(ds.dataset_id) or ds
 
     def open(self, ds: DatasetRecord, intent: Intent) -> Transaction | None:
-        """INTENT (the caller holds ``locked``). ``None``: this txn id already committed here."""
+        """INTENT (the caller holds ``locked`` or ``partition_locked``). ``None``: this txn id
+        already committed here (the caller reports that commit: a retry is a no-op).
+
+        A txn id names one write, so writing it again repeats that write (a redelivered or
+        retried Dagster step derives the same id): an aborted or rejected attempt is reopened, a
+        staged one is replaced (discarded, then written again), and an attempt left open by a
+        writer that died is settled first (rolled forward if its change committed, which makes
+        this write a no-op). Only that makes a re-run of an ``append`` add its rows once."""
         entry = self.control.open_txn(
             LedgerEntry(
                 txn_id=intent.txn_id,
@@ -203,9 +232,41 @@ class TransactionDriver:
                     "removed yet (storage unreachable); retry when storage is back"
                 )
             return self.open(ds, intent)
+        if prior.status == "staged":  # written again: the newer attempt replaces the staged version
+            with self._commit_lock(ds):  # unless a publish of it died after moving the sink: then it counts
+                published = self.roll_forward_staged(ds, prior)
+            if not published:
+                self.discard_staged(ds, prior, "superseded: the same transaction id was written again")
+            return self.open(ds, intent)
+        if prior.status == "open" and self._orphaned(ds, prior, intent):
+            with self._commit_lock(ds):
+                self.recover(self._fresh(ds), prior)
+            return self.open(ds, intent)
         if prior.status != "committed":
             raise ConcurrentWriteError(f"transaction {intent.txn_id} of {ds.key!r} is {prior.status}")
         return None  # an idempotent retry of a committed write
+
+    def _orphaned(self, ds: DatasetRecord, prior: LedgerEntry, intent: Intent) -> bool:
+        """Is ``prior``, open under this write's own txn id, an attempt whose writer is gone? Under
+        the whole-dataset lock ``locked`` already settled every such one; under partition locks it
+        is when it wrote the same slice, whose lock this process now holds (its writer would
+        still hold it if it were alive)."""
+        return self.shares(ds) and prior.metadata.get(PARTITION_META) == intent.metadata.get(PARTITION_META)
+
+    @contextmanager
+    def _commit_lock(self, ds: DatasetRecord) -> Iterator[None]:
+        """The dataset's commit lock when this process writes it under partition locks (writers
+        of other partitions commit alongside, and a roll-forward records dataset stats); nothing
+        more under the whole-dataset lock."""
+        lock = self.lock_session(ds)
+        if lock is None or not self.shares(ds):
+            yield
+            return
+        self.control.acquire_commit_lock(lock, ds, self.settings.writer_wait_seconds)
+        try:
+            yield
+        finally:
+            self.control.release_commit_lock(lock, ds)
 
     # -- write-audit-publish ------------------------------------------------------------------
     def publish(
@@ -274,6 +335,31 @@ class TransactionDriver:
                     exc,
                 )
         return moved
+
+    def roll_forward_staged(self, ds: DatasetRecord, entry: LedgerEntry) -> bool:
+        """Record committed a staged version whose publish moved the sink but died before the
+        ledger followed, with the provenance and watermarks that publish would have recorded
+        (else the next delta run would read its rows again). False: it is still only staged."""
+        outcome = self.sink(entry.sink).find_committed(ds, entry.txn_id)
+        if outcome is None:
+            return False
+        pending = StagedRecords.of(entry)
+        sources = self.control.datasets_by_keys(ds.workspace, list(pending.watermarks)) if pending.watermarks else {}
+        rows: Watermarks = [
+            (sources[k].dataset_id, part, mark, src)
+            for k, (mark, src) in pending.watermarks.items()
+            if k in sources
+            for part in pending.partitions
+        ]
+        self.control.commit_txn(
+            entry,
+            outcome,
+            watermarks=rows,
+            provenance=pending.provenance,
+            reserved_indexes=PARTITION_META in entry.metadata,
+        )
+        log.warning("rolled forward the interrupted publish of txn %s of %s", entry.txn_id, ds.key)
+        return True
 
     def discard_staged(self, ds: DatasetRecord, entry: LedgerEntry, reason: str) -> None:
         self.control.reject_txn(entry.txn_id, reason)
@@ -378,9 +464,7 @@ class TransactionDriver:
                 continue
             try:  # a publisher that just died may still hold the lock for a moment
                 with self.control.writer_lock(ds, _LOCK_RELEASE_SECONDS if _writer_died_here(entry) else 1.0):
-                    outcome = self.sink(entry.sink).find_committed(ds, entry.txn_id)
-                    if outcome is not None:  # main moved to it, the ledger did not follow: a crash mid-publish
-                        self.control.commit_txn(entry, outcome, reserved_indexes=PARTITION_META in entry.metadata)
+                    if self.roll_forward_staged(ds, entry):  # main moved to it, the ledger did not follow
                         forward.append(entry.txn_id)
             except ControlPlaneUnavailableError:
                 raise

@@ -17,7 +17,7 @@ from pyiceberg.table.snapshots import Operation, Snapshot
 
 from ...core.errors import TransactionConflictError
 from ...core.failpoints import failpoint
-from ...core.pyiceberg_compat import added_manifests_in_groups, name_commit_files, overwrite_as, transaction
+from ...core.pyiceberg_compat import added_manifests_in_groups, create_branch_in, name_commit_files, overwrite_as, transaction
 from ...core.schemas import promotable, widened
 from ..contract import WriteRequest
 from .reencoding import ENCODINGS_PROPERTY, STANDARD_ENCODINGS
@@ -96,15 +96,26 @@ def commit_snapshot(
     return snap
 
 
+def _sequence(metadata: Any) -> int:
+    """The table's last sequence number (v1 metadata has none: 0)."""
+    return int(getattr(metadata, "last_sequence_number", 0) or 0)
+
+
 def _rebased(
     tables: IcebergTables, req: WriteRequest, txn: Transaction, to_delete: list[DataFile], base_snapshot_id: int | None
 ) -> Transaction:
     fresh = tables.table(req.dataset)
     head = fresh.current_snapshot() if fresh is not None else None
-    if fresh is None or (head.snapshot_id if head else None) == base_snapshot_id:
+    # unchanged only if main is where it was AND no snapshot was added anywhere: another
+    # partition's staged version (an audit branch) moves the table's sequence number, not main,
+    # and a snapshot built on the older metadata would reuse that number (the catalog refuses it)
+    moved = fresh is not None and _sequence(fresh.metadata) != _sequence(txn.table_metadata)
+    if fresh is None or ((head.snapshot_id if head else None) == base_snapshot_id and not moved):
         return txn
     ours = txn.table_metadata
     new = transaction(fresh)
+    if req.stage and head is not None:  # the audit branch starts at the version it is re-based on
+        create_branch_in(new, head.snapshot_id, audit_branch(req.txn_id))
     current = new.table_metadata.schema()
     # columns this write added or promoted (int -> long...) are added or promoted on the new parent too
     if any(not has_column(current, f.name) for f in ours.schema().fields) or widened(
