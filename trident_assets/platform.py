@@ -21,7 +21,7 @@ import warnings
 
 import dagster as dg
 
-from trident_resources.dagster import TridentIOManager, TridentResource
+from trident_resources.dagster import TridentIOManager, TridentResource, validate_asset_keys
 from trident_sensors import automation_definitions
 
 
@@ -41,13 +41,20 @@ def iceberg_kinds(defs: dg.Definitions, io_manager_key: str = "io_manager") -> d
     returns rows shows where they live, as the factories' nodes do. An asset that already has
     Dagster's maximum of three kinds keeps its own; assets of other IO managers are untouched.
 
+    It is the last pass over a project's merged Definitions, so it also checks that every asset
+    the Trident IO manager stores has a dataset key: a bad key fails the code location's load
+    (``dagster dev``, ``dg check defs``), not the asset's step after its work was done.
+
     Raises:
+        InvalidAssetKeysError: an asset the Trident IO manager stores has a key that is no
+            dataset key (the message names each and the fix).
         dagster.DagsterInvalidDefinitionError: when ``defs`` cannot be resolved (as Dagster raises
             on loading them).
     """
     bound = (defs.resources or {}).get(io_manager_key)
     if bound is not None and not isinstance(bound, TridentIOManager):
         return defs
+    validate_asset_keys(defs)
     keys = {
         k
         for a in defs.assets or []

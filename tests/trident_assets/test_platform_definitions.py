@@ -13,7 +13,7 @@ import pytest
 from tests.support.dagster_helpers import step_errors
 from trident_assets import iceberg_kinds, platform_definitions, split_asset, transform_asset
 from trident_resources import Trident, TridentSettings
-from trident_resources.dagster import TridentIOManager, TridentResource
+from trident_resources.dagster import InvalidAssetKeysError, TridentIOManager, TridentResource
 
 
 @dg.asset(key=["shop", "orders"])
@@ -55,6 +55,21 @@ def test_iceberg_kinds_marks_only_the_trident_io_managers_assets() -> None:
     )
     kinds = {s.key.to_user_string(): s.kinds for a in defs.resolve_asset_graph().assets_defs for s in a.specs}
     assert kinds["shop/orders"] == {"iceberg"} and kinds["shop/elsewhere"] == {"python"}
+
+
+def test_a_bad_asset_key_fails_the_definitions_load_not_the_run() -> None:
+    @dg.asset(key=["Shop", "BigOrders"])
+    def badly_named() -> pa.Table:
+        return pa.table({"id": [1]})
+
+    mine = dg.Definitions(assets=[orders, badly_named, elsewhere], resources={"other_io": dg.InMemoryIOManager()})
+    with pytest.raises(InvalidAssetKeysError, match="Shop/BigOrders"):
+        iceberg_kinds(dg.Definitions.merge(mine, platform_definitions()))
+    # another IO manager's asset may have any key
+    odd = dg.asset(key=["OtherKey"], io_manager_key="other_io")(lambda: 1)
+    iceberg_kinds(
+        dg.Definitions.merge(dg.Definitions(assets=[odd], resources={"other_io": dg.InMemoryIOManager()}), platform_definitions())
+    )
 
 
 def test_factories_pass_dagster_fields_through() -> None:
