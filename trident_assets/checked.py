@@ -39,6 +39,8 @@ from trident_resources.dagster import (
     checks_failed,
     dataset_pool,
     gate_checks,
+    join_run_group,
+    publishes_per_run,
     run_partition,
     supersede,
     write_output,
@@ -91,7 +93,8 @@ def staged_write(context: dg.AssetExecutionContext, trident: TridentResource, ke
     t = trident.get_client()
     akey = dg.AssetKey(key.split("/"))
     spec = context.assets_def.specs_by_key[akey]
-    gate = gate_checks(context.get_step_execution_context(), akey)
+    group = join_run_group(t, context.run) if publishes_per_run(context.run) else None  # staged into the run's group
+    gate = gate_checks(context.get_step_execution_context(), akey) if group is None else {}
     if gate:
         supersede(t, key, context.run.run_id)
     # the step's own id for this output: a second attempt of the step (a redelivered Celery task, a
@@ -108,6 +111,7 @@ def staged_write(context: dg.AssetExecutionContext, trident: TridentResource, ke
         partition=run_partition(context, key),  # a partition run stages exactly its partition(s)
         gate=gate,
         partition_keys=list(context.partition_keys) if context.has_partition_key or context.has_partition_key_range else None,
+        group=group,
     )
     return AuditedVersion(result, provenance, out.metadata)
 
@@ -149,7 +153,10 @@ def audit_and_publish(
                     "trident/staged_row_count": audited.result.row_count,
                 },
             )
-        raise checks_failed({k: (audited.result.txn_id, failed_by_key[k]) for k, (_, audited) in staged.items()})
+        in_group = publishes_per_run(context.run)
+        raise checks_failed(
+            {k: (audited.result.txn_id, failed_by_key[k]) for k, (_, audited) in staged.items()}, run_group=in_group
+        )
     if warned:
         context.log.warning(
             f"non-blocking check(s) {[_result_key(r).to_user_string() for r in warned]} failed; publishing anyway"
@@ -157,7 +164,8 @@ def audit_and_publish(
     t = trident.get_client()
     for k, (name, audited) in staged.items():
         entry = next((e for _, e in t.staged(k) if e.txn_id == audited.result.txn_id), None)
-        if entry is not None and not (entry.metadata or {}).get(GATE_META):
+        # a gated version is published by gate.py, a member of the run's group with the whole run
+        if entry is not None and not (entry.metadata or {}).get(GATE_META) and entry.group_id is None:
             audited = replace(audited, result=t.publish(k, audited.result.txn_id))  # the exact audited snapshot
         yield dg.Output(audited, output_name=name)
     yield from results

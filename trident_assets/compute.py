@@ -11,6 +11,7 @@ batch: the whole output is never held in Python memory.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -81,30 +82,36 @@ def open_session(
     source_row_index: bool = False,
     attempts: int = 5,
     partition: PartitionFilter | None = None,
+    staged: Mapping[str, uuid.UUID] | None = None,
 ) -> Session:
     """Plan the run and register its sources; retried while a source commits underneath us.
     ``partition`` (a partitioned node's run): sources that have its column(s) are read only
-    within it, pruned to those partitions' files."""
+    within it, pruned to those partitions' files. ``staged``: sources read as a staged version
+    (key -> txn: what a run that publishes once staged upstream of this node)."""
     keys = list(dict.fromkeys(sources.values()))
+    staged = {k: v for k, v in (staged or {}).items() if k in keys}
     for _ in range(attempts):
-        wait_for_quiet_sources(t, keys, t.settings.writer_wait_seconds)
-        plan = plan_output(t, output, keys, strategy, partition)
-        scans = {key: t.scan_plan(key) for key in keys}
+        wait_for_quiet_sources(t, [k for k in keys if k not in staged], t.settings.writer_wait_seconds)
+        plan = plan_output(t, output, keys, strategy, partition, staged=staged)
+        scans = {key: t.scan_plan(key, staged=staged.get(key)) for key in keys}
         con = sandbox(t.settings.duckdb_memory_limit, t.settings.duckdb_threads, native_paths(scans.values()))
         try:
             for i, (name, key) in enumerate(sources.items()):
                 raw = f"__trident_src_{i}"
-                has = partition is not None and all(c in t.schema(key).names for c in partition.columns)
+                names = [c["name"] for c in plan.sources[key].schema]
+                has = partition is not None and all(c in names for c in partition.columns)
                 if has:  # a partitioned run reads only its partitions: pruned Arrow scan of their files
-                    con.register(raw, t.arrow_source(key, partition=partition))
+                    con.register(raw, t.arrow_source(key, partition=partition, staged=staged.get(key)))
                 else:
-                    register_dataset(con, raw, scans[key], lambda key=key: t.arrow_source(key))  # type: ignore[misc]
+                    register_dataset(con, raw, scans[key], lambda key=key: t.arrow_source(key, staged=staged.get(key)))  # type: ignore[misc]
                 con.execute(_view_sql(name, raw, plan.since.get(key), source_row_index))
             con.execute("SET lock_configuration = true")  # the node's SQL cannot widen the sandbox
         except BaseException:
             con.close()
             raise
-        stable = all(t.dataset_record(k).last_txn_id == plan.sources[k].last_txn_id and not open_write(t, k) for k in keys)
+        stable = all(  # a staged version never changes: only the published sources can move
+            k in staged or (t.dataset_record(k).last_txn_id == plan.sources[k].last_txn_id and not open_write(t, k)) for k in keys
+        )
         if stable:
             return Session(con, plan, dict(sources))
         con.close()

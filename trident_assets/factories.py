@@ -37,6 +37,7 @@ from trident_resources.dagster import (
     lineage_entry,
     merge_provenance,
     run_partition,
+    staged_sources,
 )
 
 from .asset_fields import DagsterFields, check_fields, op_fields, out_fields
@@ -114,11 +115,14 @@ def _node_output(
     source_row_index: bool = False,
     partition: Any = None,
     lineage_sql: str | None = None,
+    run: dg.DagsterRun | None = None,
 ) -> TridentOutput:
     """Open the node's DuckDB session, let ``build`` turn it into a stream, and hand that stream to
     the IO manager; the session closes when the write has consumed it, or at once on failure.
-    ``lineage_sql``: the SQL the stream runs, whose column lineage the output's provenance keeps."""
-    session = open_session(t, key, sources, strategy, source_row_index=source_row_index, partition=partition)
+    ``lineage_sql``: the SQL the stream runs, whose column lineage the output's provenance keeps.
+    ``run``: in a run that publishes once, the sources it staged are read as staged."""
+    staged = staged_sources(t, run)
+    session = open_session(t, key, sources, strategy, source_row_index=source_row_index, partition=partition, staged=staged)
     try:
         data, extra = build(session)
         columns = _column_lineage(session, lineage_sql, data) if lineage_sql is not None else None
@@ -214,6 +218,7 @@ def transform_asset(
             provenance,
             build,
             partition=run_partition(context, key),
+            run=context.run,
             lineage_sql=sql,
         )
 
@@ -280,7 +285,9 @@ def join_asset(
                 "trident/join_steps": steps,
             }
 
-        return _node_output(t, key, sources, strategy, provenance, build, partition=run_partition(context, key), lineage_sql=sql)
+        return _node_output(
+            t, key, sources, strategy, provenance, build, partition=run_partition(context, key), lineage_sql=sql, run=context.run
+        )
 
     return Node(_join)
 
@@ -375,6 +382,7 @@ def split_asset(
                 provenance,
                 build,
                 partition=run_partition(context, k),
+                run=context.run,
                 lineage_sql=half,
             )
             if gated:  # write-audit-publish: both halves staged (one txn each), published together
@@ -456,6 +464,7 @@ def model_asset(
             build,
             source_row_index=True,
             partition=run_partition(context, key),
+            run=context.run,
         )
 
     return Node(_model)

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
@@ -115,15 +115,27 @@ class Plan:
 
 
 def plan_output(
-    t: Trident, output: str, sources: Sequence[str], strategy: Strategy, partition: PartitionFilter | None = None
+    t: Trident,
+    output: str,
+    sources: Sequence[str],
+    strategy: Strategy,
+    partition: PartitionFilter | None = None,
+    *,
+    staged: Mapping[str, uuid.UUID] | None = None,
 ) -> Plan:
     """Decide how this run writes ``output`` from the current state of its ``sources``.
 
     ``partition`` (a partitioned node's run): delta reads that partition's own watermarks, so
     running one partition neither consumes nor advances another's; a partition with no
-    watermark yet (or a range whose partitions disagree) is rebuilt, i.e. replaced."""
-    described = {s: t.describe(s, storage=False) for s in sources}  # versions only: no catalog look-up
-    marks = {s: (d.committed_at, d.last_txn_id) for s, d in described.items() if d.committed_at is not None}
+    watermark yet (or a range whose partitions disagree) is rebuilt, i.e. replaced.
+
+    ``staged``: sources read as a version the run staged (it publishes once, at its end). Such a
+    version has no commit instant yet, so no watermark is recorded for it, and a delta node
+    reading one is rebuilt in full."""
+    staged = staged or {}
+    # versions only: no catalog look-up
+    described = {s: t.describe(s, storage=False, staged=staged.get(s)) for s in sources}
+    marks = {s: (d.committed_at, d.last_txn_id) for s, d in described.items() if d.committed_at is not None and s not in staged}
     full: dict[str, datetime | None] = {s: None for s in sources}
     if strategy.kind != "delta":
         full_mode, keyed = _FULL_MODES[strategy.kind]
@@ -137,6 +149,8 @@ def plan_output(
         )
     if not t.exists(output):
         return _why(rebuild, "full rebuild: first run")
+    if staged:
+        return _why(rebuild, f"full rebuild: {sorted(staged)} staged earlier in this run (published with it)")
     seen = t.watermarks(output, partition)
     since: dict[str, datetime | None] = {}
     for s, _d in described.items():

@@ -439,17 +439,29 @@ class Trident:
         publish.discard(self.engine, key, txn_id, reason=reason)
 
     # -- multi-dataset transactions --------------------------------------------------------------
-    def transaction(self, *, label: str | None = None, metadata: Mapping[str, Any] | None = None) -> TransactionGroup:
+    def transaction(
+        self,
+        *,
+        label: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        group_id: uuid.UUID | None = None,
+        external: bool = False,
+    ) -> TransactionGroup:
         """A multi-dataset transaction: ``with t.transaction() as tx: tx.write(a, ...); tx.write(b, ...)``
         stages every write and, when the block ends without an exception, publishes them all in ONE
         control-plane transaction: readers see all of them or none, also across a crash (the
         reconciler aborts a group whose owner died before publishing, and finishes one that died
         while its Iceberg refs moved). An exception in the block discards the group.
 
+        ``external=True`` joins (or opens) group ``group_id`` owned outside this process, e.g. a
+        Dagster run whose steps run in several processes: its writes may be partition writes,
+        leaving the block decides nothing, and its owner calls ``publish_group`` or
+        ``discard_group`` (the reconciler does not abort it).
+
         Raises:
             ControlPlaneUnavailableError: the control-plane Postgres went away (when the group opens).
         """
-        return TransactionGroup(self.engine, label=label, metadata=metadata)
+        return TransactionGroup(self.engine, label=label, metadata=metadata, group_id=group_id, external=external)
 
     def publish_group(self, group_id: uuid.UUID | str) -> GroupResult:
         """Publish an open transaction group (``group_id``: its id or a unique prefix of it).
@@ -550,19 +562,21 @@ class Trident:
         """
         return datasets.version_stats(self.engine, key, staged=staged)
 
-    def describe(self, key: str, *, storage: bool = True) -> Description:
+    def describe(self, key: str, *, storage: bool = True, staged: uuid.UUID | str | None = None) -> Description:
         """What the trident knows of ``key``. ``storage=False``: the control plane's part only
         (record, versions, schema, provenance: one query), without looking the table up in the
         catalog; ``partitioning``/``partitions`` are then left empty and ``scan_path`` is
         ``"unknown"``. What a step that reports a version or plans from its sources' versions
-        asks (a catalog look-up per source per step).
+        asks (a catalog look-up per source per step). ``staged=txn``: that staged version (its
+        rows, schema, snapshot; ``committed_at`` None), also of a dataset not published yet.
 
         Raises:
             InvalidDatasetKeyError: ``key`` is not a dataset key.
             DatasetNotFoundError: no dataset ``key`` exists in this workspace.
+            InvalidReadError: ``staged`` is not a staged transaction of ``key``.
             ControlPlaneUnavailableError: the control-plane Postgres went away.
         """
-        return records.describe(self.engine, key, storage=storage)
+        return records.describe(self.engine, key, storage=storage, staged=staged)
 
     def history(self, key: str, limit: int | None = None) -> list[LedgerEntry]:
         """The ledger of ``key``: one entry per transaction (committed, aborted or open), newest first.

@@ -27,9 +27,12 @@ from psycopg.rows import DictRow
 from ..core.errors import ConcurrentWriteError, InvalidArgumentError, StagedVersionConflictError
 from ..core.failpoints import failpoint
 from . import queries as q
-from .plane import ControlPlane, DatasetRecord, LedgerEntry, WatermarkRow, outcome_of_staged
+from .plane import PARTITION_META, ControlPlane, DatasetRecord, LedgerEntry, WatermarkRow, outcome_of_staged
 
 log = logging.getLogger("trident")
+
+EXTERNAL_OWNER_META = "owner"  # group metadata: who decides the group
+EXTERNAL_OWNER = "external"  # ... an owner outside the engine (a Dagster run): the reconciler leaves it alone
 
 
 @dataclass(frozen=True)
@@ -210,7 +213,12 @@ def publish(
         for m in to_publish:
             done.append(
                 plane.commit_txn(
-                    m.entry, outcome_of_staged(m.entry, at), watermarks=list(m.watermarks), provenance=m.provenance, conn=conn
+                    m.entry,
+                    outcome_of_staged(m.entry, at),
+                    watermarks=list(m.watermarks),
+                    provenance=m.provenance,
+                    conn=conn,
+                    reserved_indexes=PARTITION_META in m.entry.metadata,  # a partition member reserved its indexes
                 )
             )
             failpoint("group.publishing")  # inside the transaction: a crash here publishes nothing

@@ -803,6 +803,7 @@ class ControlPlane:
 
 
 GROUP_META = "trident.group"  # ledger metadata at INTENT: the transaction group a write stages for
+PARTITION_META = "partition"  # ledger metadata of a partition write (what it replaced)
 
 
 def group_of(entry: LedgerEntry) -> uuid.UUID | None:

@@ -10,7 +10,8 @@ metadata key, a run's partition (``run_partition``, ``declared``), asset key to 
 (``asset_key_to_key``; ``validate_asset_keys`` checks a Definitions' keys when it loads),
 provenance merging (``merge_provenance``, ``lineage_entry``, the ``COLUMN_LINEAGE`` field), how a
 materialization's metadata is shown (``report``, metadata.py) and the transaction id every attempt
-of a step writes an output under (``step_txn_id``, ``output_txn_id``, ``asset_step_txn_id``)."""
+of a step writes an output under (``step_txn_id``, ``output_txn_id``, ``asset_step_txn_id``), and
+runs that publish once (``run_publish_tags``, ``staged_sources``, ``settle_run``, run_group.py)."""
 
 from .asset_keys import InvalidAssetKeysError, validate_asset_keys
 from .gate import GATE_META, PARTITION_KEYS, RUN_ID, checks_failed, gate_checks, staged_in_run, supersede
@@ -28,6 +29,16 @@ from .partition_mapping import declared, run_partition
 from .pools import dataset_pool
 from .provenance import lineage_entry, merge_provenance
 from .resource import TridentResource
+from .run_group import (
+    RUN_PUBLISH_TAG,
+    finish_ended_runs,
+    join_run_group,
+    publishes_per_run,
+    run_group_id,
+    run_publish_tags,
+    settle_run,
+    staged_sources,
+)
 from .step_txn import asset_step_txn_id, output_txn_id, step_txn_id
 
 __all__ = [
@@ -35,6 +46,7 @@ __all__ = [
     "GATE_META",
     "PARTITION_KEYS",
     "RUN_ID",
+    "RUN_PUBLISH_TAG",
     "AssetReturnedNoneError",
     "AuditedVersion",
     "InvalidAssetKeysError",
@@ -47,13 +59,20 @@ __all__ = [
     "checks_failed",
     "dataset_pool",
     "declared",
+    "finish_ended_runs",
     "gate_checks",
+    "join_run_group",
     "lineage_entry",
     "merge_provenance",
     "output_txn_id",
+    "publishes_per_run",
     "report",
+    "run_group_id",
     "run_partition",
+    "run_publish_tags",
+    "settle_run",
     "staged_in_run",
+    "staged_sources",
     "step_txn_id",
     "supersede",
     "validate_asset_keys",

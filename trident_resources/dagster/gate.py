@@ -237,8 +237,16 @@ def rejection_message(key: str, txn_id: uuid.UUID, failed: Sequence[str]) -> str
     )
 
 
-def checks_failed(staged: Mapping[str, tuple[uuid.UUID, Sequence[str]]]) -> ChecksFailedError:
-    """The step error of rejected staged versions: key -> (staged txn, its failed blocking checks)."""
+def checks_failed(staged: Mapping[str, tuple[uuid.UUID, Sequence[str]]], *, run_group: bool = False) -> ChecksFailedError:
+    """The step error of rejected staged versions: key -> (staged txn, its failed blocking checks).
+    ``run_group``: they were staged into a run that publishes once, which now publishes nothing."""
+    if run_group:
+        failed = {k: list(f) for k, (_, f) in staged.items() if f}
+        return ChecksFailedError(
+            f"blocking check(s) {failed} failed; this run publishes none of its outputs (it publishes them all at "
+            f"once or none: readers keep the previous versions) and its staged versions are discarded when it ends. "
+            f"To audit a failing version, run the asset in a run without the trident/publish tag: it stays staged there"
+        )
     return ChecksFailedError("; ".join(_step_rejection(k, txn, failed) for k, (txn, failed) in staged.items()))
 
 

@@ -48,6 +48,8 @@ from ..core.keys import iceberg_identifier, validate_key
 from ..core.results import Description, WriteResult
 from ..core.schemas import describe_schema
 from ..core.write_modes import WriteMode
+from ..ops.group import TransactionGroup
+from . import run_group
 from .gate import (
     GATE_META,
     GATE_STEPS_META,
@@ -169,11 +171,18 @@ class TridentIOManager(dg.ConfigurableIOManager):
             raise AssetReturnedNoneError(key)
         t = self.trident.get_client()
         if isinstance(obj, AuditedVersion):
-            self._report(context, t, key, obj.result, obj.provenance, obj.metadata, partition=output_partition(context))
+            in_group = run_group.publishes_per_run(step.dagster_run) if (step := step_of(context)) is not None else False
+            self._report(
+                context, t, key, obj.result, obj.provenance, obj.metadata, partition=output_partition(context), in_group=in_group
+            )
             return
         out = obj if isinstance(obj, TridentOutput) else TridentOutput(data=obj)
         partition = output_partition(context)  # partitions hook: PartitionError unless declared (partition_mapping.py)
-        gate = gate_checks(step_of(context), context.asset_key) if out.stage_txn is None else {}
+        step = step_of(context)
+        run = step.dagster_run if step is not None else None
+        group = run_group.join_run_group(t, run) if run is not None and run_group.publishes_per_run(run) else None
+        # a run that publishes once stages everything into its group: no per-asset gate
+        gate = gate_checks(step, context.asset_key) if out.stage_txn is None and group is None else {}
         if gate and not self._gateable(context, t, key, list(gate)):
             gate = {}
         if gate:
@@ -189,8 +198,9 @@ class TridentIOManager(dg.ConfigurableIOManager):
             gate=gate,
             partition_keys=list(context.asset_partition_keys) if context.has_asset_partitions else None,
             txn_id=output_txn_id(context),  # a re-run of this step repeats its write, never adds to it
+            group=group,
         )
-        self._report(context, t, key, result, provenance, out.metadata, partition=partition)
+        self._report(context, t, key, result, provenance, out.metadata, partition=partition, in_group=group is not None)
 
     @staticmethod
     def _gateable(context: dg.OutputContext, t: Trident, key: str, gate: Sequence[str]) -> bool:
@@ -216,8 +226,12 @@ class TridentIOManager(dg.ConfigurableIOManager):
         extra: Mapping[str, Any],
         *,
         partition: Any,
+        in_group: bool = False,
     ) -> None:
         failpoint("io_manager.after_write")  # the write is done; the step has not reported it yet
+        if result.staged and in_group:  # the run's group: published with the whole run
+            context.log_event(run_group.staged_observation(context.asset_key, key, result, partition))
+            return
         if result.staged:  # what its checks audit and publish makes current: the same numbers
             plan = t.scan_plan(key, staged=result.txn_id)
             note_pending(context.run_id)
@@ -259,6 +273,8 @@ class TridentIOManager(dg.ConfigurableIOManager):
         step = step_of(context)
         if step is not None and context.has_asset_key and audits(step, context.asset_key):
             staged = staged_in_run(t, key, step.run_id)  # a check of this asset audits its staged version
+        elif step is not None:  # a run that publishes once reads what it staged itself
+            staged = run_group.staged_sources(t, step.dagster_run).get(key)
         columns = meta.get("columns")
         if columns is None and not meta.get("identity"):
             schema = pa.schema(t.scan_plan(key, staged=staged).schema) if staged is not None else t.schema(key)
@@ -269,7 +285,8 @@ class TridentIOManager(dg.ConfigurableIOManager):
                 context.add_input_metadata(note)  # Dagster can only record it for one partition
             else:  # a check of a partitioned asset loads all its partitions
                 context.log.info(f"{key}: {note}")
-            reader = t.stream(key, columns=columns, row_filter=meta.get("row_filter"), staged=staged)
+            partition = input_partition(context) if not audits(step, context.asset_key) else None
+            reader = t.stream(key, columns=columns, row_filter=meta.get("row_filter"), staged=staged, partition=partition)
             return convert_input(reader, context.dagster_type.typing_type, key)
         partition = input_partition(context)  # partitions hook: only the mapped upstream partitions
         reader = t.stream(key, columns=columns, row_filter=meta.get("row_filter"), partition=partition)
@@ -288,6 +305,7 @@ def write_output(
     gate: Mapping[str, str] | None = None,
     partition_keys: Sequence[str] | None = None,
     txn_id: uuid.UUID | None = None,
+    group: TransactionGroup | None = None,
 ) -> tuple[WriteResult, Mapping[str, Any] | None]:
     """Write one asset output through the client (what ``handle_output`` does, shared with
     checked assets that write and audit in their own step): a staged version when
@@ -296,7 +314,8 @@ def write_output(
     writes, kept in the ledger so that an instance that does not know the run can still report
     each partition's materialization (the ledger sensor). The write's id is ``out.stage_txn``, else
     ``txn_id`` (the step's, ``step_txn.py``: a second attempt of the step is a no-op returning
-    the first commit, or replaces the first staging), else a fresh one."""
+    the first commit, or replaces the first staging), else a fresh one. ``group``: the run's
+    transaction group (run_group.py), which the output is staged into, published with the run."""
     meta = definition_metadata
     mode: WriteMode = out.mode or meta.get(META_MODE) or "replace"
     keys = out.keys if out.keys is not None else meta.get(META_KEYS)
@@ -310,20 +329,22 @@ def write_output(
         provenance = out.provenance if out.provenance is not None else meta.get(META_PROVENANCE)
         if out.merge_upstream:
             provenance = derived_provenance(t, upstream, provenance)
-        result = t.write(
-            key,
-            out.data,
-            mode=mode,
-            writer=out.writer or meta.get(META_WRITER) or PIPELINE_WRITER,
-            keys=list(keys) if keys else None,
-            source_refs=out.source_refs,
-            metadata=ledger_meta,
-            provenance=provenance,
-            watermarks=out.watermarks,
-            partition=partition,
-            stage=out.stage_txn is not None or bool(gate),
-            txn_id=out.stage_txn or txn_id,
-        )
+        writer = out.writer or meta.get(META_WRITER) or PIPELINE_WRITER
+        common: dict[str, Any] = {
+            "mode": mode,
+            "writer": writer,
+            "keys": list(keys) if keys else None,
+            "source_refs": out.source_refs,
+            "metadata": ledger_meta,
+            "provenance": provenance,
+            "watermarks": out.watermarks,
+            "partition": partition,
+            "txn_id": out.stage_txn or txn_id,
+        }
+        if group is not None:
+            result = group.write(key, out.data, **common)
+        else:
+            result = t.write(key, out.data, stage=out.stage_txn is not None or bool(gate), **common)
     finally:
         if out.on_done is not None:
             out.on_done()

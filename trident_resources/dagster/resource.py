@@ -30,6 +30,7 @@ from pydantic import Field, PrivateAttr, SecretStr
 from ..client import Trident
 from ..core.settings import TridentSettings, settings_from_env
 from .gate import is_pending, settle
+from .run_group import settle_run
 
 
 class TridentResource(dg.ConfigurableResource):
@@ -221,7 +222,8 @@ class TridentResource(dg.ConfigurableResource):
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         """Dagster's hook: settle the gates this step decided (the last check step of a gated
-        asset publishes it), then release the client.
+        asset publishes it) and, in a run that publishes once, the run when this was its last step
+        (run_group.py), then release the client.
 
         Raises:
             whatever ``Trident.publish`` raises while the gate is settled (the client is released).
@@ -229,6 +231,8 @@ class TridentResource(dg.ConfigurableResource):
         if self._client is not None:
             try:
                 self._settle()  # the last check step of a gated asset publishes it here
+                if self._run_id is not None and self._instance is not None:
+                    settle_run(self._client, self._instance, self._run_id)  # the run's last step publishes the run
             finally:
                 if self._shared is not None:
                     _SHARED.release(self._shared)

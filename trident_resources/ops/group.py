@@ -21,8 +21,8 @@ from types import TracebackType
 from typing import Any
 
 from ..control import groups
-from ..control.groups import GroupRecord, Member
-from ..control.plane import DatasetRecord, LedgerEntry, outcome_of_staged
+from ..control.groups import EXTERNAL_OWNER, EXTERNAL_OWNER_META, GroupRecord, Member
+from ..control.plane import PARTITION_META, DatasetRecord, LedgerEntry, outcome_of_staged
 from ..control.router import RouteDecision
 from ..core.errors import TransactionGroupError
 from ..core.failpoints import failpoint
@@ -44,13 +44,29 @@ class TransactionGroup:
     Used as a context manager, the group publishes when the block ends without an exception and
     is discarded when it raises (or when its publish is refused); ``publish()`` / ``discard()``
     decide it explicitly. The group holds its owner lock (one Postgres session) until it is
-    decided: the reconciler aborts a group whose owner died."""
+    decided: the reconciler aborts a group whose owner died.
 
-    def __init__(self, engine: Engine, *, label: str | None = None, metadata: Mapping[str, Any] | None = None) -> None:
+    ``external``: the group is owned outside this process (a Dagster run whose steps run in
+    several processes, each joining the group by its id ``group_id``): joining records it once,
+    takes no owner lock, and leaving the block decides nothing. Its owner publishes or discards
+    it (``publish_group`` / ``discard_group``); the engine's reconciler leaves it alone. Its
+    writes may be partition writes: at the publish a member whose dataset moved since it was
+    staged (another partition's commit) refuses the whole group, as any member does."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        label: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        group_id: uuid.UUID | None = None,
+        external: bool = False,
+    ) -> None:
         self.engine = engine
-        self.group_id = uuid.uuid4()
+        self.group_id = group_id or uuid.uuid4()
         self.label = label
-        self._metadata = dict(metadata or {})
+        self.external = external
+        self._metadata = {**dict(metadata or {}), **({EXTERNAL_OWNER_META: EXTERNAL_OWNER} if external else {})}
         self._keys: dict[str, uuid.UUID] = {}
         self._lock: Any = None
         self._state = "new"
@@ -65,6 +81,9 @@ class TransactionGroup:
         if self._state != "new":
             return self
         groups.create(self.engine.control, self.group_id, self.engine.workspace, self.label, self._metadata)
+        if self.external:
+            self._state = "open"
+            return self
         self._lock = groups.owner_lock(self.engine.control, self.group_id)
         self._lock.__enter__()
         self._state = "open"
@@ -75,6 +94,8 @@ class TransactionGroup:
         return self.open()
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        if self.external:  # decided by its owner, not by this process leaving the block
+            return
         if self._state != "open":
             self._release()
             return
@@ -110,7 +131,8 @@ class TransactionGroup:
 
         Raises:
             TransactionGroupError: the group is not open, ``key`` was already written in it, or
-                ``partition`` is given (a group stages whole-dataset writes).
+                ``partition`` is given to a group that is not ``external`` (a group of this
+                process stages whole-dataset writes).
             UnsupportedBySinkError: the dataset lives in a sink that cannot stage (``pg``).
             (and whatever ``Trident.write`` raises; the failed write is aborted, the group stays
             open: discard it, or write again)
@@ -118,7 +140,7 @@ class TransactionGroup:
         self.open()
         if self._state != "open":
             raise TransactionGroupError(f"transaction group {self.group_id} is {self._state}: it takes no more writes")
-        if partition is not None:
+        if partition is not None and not self.external:
             raise TransactionGroupError(
                 f"a transaction group stages whole-dataset writes; write partition {partition!r} of {key!r} "
                 "outside the group (a partition publish re-bases onto other partitions' commits)"
@@ -226,15 +248,27 @@ def publish_group(engine: Engine, group_id: uuid.UUID | str) -> GroupResult:
     staged = [e for e in entries if e.status == "staged"]
     datasets = groups.datasets_by_ids(engine.control, [e.dataset_id for e in staged])
     driver = engine.driver
-    with groups.writer_locks(engine.control, list(datasets.values()), engine.settings.writer_wait_seconds) as conn:
-        earlier = groups.ref_pending_of(engine.control, list(datasets))
-        if earlier:  # an earlier group's refs a dead publisher left: moved before this group's
-            driver.move_refs(earlier, _fresh(engine, datasets), raises=True)
-        members = [_member(engine, e) for e in staged]
-        failpoint("group.before_publish")
-        done = groups.publish(engine.control, conn, group.group_id, members)
-        failpoint("group.after_publish")
-        moved = driver.move_refs(done, _fresh(engine, datasets))
+    # datasets a member wrote partitions of: their partition writers commit under the commit lock,
+    # held here too until ``main`` moved, so none re-bases onto the ``main`` this publish replaces
+    sliced = [datasets[e.dataset_id] for e in staged if PARTITION_META in e.metadata]
+    wait = engine.settings.writer_wait_seconds
+    with groups.writer_locks(engine.control, list(datasets.values()), wait) as conn:
+        held: list[DatasetRecord] = []
+        try:
+            for ds in sliced:
+                engine.control.acquire_commit_lock(conn, ds, wait)
+                held.append(ds)
+            earlier = groups.ref_pending_of(engine.control, list(datasets))
+            if earlier:  # an earlier group's refs a dead publisher left: moved before this group's
+                driver.move_refs(earlier, _fresh(engine, datasets), raises=True)
+            members = [_member(engine, e) for e in staged]
+            failpoint("group.before_publish")
+            done = groups.publish(engine.control, conn, group.group_id, members)
+            failpoint("group.after_publish")
+            moved = driver.move_refs(done, _fresh(engine, datasets))
+        finally:
+            for ds in held:
+                engine.control.release_commit_lock(conn, ds)
     at = done[0].committed_at if done else None
     log.info("trident published transaction group %s: %d dataset(s)", group.group_id, len(done))
     results = {

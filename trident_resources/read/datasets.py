@@ -137,10 +137,14 @@ def arrow_source(
     engine: Engine, key: str, partition: PartitionFilter | None = None, *, staged: uuid.UUID | str | None = None
 ) -> Any:
     """``Trident.arrow_source``: a re-scannable Arrow source (see there)."""
+    partition = arguments.partition_filter(partition)
     if staged is not None:
         ds, entry = versions.staged_entry(engine, key, staged)
-        return engine.sink(ds.sink).arrow_source(ds, snapshot_id=entry.snapshot_id)
-    return arrow_source_of(engine, engine.dataset_record(key), arguments.partition_filter(partition))
+        sink = engine.sink(ds.sink)
+        source = sink.arrow_source(ds, snapshot_id=entry.snapshot_id)
+        # a staged version read by partition (a run's downstream step reads what the run staged)
+        return source if partition is None else source.filter(partition.bind(sink.schema(ds)).arrow_expr())
+    return arrow_source_of(engine, engine.dataset_record(key), partition)
 
 
 def arrow_source_of(engine: Engine, ds: DatasetRecord, partition: PartitionFilter | None = None) -> Any:

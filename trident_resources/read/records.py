@@ -14,13 +14,17 @@ from ..core.errors import DatasetNotFoundError
 from ..core.keys import validate_key
 from ..core.partitions import PartitionFilter
 from ..core.results import Description
+from ..core.schemas import describe_schema
 from ..engine import Engine
 from ..sinks.contract import StorageInfo
-from . import tail
+from ..transaction.driver import StagedRecords
+from . import tail, versions
 
 
-def describe(engine: Engine, key: str, *, storage: bool = True) -> Description:
+def describe(engine: Engine, key: str, *, storage: bool = True, staged: uuid.UUID | str | None = None) -> Description:
     """``Trident.describe`` (see there)."""
+    if staged is not None:
+        return _describe_staged(engine, key, staged)
     ds, provenance = engine.record_with_provenance(key)
     scan_path, scan_reason = "unknown", "not looked up: describe(storage=False)"
     stored = StorageInfo(None)
@@ -47,6 +51,31 @@ def describe(engine: Engine, key: str, *, storage: bool = True) -> Description:
         partitions=stored.partitions,
         metadata_location=stored.metadata_location,
         inlined_rows=tail.rows_count(engine, ds),
+    )
+
+
+def _describe_staged(engine: Engine, key: str, staged: uuid.UUID | str) -> Description:
+    """A staged version as ``describe`` reports versions: its rows, schema, snapshot and the
+    provenance its publish will record; ``committed_at`` None (it is not visible yet). Also for a
+    dataset whose first version is the staged one."""
+    ds, entry = versions.staged_entry(engine, key, staged)
+    schema = describe_schema(engine.sink(ds.sink).scan_plan(ds, snapshot_id=entry.snapshot_id).schema)
+    return Description(
+        scan_path="unknown",
+        scan_reason="a staged version",
+        key=ds.key,
+        workspace=ds.workspace,
+        dataset_id=ds.dataset_id,
+        sink=ds.sink,
+        row_count=entry.row_count or 0,
+        schema=schema,
+        schema_version=entry.schema_version if entry.schema_version is not None else ds.schema_version,
+        snapshot_id=entry.snapshot_id,
+        last_txn_id=entry.txn_id,
+        committed_at=None,
+        updated_at=ds.updated_at,
+        iceberg_identifier=ds.iceberg_identifier,
+        provenance=dict(StagedRecords.of(entry).provenance or {}),
     )
 
 

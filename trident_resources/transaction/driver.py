@@ -36,7 +36,7 @@ import pyarrow as pa
 import sqlalchemy.exc
 
 from ..control import groups
-from ..control.plane import ControlPlane, DatasetRecord, InlineBlock, LedgerEntry, Outcome, WatermarkRow
+from ..control.plane import PARTITION_META, ControlPlane, DatasetRecord, InlineBlock, LedgerEntry, Outcome, WatermarkRow
 from ..control.range_locks import LockItem
 from ..control.router import RouteDecision
 from ..core.errors import (
@@ -59,7 +59,6 @@ from ..sinks.contract import Discarded, RefMove, Sink, WriteRequest
 log = logging.getLogger("trident")
 
 CANARY_WRITER = "canary"
-PARTITION_META = "partition"  # ledger metadata of a partition write (what it replaced)
 Watermarks = list[WatermarkRow]  # (source dataset, output partition key, mark, source txn)
 # Ledger metadata at INTENT: the watermarks COMMIT will record, so that a transaction rolled forward
 # by the reconciler records them too (else the next delta run would read the same rows again).
@@ -489,7 +488,9 @@ class TransactionDriver:
         discarded (none of it was published); a published one's members whose refs did not move
         get them moved (all of it was). Groups owned by a live process are left alone."""
         for group in groups.open_groups(self.control, workspace):
-            if group.metadata.get("owner") == "external":  # decided by its owner (a Dagster run's sensor)
+            if (
+                group.metadata.get(groups.EXTERNAL_OWNER_META) == groups.EXTERNAL_OWNER
+            ):  # decided by its owner (a Dagster run's sensor)
                 continue
             if not self._owner_gone(group):
                 running.append(group.group_id)
