@@ -36,13 +36,18 @@ def succeeded(result: dg.ExecuteInProcessResult) -> dg.ExecuteInProcessResult:
     return result
 
 
-def materialized(result: dg.ExecuteInProcessResult) -> dict[str, dict[str, Any]]:
-    """asset key -> its materialization metadata (plain values)."""
-    out = {}
-    for event in result.get_asset_materialization_events():
-        m = event.materialization
-        out[m.asset_key.to_user_string()] = {k: getattr(v, "value", v) for k, v in m.metadata.items()}
-    return out
+def materialized(result: dg.ExecuteInProcessResult, instance: dg.DagsterInstance | None = None) -> dict[str, dict[str, Any]]:
+    """asset key -> its materialization metadata (plain values). ``instance``: read them from the
+    run's event log there, where a run that publishes once (``trident/publish: run``) records
+    them at its end (they are not among the steps' own events)."""
+    if instance is not None:
+        found = [
+            r.dagster_event.event_specific_data.materialization  # type: ignore[union-attr]
+            for r in instance.all_logs(result.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION)
+        ]
+    else:
+        found = [event.materialization for event in result.get_asset_materialization_events()]
+    return {m.asset_key.to_user_string(): {k: getattr(v, "value", v) for k, v in m.metadata.items()} for m in found}
 
 
 def step_errors(result: dg.ExecuteInProcessResult) -> list[str]:

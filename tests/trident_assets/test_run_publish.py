@@ -18,7 +18,8 @@ from tests.support.dagster_helpers import resources_for, step_errors
 from tests.support.helpers import settings_env
 from trident_assets import Node, transform_asset, unique
 from trident_resources import Trident, TridentSettings
-from trident_resources.dagster import TridentResource, run_group_id, run_publish_tags
+from trident_resources.core.failpoints import armed
+from trident_resources.dagster import TridentOutput, TridentResource, run_group_id, run_publish_tags
 
 SEEN_VARIABLE = "TRIDENT_TEST_RUN_PUBLISH_ROWS"
 
@@ -134,7 +135,7 @@ DAYS = dg.DailyPartitionsDefinition(start_date="2024-01-01", end_date="2024-01-0
 @dg.asset(
     key=["rp", "daily"], partitions_def=DAYS, metadata={"partition_expr": "day"}, backfill_policy=dg.BackfillPolicy.single_run()
 )
-def daily(context) -> pa.Table:  # type: ignore[no-untyped-def]  # (Dagster refuses a string annotation)
+def daily(context) -> pa.Table:  # (Dagster refuses a string annotation under __future__ annotations)
     keys = context.partition_keys
     days = pa.array([date.fromisoformat(k) for k in keys], pa.date32())
     return pa.table({"day": days, "n": [1] * len(keys)})
@@ -192,3 +193,56 @@ def test_a_run_of_step_processes_publishes_once(
         with dg.execute_job(dg.reconstructable(run_publish_job), instance=instance) as bad:
             assert not bad.success
         assert _ids(trident, "rp/src") == [1, 2, 3] and trident.staged() == []
+
+
+def test_a_step_retried_in_the_run_publishes_once(settings: TridentSettings, trident: Trident) -> None:
+    """The first attempt of ``rp/flaky`` stages its output, then fails (after the write); Dagster
+    retries the step in the same run: the second attempt stages under the same id (replacing the
+    first), and the run publishes one version, in one ledger transaction."""
+
+    @dg.asset(key=["rp", "flaky"], retry_policy=dg.RetryPolicy(max_retries=1))
+    def flaky(context) -> TridentOutput:  # (Dagster refuses a string annotation under __future__ annotations)
+        def after_write() -> None:
+            if context.retry_number == 0:
+                raise RuntimeError("the first attempt dies after its write")
+
+        return TridentOutput(pa.table({"id": [1, 2, 3]}), mode="append", on_done=after_write)
+
+    with dg.instance_for_test() as instance:
+        result = _job(settings, [flaky]).execute_in_process(instance=instance, raise_on_error=False)
+        assert result.success, step_errors(result)
+        retried = instance.all_logs(result.run_id, of_type=dg.DagsterEventType.STEP_UP_FOR_RETRY)
+        assert len(retried) == 1  # the first attempt did fail after writing
+        assert _ids(trident, "rp/flaky") == [1, 2, 3]
+        entries = trident.history("rp/flaky")
+        assert [(e.status, e.group_id) for e in entries] == [("committed", run_group_id(result.run_id))]
+        assert set(_materializations(instance, result.run_id)) == {"rp/flaky"}
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_the_reconciler_sensor_settles_a_run_that_ended_without_its_last_step_doing_it(
+    settings: TridentSettings, trident: Trident, fails: bool
+) -> None:
+    """The run's last step could not settle it (a fault at that very point: its process died
+    there, or the control plane was away), so the run ended with its group open. The reconciler
+    sensor's tick settles it from what Dagster recorded: published when every step succeeded,
+    discarded when one failed."""
+    from trident_sensors.reconciler import trident_reconciler
+
+    with dg.instance_for_test() as instance:
+        with armed("run_group.settle"):
+            result = _job(settings, _nodes([5, 5] if fails else [1, 2], [])).execute_in_process(
+                instance=instance, raise_on_error=False
+            )
+        assert result.success is not fails
+        assert {k for k, _ in trident.staged()} == {"rp/src", "rp/derived"} | (set() if fails else {"rp/probe"})
+        assert not trident.exists("rp/src")  # nothing published yet
+        with dg.build_sensor_context(instance=instance, resources={"trident": TridentResource.from_settings(settings)}) as ctx:
+            tick = trident_reconciler(ctx)
+        assert "1 ended run(s) settled" in str(tick.skip_message)  # type: ignore[union-attr]
+        assert trident.staged() == []
+        if fails:
+            assert not trident.exists("rp/src") and _materializations(instance, result.run_id) == {}
+        else:
+            assert _ids(trident, "rp/src") == [1, 2] and _ids(trident, "rp/derived") == [1, 2]
+            assert set(_materializations(instance, result.run_id)) == {"rp/src", "rp/derived", "rp/probe"}

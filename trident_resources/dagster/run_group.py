@@ -39,10 +39,11 @@ from dagster._core.storage.dagster_run import DagsterRunStatus
 from ..client import Trident
 from ..control.plane import LedgerEntry
 from ..core.errors import StagedVersionConflictError, TransactionGroupError
+from ..core.failpoints import failpoint
 from ..core.results import GroupResult, WriteResult
 from ..ops.group import TransactionGroup
 from .gate import PARTITION_KEYS, RUN_ID
-from .metadata import report
+from .metadata import materialization_metadata, report
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +118,7 @@ def settle_run(t: Trident, instance: dg.DagsterInstance, run_id: str) -> str:
     run = instance.get_run_by_id(run_id)
     if run is None or not publishes_per_run(run):
         return "none"
+    failpoint("run_group.settle")
     staged = members(t, run_id)
     if not staged:
         return "none"
@@ -187,7 +189,7 @@ def _publish(t: Trident, instance: dg.DagsterInstance, run: dg.DagsterRun, stage
         raise
     except TransactionGroupError:
         return "published"  # another step of the run published it first (and reported it)
-    _report_published(instance, run, done, dict(staged))
+    _report_published(t, instance, run, done, dict(staged))
     log.info("trident: run %s published %d dataset(s) at once (group %s)", run.run_id, len(done.results), group)
     return "published"
 
@@ -216,21 +218,17 @@ def _discard(
 
 
 def _report_published(
-    instance: dg.DagsterInstance, run: dg.DagsterRun, done: GroupResult, staged: Mapping[str, LedgerEntry]
+    t: Trident, instance: dg.DagsterInstance, run: dg.DagsterRun, done: GroupResult, staged: Mapping[str, LedgerEntry]
 ) -> None:
-    """Each published asset's materialization (one per partition the run wrote), with what its
-    version is now: the numbers readers see."""
+    """Each published asset's materialization (one per partition the run wrote), with the same
+    metadata a step's own materialization has: the version readers now see."""
     for key, result in sorted(done.results.items()):
         entry = staged.get(key)
         partitions = list((entry.metadata or {}).get(PARTITION_KEYS) or []) if entry is not None else []
         meta = report(
             {
-                "dagster/row_count": dg.MetadataValue.int(result.row_count),
-                "trident/txn_id": str(result.txn_id),
-                "trident/snapshot_id": dg.MetadataValue.text(str(result.snapshot_id)),
-                "trident/committed_at": dg.MetadataValue.timestamp(result.committed_at),
-                "trident/group_id": str(done.group_id),
-                "trident/status": "published with the whole run",
+                **materialization_metadata(result, t.describe(key, storage=False)),
+                "trident/group_id": str(done.group_id),  # folded into trident/write
             }
         )
         for partition in partitions or [None]:

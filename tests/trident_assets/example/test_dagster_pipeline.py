@@ -29,13 +29,16 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")
-def run(trident_home: Path, pg_dsn: str) -> Iterator[tuple[TridentSettings, Trident, dg.ExecuteInProcessResult, Path]]:
+def run(
+    trident_home: Path, pg_dsn: str
+) -> Iterator[tuple[TridentSettings, Trident, dg.ExecuteInProcessResult, Path, dg.DagsterInstance]]:
     settings = make_settings(trident_home, pg_dsn, tpch_scale=SCALE)
     defs = build_definitions(TridentResource.from_settings(settings))
-    result = defs.resolve_job_def("tpch_pipeline").execute_in_process(raise_on_error=False)
-    t = Trident(settings)
-    yield settings, t, result, ensure_tpch(settings.home, SCALE)
-    t.close()
+    with dg.instance_for_test() as instance:  # the run publishes once: its materializations are in its event log
+        result = defs.resolve_job_def("tpch_pipeline").execute_in_process(raise_on_error=False, instance=instance)
+        t = Trident(settings)
+        yield settings, t, result, ensure_tpch(settings.home, SCALE), instance
+        t.close()
 
 
 def parquet(folder: Path, table: str) -> str:
@@ -43,9 +46,10 @@ def parquet(folder: Path, table: str) -> str:
 
 
 def test_the_whole_graph_materializes_with_its_checks(run: Any) -> None:
-    _, _, result, _ = run
+    _, _, result, _, instance = run
     assert result.success
-    meta = materialized(result)
+    assert materialized(result) == {}  # the run published once, at its end: no step recorded one
+    meta = materialized(result, instance)
     assert set(meta) == {
         "tpch/customer",
         "tpch/orders",
@@ -76,7 +80,7 @@ def test_the_whole_graph_materializes_with_its_checks(run: Any) -> None:
 
 
 def test_row_counts_identity_and_ledger(run: Any) -> None:
-    _, t, _result, folder = run
+    _, t, _result, folder, _ = run
     con = duckdb.connect()
     for table in ("customer", "orders", "lineitem"):
         expected = con.execute(f"SELECT count(*) FROM '{parquet(folder, table)}'").fetchall()[0][0]
@@ -101,7 +105,7 @@ def test_row_counts_identity_and_ledger(run: Any) -> None:
 
 
 def test_provenance_is_merged_downstream(run: Any) -> None:
-    _, t, result, _ = run
+    _, t, result, _, instance = run
     prov = t.describe("sales/q3_revenue").provenance
     assert prov["counterparty"] == "Transaction Processing Performance Council"
     assert prov["contract"].startswith("TPC-H EULA")
@@ -113,12 +117,12 @@ def test_provenance_is_merged_downstream(run: Any) -> None:
         "orders.parquet",
         "lineitem.parquet",
     }
-    assert materialized(result)["sales/q3_revenue"]["trident/provenance"]["counterparty"] == prov["counterparty"]
+    assert materialized(result, instance)["sales/q3_revenue"]["trident/provenance"]["counterparty"] == prov["counterparty"]
     assert t.describe("ml/lineitem_scores").provenance["model"] == "late_risk v1"
 
 
 def test_q3_join_equals_duckdb_on_the_parquet_files(run: Any) -> None:
-    _, t, _, folder = run
+    _, t, _, folder, _ = run
     con = duckdb.connect()
     for table in ("customer", "orders", "lineitem"):
         con.execute(f"CREATE VIEW {table} AS SELECT * FROM '{parquet(folder, table)}'")
@@ -131,7 +135,7 @@ def test_q3_join_equals_duckdb_on_the_parquet_files(run: Any) -> None:
 
 
 def test_split_partitions_its_input_exactly(run: Any) -> None:
-    _, t, _, _ = run
+    _, t, _, _, _ = run
     orders = set(t.read("tpch/orders", columns=["o_orderkey"])["o_orderkey"].to_pylist())
     urgent = t.read("sales/urgent_orders", columns=["o_orderkey", "o_orderpriority"])
     routine = t.read("sales/routine_orders", columns=["o_orderkey", "o_orderpriority"])
@@ -142,7 +146,7 @@ def test_split_partitions_its_input_exactly(run: Any) -> None:
 
 
 def test_model_rows_join_back_to_their_source_rows(run: Any) -> None:
-    _, t, _, _ = run
+    _, t, _, _, _ = run
     mismatched = t.sql(
         'SELECT count(*) AS n FROM "ml/lineitem_scores" s LEFT JOIN "tpch/lineitem" l ON s.__source_row_index__ = l.__row_index '
         "WHERE l.__row_index IS NULL OR l.l_orderkey <> s.l_orderkey OR l.l_linenumber <> s.l_linenumber"
@@ -154,7 +158,7 @@ def test_model_rows_join_back_to_their_source_rows(run: Any) -> None:
 def test_trident_check_exits_zero_then_one_when_a_blocking_check_fails(run: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     from trident_cli.main import cli
 
-    settings, t, _, _ = run
+    settings, t, _, _, _ = run
     monkeypatch.setenv("TRIDENT_HOME", str(settings.home))
     monkeypatch.setenv("TRIDENT_WORKSPACE", settings.workspace)
     monkeypatch.setenv("TRIDENT_PG_DSN", settings.pg_dsn.get_secret_value())
@@ -220,7 +224,7 @@ def test_the_daily_partitioned_part_materializes_two_days_and_its_downstream(run
     ship day, delta per day) and ``daily/shipments`` below them, each a run of the ``tpch_daily``
     job with one partition key; row counts match DuckDB on the same Parquet file. Re-running a day
     reads only what that day has not consumed (nothing here)."""
-    settings, t, _, folder = run
+    settings, t, _, folder, _ = run
     defs = build_definitions(TridentResource.from_settings(settings))
     job = defs.resolve_job_def("tpch_daily")
     con = duckdb.connect()
