@@ -215,10 +215,11 @@ def _run_entries(t: Trident, key: str, run_id: str) -> list[Any]:
 
 
 def _committed_in_run(t: Trident, keys: Any, run_id: str) -> dict[str, Any]:
-    """dataset key -> txn id of each dataset the run has committed so far."""
+    """dataset key -> txn id of each dataset the run has written so far: committed, or staged in
+    the run's group (``tpch_pipeline`` publishes once, at its end)."""
     out = {}
     for key in keys:
-        entries = [e for e in _run_entries(t, key, run_id) if e.status == "committed"]
+        entries = [e for e in _run_entries(t, key, run_id) if e.status in ("committed", "staged")]
         if entries:
             out[key] = entries[0].txn_id
     return out
