@@ -86,7 +86,20 @@ def _as_older_trident_wrote_it(t: Trident, key: str, only: set[str] | None = Non
                 p.delete_data_file(f)
             for f in forged:
                 p.append_data_file(f)
+    _record_current_snapshot(t, key)  # the older Trident recorded the version it committed
     return len(forged)
+
+
+def _record_current_snapshot(t: Trident, key: str) -> None:
+    """Make the table's current snapshot the version the control plane records (readers follow
+    the record): what a Trident that committed it would have left."""
+    current = _table(t, key).current_snapshot()
+    assert current is not None
+    with t.engine.control.connection() as conn:
+        conn.execute(
+            "UPDATE trident_datasets SET snapshot_id = %s WHERE workspace = %s AND key = %s",
+            (current.snapshot_id, t.engine.workspace, key),
+        )
 
 
 def _ids(t: Trident, key: str, row_filter: str) -> list[int]:
@@ -284,6 +297,7 @@ def test_a_rollback_below_the_checked_mark_does_not_hide_a_lossy_file(trident_ho
         assert int(table.properties["trident.bounds-checked-through"]) > (lossy.sequence_number or 0)
 
         table.manage_snapshots().rollback_to_snapshot(lossy.snapshot_id).commit()  # another tool
+        _record_current_snapshot(t, "rb/rolled")  # ... whose rollback the control plane followed
         assert _ids(t, "rb/rolled", "s > 'l'") == []  # the lossy file is live again: row 1 pruned
         report = t.maintain("rb/rolled")
         assert report.skipped is None and report.repaired_files == 1
