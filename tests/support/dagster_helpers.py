@@ -75,3 +75,19 @@ def cli_env(settings: TridentSettings, repo: Path) -> dict[str, str]:
         "TRIDENT_WORKSPACE": settings.workspace,
         "PYTHONPATH": str(repo),
     }
+
+
+def ledger_sensor_tick(
+    instance: dg.DagsterInstance, settings: TridentSettings, cursor: str | None = None, defs: dg.Definitions | None = None
+) -> dg.SensorResult:
+    """One tick of the ledger sensor as the daemon runs it: evaluate it, then store its asset events."""
+    from trident_sensors.commits import trident_commits
+
+    with dg.build_sensor_context(
+        instance=instance, cursor=cursor, definitions=defs, resources={"trident": TridentResource.from_settings(settings)}
+    ) as context:
+        result = trident_commits(context)
+    assert isinstance(result, dg.SensorResult)
+    for event in result.asset_events:
+        instance.report_runless_asset_event(event)
+    return result

@@ -13,11 +13,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from tests.support.dagster_helpers import materialized, resources_for, step_errors
+from tests.support.dagster_helpers import ledger_sensor_tick, materialized, resources_for, step_errors
 from trident_assets import delta, transform_asset
 from trident_resources import Trident, TridentSettings
 from trident_resources.control.plane import LedgerEntry
-from trident_resources.dagster import TridentResource
 from trident_sensors.commits import LedgerCursor, commit_events, trident_commits
 
 DOUBLED = dg.AssetKey(["out", "doubled"])
@@ -38,17 +37,7 @@ def sensor_tick(
     defs: dg.Definitions, instance: dg.DagsterInstance, settings: TridentSettings, cursor: str | None
 ) -> dg.SensorResult:
     """One tick as the daemon runs it: evaluate the sensor, then store its asset events."""
-    with dg.build_sensor_context(
-        instance=instance,
-        cursor=cursor,
-        definitions=defs,
-        resources={"trident": TridentResource.from_settings(settings)},
-    ) as context:
-        result = trident_commits(context)
-    assert isinstance(result, dg.SensorResult)
-    for event in result.asset_events:
-        instance.report_runless_asset_event(event)
-    return result
+    return ledger_sensor_tick(instance, settings, cursor, defs)
 
 
 def test_an_outside_append_is_reported_and_the_eager_delta_node_runs_on_exactly_the_new_rows(

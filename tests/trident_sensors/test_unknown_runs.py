@@ -12,10 +12,9 @@ import dagster as dg
 import pyarrow as pa
 import pytest
 
-from tests.support.dagster_helpers import resources_for
+from tests.support.dagster_helpers import ledger_sensor_tick, resources_for
 from trident_resources import Trident, TridentSettings
-from trident_resources.dagster import TridentResource
-from trident_sensors.commits import LedgerCursor, commit_events, trident_commits
+from trident_sensors.commits import LedgerCursor, commit_events
 
 DAILY = dg.DailyPartitionsDefinition(start_date="2024-01-01", end_date="2024-02-01")
 PLAIN = dg.AssetKey(["ur", "plain"])
@@ -41,14 +40,7 @@ def ui_instance() -> Iterator[dg.DagsterInstance]:
 
 
 def _tick(instance: dg.DagsterInstance, settings: TridentSettings, cursor: str | None = None) -> dg.SensorResult:
-    with dg.build_sensor_context(
-        instance=instance, cursor=cursor, resources={"trident": TridentResource.from_settings(settings)}
-    ) as context:
-        result = trident_commits(context)
-    assert isinstance(result, dg.SensorResult)
-    for event in result.asset_events:
-        instance.report_runless_asset_event(event)
-    return result
+    return ledger_sensor_tick(instance, settings, cursor)
 
 
 def test_runs_on_another_instance_are_reported_per_partition(
