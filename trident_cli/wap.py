@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import click
 
+from trident_resources.control.groups import KEPT_META
+
 from .admin import open_trident
 from .options import JSON_OPTION
 from .render import console, entry_json, new_table, print_json, when
@@ -34,8 +36,13 @@ def staged(key: str | None, as_json: bool) -> None:
         console.print(f"{len(rows)} staged version(s)" + (f" in {len(groups)} transaction group(s)" if groups else ""))
         for g in groups:
             n = sum(1 for _, e in rows if e.group_id == g)
+            record = t.transaction_group(g)
+            label = f" ({record.label})" if record.label else ""
+            kept = record.metadata.get(KEPT_META)
             console.print(
-                f"group {g}: {n} dataset(s); publish all with `trident publish {str(g)[:8]}`, or `trident discard {str(g)[:8]}`"
+                f"group {g}{label}: {n} dataset(s)"
+                + (f", kept for audit: {kept}" if kept else "")
+                + f"; publish all with `trident publish {str(g)[:8]}`, or `trident discard {str(g)[:8]}`"
             )
 
 

@@ -11,6 +11,7 @@ from typing import Any, Literal, TypeVar, overload
 
 import pyarrow as pa
 
+from .control.groups import GroupRecord
 from .control.plane import DatasetRecord, LedgerEntry
 from .core import arguments
 from .core.errors import InvalidArgumentError, InvalidSettingsError, InvalidWriteError
@@ -484,6 +485,28 @@ class Trident:
             ControlPlaneUnavailableError: the control-plane Postgres went away.
         """
         return group.discard_group(self.engine, group_id, reason)
+
+    def keep_group(self, group_id: uuid.UUID | str, *, reason: str) -> GroupRecord:
+        """Keep an open transaction group for audit: its staged versions stay (``staged()``,
+        ``sql(staged=...)``) until ``publish_group`` or ``discard_group``; ``reason`` is shown
+        with it. What a failed Dagster run's group becomes with ``TRIDENT_FAILED_RUN_STAGED=keep``.
+
+        Raises:
+            TransactionGroupError: no such group, or it is not open.
+            InvalidArgumentError: the prefix names several groups.
+            ControlPlaneUnavailableError: the control-plane Postgres went away.
+        """
+        return group.keep_group(self.engine, group_id, reason)
+
+    def transaction_group(self, group_id: uuid.UUID | str) -> GroupRecord:
+        """The transaction group ``group_id`` (its id or a unique prefix): status, label, metadata.
+
+        Raises:
+            TransactionGroupError: no group of this workspace has that id.
+            InvalidArgumentError: the prefix names several groups.
+            ControlPlaneUnavailableError: the control-plane Postgres went away.
+        """
+        return group.find(self.engine, group_id)
 
     def read_many(self, keys: Iterable[str], columns: list[str] | None = None) -> dict[str, pa.Table]:
         """Several datasets as of ONE moment of the control plane: every version is resolved by one

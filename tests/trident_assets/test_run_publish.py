@@ -121,6 +121,47 @@ def test_a_failed_blocking_check_publishes_nothing_of_the_run(settings: TridentS
         assert not [e for k in before for e in t.history(k) if e.status == "open"]
 
 
+def test_a_failed_run_is_kept_for_audit_when_set_and_only_a_person_decides_it(settings: TridentSettings) -> None:
+    """TRIDENT_FAILED_RUN_STAGED=keep: a failed run publishes nothing, yet its staged versions stay
+    (listed by `trident staged` with why, readable staged); neither a later step nor the
+    reconciler sensor discards them; `trident discard GROUP` does."""
+    from click.testing import CliRunner
+
+    from trident_cli.main import cli
+    from trident_sensors.reconciler import trident_reconciler
+
+    keeping = settings.model_copy(update={"failed_run_staged": "keep"})
+    with Trident(keeping) as t, dg.instance_for_test() as instance:
+        ok = _job(keeping, _nodes([1, 2], [])).execute_in_process(instance=instance, raise_on_error=False)
+        assert ok.success, step_errors(ok)
+        bad = _job(keeping, _nodes([7, 7, 8], [])).execute_in_process(instance=instance, raise_on_error=False)
+        assert not bad.success  # rp/derived's unique(id) failed
+        assert _ids(t, "rp/src") == [1, 2]  # readers: the previous run's
+        group = run_group_id(bad.run_id)
+        kept = {k: e for k, e in t.staged() if e.group_id == group}
+        assert set(kept) == {"rp/src", "rp/derived"}  # rp/derived as its failed check left it
+        assert sorted(t.read("rp/src", staged=kept["rp/src"].txn_id).column("id").to_pylist()) == [7, 7, 8]
+        assert "failed" in t.transaction_group(group).metadata["kept"]
+        observed = [
+            rec.dagster_event.event_specific_data.asset_observation.metadata["trident/status"].value  # type: ignore[union-attr]
+            for rec in instance.all_logs(bad.run_id, of_type=dg.DagsterEventType.ASSET_OBSERVATION)
+            if "trident/status" in rec.dagster_event.event_specific_data.asset_observation.metadata  # type: ignore[union-attr]
+        ]
+        assert "kept for audit: the run published nothing" in observed
+
+        with dg.build_sensor_context(instance=instance, resources={"trident": TridentResource.from_settings(keeping)}) as ctx:
+            trident_reconciler(ctx)
+        assert {k for k, e in t.staged() if e.group_id == group} == set(kept)  # still kept
+
+        env = settings_env(keeping)
+        listed = CliRunner().invoke(cli, ["staged"], env=env)
+        assert listed.exit_code == 0, listed.output
+        assert f"group {group}" in listed.output and "kept for audit" in listed.output
+        gone = CliRunner().invoke(cli, ["discard", str(group)[:8]], env=env)
+        assert gone.exit_code == 0, gone.output
+        assert t.staged() == [] and _ids(t, "rp/src") == [1, 2]
+
+
 def test_without_the_tag_each_step_publishes_on_its_own(settings: TridentSettings, trident: Trident) -> None:
     seen: list[Any] = []
     result = _job(settings, _nodes([1, 2], seen), tags={}).execute_in_process(raise_on_error=False)

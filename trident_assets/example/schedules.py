@@ -10,13 +10,17 @@ from __future__ import annotations
 import dagster as dg
 
 from trident_resources import TridentSettings
+from trident_resources.dagster import run_publish_tags
 
 from .pipeline import DAILY_GROUP, GROUP, RAW_GROUP
 
 pipeline_job = dg.define_asset_job(
     "tpch_pipeline",
     selection=dg.AssetSelection.groups(RAW_GROUP, GROUP),
-    description="Materialize the whole example pipeline: raw TPC-H tables, every node and their checks.",
+    description="Materialize the whole example pipeline: raw TPC-H tables, every node and their checks. The run "
+    "publishes once, at its end (trident/publish: run): readers see the previous run's nine datasets until every "
+    "step succeeded, then the new nine at once; a failed step or blocking check publishes none of them.",
+    tags=run_publish_tags(),
 )
 
 daily_job = dg.define_asset_job(

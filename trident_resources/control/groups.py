@@ -33,6 +33,7 @@ log = logging.getLogger("trident")
 
 EXTERNAL_OWNER_META = "owner"  # group metadata: who decides the group
 EXTERNAL_OWNER = "external"  # ... an owner outside the engine (a Dagster run): the reconciler leaves it alone
+KEPT_META = "kept"  # group metadata: why the group was kept for audit instead of discarded
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,12 @@ def abort(plane: ControlPlane, group_id: uuid.UUID, reason: str) -> bool:
     """Mark an open group aborted (nothing of it can publish any more); False when it was not open."""
     with plane.tx() as conn:
         return conn.execute(q.ABORT_GROUP, (reason[:4000], group_id)).rowcount > 0
+
+
+def keep(plane: ControlPlane, group_id: uuid.UUID, reason: str) -> bool:
+    """Mark an open group kept for audit (``KEPT_META``: why); False when it was not open."""
+    with plane.tx() as conn:
+        return conn.execute(q.KEEP_GROUP, (reason[:4000], group_id)).rowcount > 0
 
 
 def stranded(plane: ControlPlane, workspace: str) -> list[LedgerEntry]:

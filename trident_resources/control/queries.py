@@ -262,6 +262,10 @@ OPEN_GROUPS = f"SELECT {_GROUP_COLS} FROM trident_txn_groups WHERE workspace = %
 PUBLISH_GROUP = "UPDATE trident_txn_groups SET status = 'published', ended_at = %s WHERE group_id = %s AND status = 'open'"
 ABORT_GROUP = """UPDATE trident_txn_groups SET status = 'aborted', ended_at = clock_timestamp(), error = %s
     WHERE group_id = %s AND status = 'open'"""
+# an open group kept for audit (a failed Dagster run's, TRIDENT_FAILED_RUN_STAGED=keep): nothing decides it
+# on its own any more; a person publishes or discards it
+KEEP_GROUP = """UPDATE trident_txn_groups SET metadata = metadata || jsonb_build_object('kept', %s::text)
+    WHERE group_id = %s AND status = 'open'"""
 GROUP_MEMBERS = f"SELECT {_LEDGER_COLS} FROM trident_ledger WHERE group_id = %s ORDER BY started_at"
 # a member still open has no group_id yet (it is set when it stages): its INTENT metadata names the group
 GROUP_OPEN_MEMBERS = f"""SELECT {_LEDGER_COLS} FROM trident_ledger

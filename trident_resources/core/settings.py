@@ -105,6 +105,12 @@ class TridentSettings(BaseSettings):
     staged_max_age_days: float = Field(
         7, ge=0, description="`trident maintain` discards staged (write-audit-publish) versions older than this."
     )
+    failed_run_staged: Literal["discard", "keep"] = Field(
+        "discard",
+        description="What becomes of the staged versions of a failed or cancelled Dagster run that publishes once "
+        "(trident/publish: run): discard them, or keep the run's group for audit (`trident staged`, then "
+        "`trident publish GROUP` or `trident discard GROUP`).",
+    )
     commit_retries: int = Field(5, ge=0, description="Retries of an Iceberg commit that conflicts with a concurrent one.")
     inline_max_rows: int = Field(
         0,  # off until the whole suite runs with it on; 1,000 is the recommended value

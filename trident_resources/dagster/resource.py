@@ -109,6 +109,10 @@ class TridentResource(dg.ConfigurableResource):
     staged_max_age_days: float | None = Field(
         default=None, description="TRIDENT_STAGED_MAX_AGE_DAYS: `trident maintain` discards staged versions older than this."
     )
+    failed_run_staged: str | None = Field(
+        default=None,
+        description="TRIDENT_FAILED_RUN_STAGED: discard (default) | keep a failed run's staged versions for audit.",
+    )
     sql_timeout_seconds: float | None = Field(
         default=None, description="TRIDENT_SQL_TIMEOUT_SECONDS: read-only SQL longer than this is interrupted."
     )

@@ -1,7 +1,7 @@
 """One run, one publish: every Trident output of a Dagster run tagged ``trident/publish: run``
 is staged into ONE transaction group, and the whole run publishes at once when its last step
 ends with every step (and so every blocking check) successful. A run with a failed step, or a
-cancelled one, publishes nothing: its group is discarded.
+cancelled one, publishes nothing: its group is discarded (or kept for audit, by a setting).
 
 Why a group per run and not a publish per step: a reader must never see the run's first asset
 new beside its last asset old, or the run's earlier assets published when its last one fails a
@@ -37,6 +37,7 @@ from dagster._core.events import AssetObservationData, DagsterEvent, DagsterEven
 from dagster._core.storage.dagster_run import DagsterRunStatus
 
 from ..client import Trident
+from ..control.groups import KEPT_META
 from ..control.plane import LedgerEntry
 from ..core.errors import StagedVersionConflictError, TransactionGroupError
 from ..core.failpoints import failpoint
@@ -108,7 +109,8 @@ def staged_sources(t: Trident, run: dg.DagsterRun | None) -> dict[str, uuid.UUID
 def settle_run(t: Trident, instance: dg.DagsterInstance, run_id: str) -> str:
     """Decide the run's group if the run is decided: ``published`` (every step of its plan
     succeeded or was skipped, none failed), ``discarded`` (a step failed for good, or the run
-    ended without finishing), else ``waiting``; ``none`` when the run has no open group.
+    ended without finishing; ``kept`` instead with ``TRIDENT_FAILED_RUN_STAGED=keep``, and for
+    a group kept before), else ``waiting``; ``none`` when the run has no open group.
 
     Raises:
         ConcurrentWriteError: a member's dataset stayed locked by another writer (the group
@@ -122,6 +124,8 @@ def settle_run(t: Trident, instance: dg.DagsterInstance, run_id: str) -> str:
     staged = members(t, run_id)
     if not staged:
         return "none"
+    if KEPT_META in t.transaction_group(run_group_id(run_id)).metadata:
+        return "kept"  # kept for audit: a person decides it
     failed, unfinished = _steps(instance, run)
     if failed or (unfinished and run.status in _ENDED):
         why = f"step {failed[0]} failed" if failed else f"the run ended {run.status.value.lower()} before its steps finished"
@@ -147,6 +151,8 @@ def finish_ended_runs(t: Trident, instance: dg.DagsterInstance) -> list[tuple[st
         run = instance.get_run_by_id(run_id)
         if run is None or not publishes_per_run(run) or not run.is_finished:
             continue
+        if KEPT_META in t.transaction_group(run_group_id(run_id)).metadata:
+            continue  # kept for audit: a person decides it
         try:
             outcome = settle_run(t, instance, run_id)
         except TransactionGroupError as exc:  # decided meanwhile by the run's own step
@@ -197,10 +203,25 @@ def _publish(t: Trident, instance: dg.DagsterInstance, run: dg.DagsterRun, stage
 def _discard(
     t: Trident, instance: dg.DagsterInstance, run: dg.DagsterRun, staged: Sequence[tuple[str, LedgerEntry]], why: str
 ) -> str:
+    """Discard the run's group, or keep it for audit (``TRIDENT_FAILED_RUN_STAGED=keep``); either
+    way readers never see it, and each asset gets an observation saying so."""
+    group = run_group_id(run.run_id)
+    keep = t.settings.failed_run_staged == "keep"
     try:
-        t.discard_group(run_group_id(run.run_id), reason=why)
+        if keep:
+            t.keep_group(group, reason=why)
+        else:
+            t.discard_group(group, reason=why)
     except TransactionGroupError:
-        return "published"  # published meanwhile by another step: nothing to discard
+        return "published"  # published (or discarded) meanwhile by another step: nothing left to decide
+    if keep:
+        status, outcome = "kept for audit: the run published nothing", "kept"
+        next_step = (
+            f"; kept for audit: `trident sql --staged KEY=TXN ...`, then `trident publish {str(group)[:8]}` "
+            f"or `trident discard {str(group)[:8]}`"
+        )
+    else:
+        status, outcome, next_step = "discarded: the run published nothing", "discarded", ""
     for key, entry in staged:
         _event(
             instance,
@@ -208,13 +229,13 @@ def _discard(
             DagsterEventType.ASSET_OBSERVATION,
             dg.AssetObservation(
                 asset_key=dg.AssetKey(key.split("/")),
-                description=f"{key}: staged transaction {entry.txn_id} was discarded, never published ({why})",
-                metadata={"trident/status": "discarded: the run published nothing", "trident/staged_txn": str(entry.txn_id)},
+                description=f"{key}: staged transaction {entry.txn_id} was {outcome}, never published ({why}){next_step}",
+                metadata={"trident/status": status, "trident/staged_txn": str(entry.txn_id)},
             ),
             logging.WARNING,
         )
-    log.warning("trident: %s; discarded its %d staged version(s)", why, len(staged))
-    return "discarded"
+    log.warning("trident: %s; %s its %d staged version(s)%s", why, outcome, len(staged), next_step)
+    return outcome
 
 
 def _report_published(

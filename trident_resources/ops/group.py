@@ -307,6 +307,21 @@ def discard_group(engine: Engine, group_id: uuid.UUID | str, reason: str = "disc
     return gone
 
 
+def keep_group(engine: Engine, group_id: uuid.UUID | str, reason: str) -> GroupRecord:
+    """Keep an open group for audit instead of discarding it: its staged versions stay readable
+    (``trident sql --staged``) and listed by ``trident staged`` with ``reason``, until someone
+    publishes or discards the group (or ``trident maintain`` discards it past
+    ``TRIDENT_STAGED_MAX_AGE_DAYS``); its owner no longer decides it. Returns the group as kept.
+
+    Raises:
+        TransactionGroupError: no such group, or it is not open.
+    """
+    group = find(engine, group_id)
+    if not groups.keep(engine.control, group.group_id, reason):
+        raise TransactionGroupError(f"transaction group {group.group_id} is {group.status}, not open: it cannot be kept")
+    return find(engine, group.group_id)
+
+
 def refuse_member(entry: LedgerEntry) -> None:
     """A single publish or discard of a group's member is refused: the group decides them all.
 
