@@ -559,7 +559,8 @@ def maintain(keys: tuple[str, ...], older_than_days: float, retain_last: int, as
                         + f"{r.expired_snapshots} snapshots expired, {r.deleted_files} files deleted, "
                         f"{r.deleted_metadata_files} metadata files deleted, "
                         f"{r.aborted_uploads} incomplete uploads aborted"
-                        + (f", {r.cleanup_pending} cleanups still pending" if r.cleanup_pending else ""),
+                        + (f", {r.cleanup_pending} cleanups still pending" if r.cleanup_pending else "")
+                        + (f"; {r.expiry_refused}" if r.expiry_refused else ""),
                     )
                 )
                 bar.advance(task)

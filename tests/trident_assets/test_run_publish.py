@@ -153,12 +153,21 @@ def test_a_failed_run_is_kept_for_audit_when_set_and_only_a_person_decides_it(se
             trident_reconciler(ctx)
         assert {k for k, e in t.staged() if e.group_id == group} == set(kept)  # still kept
 
+        assert t.reconcile().aborted == []  # younger than TRIDENT_STAGED_MAX_AGE_DAYS: left to a person
+        assert {k for k, e in t.staged() if e.group_id == group} == set(kept)
         env = settings_env(keeping)
         listed = CliRunner().invoke(cli, ["staged"], env=env)
         assert listed.exit_code == 0, listed.output
         assert f"group {group}" in listed.output and "kept for audit" in listed.output
         gone = CliRunner().invoke(cli, ["discard", str(group)[:8]], env=env)
         assert gone.exit_code == 0, gone.output
+        assert t.staged() == [] and _ids(t, "rp/src") == [1, 2]
+
+        # kept past the staged age, the reconciler discards it
+        again = _job(keeping, _nodes([9, 9], [])).execute_in_process(instance=instance, raise_on_error=False)
+        assert not again.success and {k for k, _ in t.staged()} == {"rp/src", "rp/derived"}
+        with Trident(keeping.model_copy(update={"staged_max_age_days": 0})) as old:
+            assert len(old.reconcile().aborted) == 2
         assert t.staged() == [] and _ids(t, "rp/src") == [1, 2]
 
 

@@ -310,7 +310,7 @@ def discard_group(engine: Engine, group_id: uuid.UUID | str, reason: str = "disc
 def keep_group(engine: Engine, group_id: uuid.UUID | str, reason: str) -> GroupRecord:
     """Keep an open group for audit instead of discarding it: its staged versions stay readable
     (``trident sql --staged``) and listed by ``trident staged`` with ``reason``, until someone
-    publishes or discards the group (or ``trident maintain`` discards it past
+    publishes or discards the group (or ``reconcile`` discards it past
     ``TRIDENT_STAGED_MAX_AGE_DAYS``); its owner no longer decides it. Returns the group as kept.
 
     Raises:

@@ -106,6 +106,7 @@ class Maintenance:
     cleaned_txns: int = 0  # aborted transactions whose pending storage cleanup ran now
     cleanup_pending: int = 0  # ... and those whose cleanup still cannot run (storage unreachable)
     skipped: str | None = None  # why nothing was done: a write of the dataset was open (the next run does it)
+    expiry_refused: str | None = None  # the catalog refuses snapshot expiry over its REST API (its own maintenance expires)
 
 
 ScanPath = Literal["native", "arrow"]

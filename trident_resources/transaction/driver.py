@@ -27,7 +27,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn, cast
 
 import duckdb
@@ -486,11 +486,15 @@ class TransactionDriver:
     ) -> None:
         """Settle transaction groups whose owner died: an open one is aborted and its staged members
         discarded (none of it was published); a published one's members whose refs did not move
-        get them moved (all of it was). Groups owned by a live process are left alone."""
+        get them moved (all of it was). Groups owned by a live process are left alone, and so are
+        external groups (a Dagster run's) unless kept for audit past TRIDENT_STAGED_MAX_AGE_DAYS."""
         for group in groups.open_groups(self.control, workspace):
-            if (
-                group.metadata.get(groups.EXTERNAL_OWNER_META) == groups.EXTERNAL_OWNER
-            ):  # decided by its owner (a Dagster run's sensor)
+            if group.metadata.get(groups.EXTERNAL_OWNER_META) == groups.EXTERNAL_OWNER:
+                # decided by its owner (a Dagster run's sensor); one kept for audit, by a person,
+                # until it is older than staged versions may get
+                days = self.settings.staged_max_age_days
+                if groups.KEPT_META in group.metadata and group.created_at < datetime.now(UTC) - timedelta(days=days):
+                    groups.abort(self.control, group.group_id, f"discarded by the reconciler: kept for audit over {days} days")
                 continue
             if not self._owner_gone(group):
                 running.append(group.group_id)

@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.catalog import Catalog
-from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError, RESTError
+from pyiceberg.exceptions import ForbiddenError, NoSuchNamespaceError, NoSuchTableError, RESTError
 from pyiceberg.io import load_file_io
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.manifest import DataFile, DataFileContent, ManifestContent
@@ -687,7 +687,8 @@ class IcebergSink(Sink):
         if table is not None and table.current_snapshot() is None:
             self.catalog.drop_table(self.tables.identifier(ds))  # created empty (or staged only) by an aborted first write
         elif table is not None and audit_branch(txn_id) in table.metadata.refs:
-            wap.drop_audit_branch(table, txn_id)
+            if not wap.drop_audit_branch(table, txn_id):  # its snapshot stays (the catalog keeps it): so do its files
+                return Discarded(uploads=abort_incomplete_uploads(table.io.properties, table.location(), txn_id=txn_id))
         if not where:
             return Discarded()
         io = io or load_file_io(dict(self.catalog.properties), where)
@@ -779,8 +780,13 @@ class IcebergSink(Sink):
         keep |= still_needed(table)
         cutoff = int(older_than.timestamp() * 1000)
         expire = [s.snapshot_id for s in table.snapshots() if s.snapshot_id not in keep and s.timestamp_ms < cutoff]
+        refused = None
         if expire:
-            table.maintenance.expire_snapshots().by_ids(expire).commit()
+            try:
+                table.maintenance.expire_snapshots().by_ids(expire).commit()
+            except ForbiddenError as exc:  # a catalog that expires snapshots only by its own maintenance
+                refused = f"the catalog refused to expire {len(expire)} snapshot(s) ({exc}); its own maintenance expires them"
+                expire = []
             table = table.refresh()
         garbage, metadata = unreferenced_files(table)
         delete_paths(table.io, garbage + metadata)
@@ -793,6 +799,7 @@ class IcebergSink(Sink):
             deleted_files=len(garbage),
             deleted_metadata_files=len(metadata),
             aborted_uploads=uploads,
+            expiry_refused=refused,
         )
 
     def drop(self, ds: DatasetRecord) -> None:

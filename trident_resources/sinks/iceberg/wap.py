@@ -5,9 +5,10 @@ without losing anything, or ``discard_staged`` drops it."""
 
 from __future__ import annotations
 
+import logging
 import uuid
 
-from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.exceptions import CommitFailedException, ForbiddenError
 from pyiceberg.table import Table
 from pyiceberg.table.refs import MAIN_BRANCH
 from pyiceberg.table.snapshots import Snapshot
@@ -30,6 +31,8 @@ from .snapshots import (
     summary_outcome,
 )
 from .tables import IcebergTables
+
+log = logging.getLogger("trident")
 
 
 def publish(
@@ -193,15 +196,30 @@ def _staged_snapshot(table: Table, txn_id: uuid.UUID) -> Snapshot | None:
     return next((s for s in table.snapshots() if carries_txn(s, txn_id)), None)
 
 
-def drop_audit_branch(table: Table, txn_id: uuid.UUID) -> None:
+def drop_audit_branch(table: Table, txn_id: uuid.UUID) -> bool:
     """Remove the transaction's audit branch and expire its staged snapshot (only that one):
-    what discarding a staged version does to the table before its files are deleted."""
+    what discarding a staged version does to the table before its files are deleted. False when
+    the catalog refused the expiry (a catalog that only expires snapshots by its own
+    maintenance, answering 403 to a REST commit removing one): the snapshot then stays,
+    unreferenced, and so must its files, until the catalog's maintenance expires it."""
     branch = audit_branch(txn_id)
     ref = table.metadata.refs.get(branch)
     if ref is None:
-        return
+        return True
     manage_snapshots(table).remove_branch(branch).commit()
     table = table.refresh()
     snap = table.snapshot_by_id(ref.snapshot_id)
-    if snap is not None and carries_txn(snap, txn_id):
+    if snap is None or not carries_txn(snap, txn_id):
+        return True
+    try:
         table.maintenance.expire_snapshots().by_id(ref.snapshot_id).commit()  # only the staged one
+    except ForbiddenError as exc:
+        log.info(
+            "the catalog refused to expire discarded staged snapshot %s of %s (%s); it stays unreferenced, with "
+            "its files, until the catalog's own maintenance expires it",
+            ref.snapshot_id,
+            table.name(),
+            exc,
+        )
+        return False
+    return True
