@@ -686,9 +686,10 @@ class IcebergSink(Sink):
         io = table.io if table is not None else None
         if table is not None and table.current_snapshot() is None:
             self.catalog.drop_table(self.tables.identifier(ds))  # created empty (or staged only) by an aborted first write
-        elif table is not None and audit_branch(txn_id) in table.metadata.refs:
-            if not wap.drop_audit_branch(table, txn_id):  # its snapshot stays (the catalog keeps it): so do its files
-                return Discarded(uploads=abort_incomplete_uploads(table.io.properties, table.location(), txn_id=txn_id))
+        elif (
+            table is not None and audit_branch(txn_id) in table.metadata.refs and not wap.drop_audit_branch(table, txn_id)
+        ):  # its snapshot stays (the catalog keeps it): so do its files
+            return Discarded(uploads=abort_incomplete_uploads(table.io.properties, table.location(), txn_id=txn_id))
         if not where:
             return Discarded()
         io = io or load_file_io(dict(self.catalog.properties), where)
