@@ -24,6 +24,7 @@ from psycopg_pool import ConnectionPool
 from ..core.errors import (
     ConcurrentWriteError,
     ControlPlaneUnavailableError,
+    StagedVersionConflictError,
     StorageUnavailableError,
     TridentClosedError,
     WriterLockLostError,
@@ -740,6 +741,31 @@ class ControlPlane:
             ).fetchone()
         if row is None:
             raise StorageUnavailableError(f"ledger row {entry.txn_id} was not open when staging")
+        return LedgerEntry(**row)
+
+    def restage_txn(self, entry: LedgerEntry, outcome: Outcome, base_snapshot_id: int | None) -> LedgerEntry:
+        """A staged version re-based onto its dataset's current version (``Sink.rebase_staged``):
+        its new version, counts and base. One statement.
+
+        Raises:
+            StagedVersionConflictError: the version is no longer staged (published or discarded meanwhile).
+        """
+        with self.connection() as conn:
+            row = conn.execute(
+                q.RESTAGE_LEDGER,
+                (
+                    outcome.rows_written,
+                    outcome.row_count,
+                    outcome.skipped,
+                    outcome.preserved,
+                    outcome.snapshot_id,
+                    base_snapshot_id,
+                    json.dumps(staged_outcome(outcome)),
+                    entry.txn_id,
+                ),
+            ).fetchone()
+        if row is None:
+            raise StagedVersionConflictError(f"transaction {entry.txn_id} is no longer staged: it cannot be re-based")
         return LedgerEntry(**row)
 
     def reject_txn(self, txn_id: uuid.UUID, reason: str) -> None:

@@ -80,6 +80,10 @@ STAGE_LEDGER = f"""UPDATE trident_ledger SET status = 'staged', staged_at = cloc
     rows_written = %s, row_count = %s, skipped = %s, preserved = %s, snapshot_id = %s, base_snapshot_id = %s,
     staged_outcome = %s::jsonb, group_id = %s
     WHERE txn_id = %s AND status = 'open' RETURNING {_LEDGER_COLS}"""
+# a staged partition member re-based onto other partitions' commits: its new version and base
+RESTAGE_LEDGER = f"""UPDATE trident_ledger SET rows_written = %s, row_count = %s, skipped = %s, preserved = %s,
+    snapshot_id = %s, base_snapshot_id = %s, staged_outcome = %s::jsonb
+    WHERE txn_id = %s AND status = 'staged' RETURNING {_LEDGER_COLS}"""
 REJECT_LEDGER = "UPDATE trident_ledger SET status = 'rejected', ended_at = clock_timestamp(), error = %s WHERE txn_id = %s AND status = 'staged'"
 STAGED_LEDGER = f"""SELECT {_LEDGER_COLS} FROM trident_ledger
     WHERE status = 'staged' AND (%s::uuid IS NULL OR dataset_id = %s::uuid) ORDER BY started_at"""

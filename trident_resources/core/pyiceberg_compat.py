@@ -388,6 +388,16 @@ def create_branch_in(txn: Transaction, snapshot_id: int, branch: str) -> None:
     ManageSnapshots(transaction=txn).create_branch(snapshot_id, branch).commit()
 
 
+def move_branch_in(txn: Transaction, branch: str, snapshot_id: int) -> None:
+    """Point existing ``branch`` at ``snapshot_id`` in the same (not yet committed) transaction as
+    the snapshot then written onto it (required: the branch is still where ``txn`` saw it).
+    pyiceberg's ``ManageSnapshots`` only moves ``main`` (``set_current_snapshot``)."""
+    from pyiceberg.table.refs import SnapshotRefType
+
+    update, requirement = txn._set_ref_snapshot(snapshot_id=snapshot_id, ref_name=branch, type=SnapshotRefType.BRANCH)
+    txn._stage(update, requirement)
+
+
 def overwrite_as(update: Any, operation: Operation) -> Any:
     """pyiceberg's overwrite producer (delete and add data files) of ``update`` (an
     ``UpdateSnapshot``) whose snapshot records ``operation``: ``overwrite()`` records OVERWRITE

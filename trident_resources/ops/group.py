@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import re
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Any
@@ -163,6 +163,7 @@ class TransactionGroup:
             txn_id=txn_id,
             provenance=provenance,
             watermarks=watermarks,
+            partition=partition,
             stage=True,
             group=self.group_id,
         )
@@ -261,6 +262,7 @@ def publish_group(engine: Engine, group_id: uuid.UUID | str) -> GroupResult:
             earlier = groups.ref_pending_of(engine.control, list(datasets))
             if earlier:  # an earlier group's refs a dead publisher left: moved before this group's
                 driver.move_refs(earlier, _fresh(engine, datasets), raises=True)
+            staged = _rebased(engine, staged, _fresh(engine, datasets))
             members = [_member(engine, e) for e in staged]
             failpoint("group.before_publish")
             done = groups.publish(engine.control, conn, group.group_id, members)
@@ -333,6 +335,19 @@ def refuse_member(entry: LedgerEntry) -> None:
             f"transaction {entry.txn_id} belongs to transaction group {entry.group_id}: publish or discard the "
             f"whole group (`trident publish {entry.group_id}` / `trident discard {entry.group_id}`)"
         )
+
+
+def _rebased(engine: Engine, staged: Sequence[LedgerEntry], now: Mapping[uuid.UUID, DatasetRecord]) -> list[LedgerEntry]:
+    """The members, each partition member whose dataset other partitions' writers moved since it
+    was staged re-based onto that (the publish holds the commit locks): a backfill of one
+    partition per run, each run a group, publishes every run, as single publishes of staged
+    partition writes do. A member whose own partition changed stays a conflict (raised)."""
+    return [
+        engine.driver.rebase_staged(now[e.dataset_id], e)
+        if PARTITION_META in e.metadata and now[e.dataset_id].snapshot_id != e.base_snapshot_id
+        else e
+        for e in staged
+    ]
 
 
 def _member(engine: Engine, entry: LedgerEntry) -> Member:

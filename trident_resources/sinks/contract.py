@@ -304,6 +304,12 @@ class Sink(ABC):
         """Drop a staged version and the storage only it used (see ``publish``)."""
         raise self.staging_refusal(ds)
 
+    def rebase_staged(self, ds: DatasetRecord, txn_id: uuid.UUID, partition: PartitionFilter) -> Outcome:
+        """Re-base a staged partition write onto the dataset's current version (other partitions'
+        writers committed since it was staged), still staged; its new outcome. Raises
+        StagedVersionConflictError when the partition itself changed since staging."""
+        raise self.staging_refusal(ds)
+
     def move_refs(self, moves: Sequence[RefMove], idempotency_key: str) -> int:
         """Make the published members of a transaction group the storage's current versions (the
         control plane already says they are); idempotent. Returns the storage commits it took."""

@@ -44,6 +44,7 @@ from ..core.errors import (
     ControlPlaneUnavailableError,
     InvalidWriteError,
     ResourceLimitError,
+    StagedVersionConflictError,
     StorageUnavailableError,
     TridentError,
     WriteFailedError,
@@ -299,6 +300,24 @@ class TransactionDriver:
                 assert lock is not None
                 self.control.release_commit_lock(lock, ds)
         return done, outcome
+
+    def rebase_staged(self, ds: DatasetRecord, entry: LedgerEntry) -> LedgerEntry:
+        """Re-base staged partition write ``entry`` onto ``ds``'s current version (writers of other
+        partitions committed since it was staged), still staged, and record its new version and
+        base (the caller holds the dataset's commit lock). Returns the entry as re-based.
+
+        Raises:
+            StagedVersionConflictError: the partition itself changed since staging, or the sink
+                cannot re-base (nothing is changed).
+        """
+        meta = entry.metadata.get(PARTITION_META)
+        if not meta:
+            raise StagedVersionConflictError(
+                f"transaction {entry.txn_id} of {ds.key!r} is no partition write: it cannot be re-based"
+            )
+        outcome = self.sink(entry.sink).rebase_staged(ds, entry.txn_id, PartitionFilter.from_metadata(meta))
+        failpoint("group.rebased")
+        return self.control.restage_txn(entry, outcome, ds.snapshot_id)
 
     def move_refs(
         self, entries: Sequence[LedgerEntry], datasets: Mapping[uuid.UUID, DatasetRecord], *, raises: bool = False

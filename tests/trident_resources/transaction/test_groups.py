@@ -261,3 +261,59 @@ def test_maintenance_leaves_a_groups_members_and_a_group_missing_one_never_publi
             tx.publish()
         assert [_gen(t, k) for k in KEYS[:2]] == [{1}, {1}]
         assert t.history(KEYS[0])[0].status == "rejected"  # the refused group was discarded whole
+
+
+def test_a_groups_partition_member_is_rebased_onto_other_partitions_commits(trident: Trident) -> None:
+    """A group (a Dagster run publishing once) staged day 2 of a dataset; meanwhile another
+    writer committed day 3. The group's publish re-bases day 2 onto that commit (as a single
+    publish of a staged partition write does) instead of refusing: both days land, identity
+    unique, and the table's main holds both. A change to the member's OWN partition is still a
+    conflict that publishes nothing."""
+    from datetime import date, timedelta
+
+    from trident_resources import PartitionFilter
+
+    t = trident
+    d0 = date(2024, 1, 1)
+
+    def day(n: int, v: int) -> pa.Table:
+        return pa.table({"d": [d0 + timedelta(days=n)] * 2, "v": [v, v]})
+
+    def window(n: int) -> PartitionFilter:
+        return PartitionFilter.time_window("d", d0 + timedelta(days=n), d0 + timedelta(days=n + 1), "day")
+
+    t.write(
+        "grp/days",
+        pa.concat_tables([day(0, 0), day(1, 1)]),
+        partition=PartitionFilter.time_window("d", d0, d0 + timedelta(days=2), "day"),
+    )
+    t.write("grp/other", pa.table({"v": [1]}))
+    group = uuid.uuid4()
+    with t.transaction(group_id=group, external=True) as tx:
+        staged = tx.write("grp/days", day(1, 11), partition=window(1))
+        tx.write("grp/other", pa.table({"v": [2]}))
+    # the member replaced its partition, not the dataset
+    assert sorted(t.read("grp/days", staged=staged.txn_id).column("v").to_pylist()) == [0, 0, 11, 11]
+    t.write("grp/days", day(2, 22), partition=window(2))  # another run's partition, committed meanwhile
+    done = t.publish_group(group)
+    assert set(done.results) == {"grp/days", "grp/other"}
+    got = t.read("grp/days")
+    assert sorted(got.column("v").to_pylist()) == [0, 0, 11, 11, 22, 22]
+    assert got.num_rows == len(set(got.column("__row_id").to_pylist())) == len(set(got.column("__row_index").to_pylist()))
+    assert _gen(t, "grp/other") == {2}
+    table = iceberg_table(t, "grp/days")
+    head = table.current_snapshot()
+    assert head is not None and head.snapshot_id == t.describe("grp/days", storage=False).snapshot_id
+    assert set(table.metadata.refs) == {"main"}
+    assert t.describe("grp/days").row_count == 6
+
+    # the member's own partition changed meanwhile: nothing of the group publishes
+    clash = uuid.uuid4()
+    with t.transaction(group_id=clash, external=True) as tx:
+        tx.write("grp/days", day(1, 111), partition=window(1))
+        tx.write("grp/other", pa.table({"v": [3]}))
+    t.write("grp/days", day(1, 99), partition=window(1))
+    with pytest.raises(StagedVersionConflictError, match="grp/days"):
+        t.publish_group(clash)
+    assert sorted(t.read("grp/days").column("v").to_pylist()) == [0, 0, 22, 22, 99, 99]
+    assert _gen(t, "grp/other") == {2}

@@ -709,6 +709,10 @@ class IcebergSink(Sink):
         """Drop a staged version: its branch, its snapshot and the files only it wrote."""
         self.discard(ds, txn_id, location)
 
+    def rebase_staged(self, ds: DatasetRecord, txn_id: uuid.UUID, partition: PartitionFilter) -> Outcome:
+        """The audit branch re-based onto main, one metadata commit (see ``wap.rebase_staged``)."""
+        return wap.rebase_staged(self.tables, ds, txn_id, partition)
+
     def move_refs(self, moves: Sequence[RefMove], idempotency_key: str) -> int:
         """Every member table's ``main`` to its published version (see ``refs.move_refs``)."""
         return refs.move_refs(self.tables, moves, idempotency_key)

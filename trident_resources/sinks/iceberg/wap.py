@@ -16,7 +16,7 @@ from pyiceberg.table.snapshots import Snapshot
 from ...control.plane import DatasetRecord, Outcome
 from ...core.errors import InvalidWriteError, StagedVersionConflictError
 from ...core.partitions import PartitionFilter
-from ...core.pyiceberg_compat import manage_snapshots, remove_branch_in, transaction
+from ...core.pyiceberg_compat import manage_snapshots, move_branch_in, remove_branch_in, transaction
 from .committer import commit_files
 from .partition_spec import iceberg_expr
 from .scans import snapshot_iceberg_schema, snapshot_schema
@@ -106,13 +106,38 @@ def _move_main(tables: IcebergTables, ds: DatasetRecord, table: Table, staged: S
     return summary_outcome(staged, published_schema(table), table)
 
 
+def rebase_staged(tables: IcebergTables, ds: DatasetRecord, txn_id: uuid.UUID, partition: PartitionFilter) -> Outcome:
+    """Re-base a staged partition write onto the current main (other partitions' writers moved
+    it since staging), still staged: the audit branch moves to main's head and gets one snapshot
+    deleting and adding what the staged one did (as ``publish`` re-bases, but without publishing),
+    so a transaction group can then publish it by moving main there. The caller holds the
+    dataset's commit lock. Idempotent: a re-based version is re-based onto the same head again.
+
+    Raises:
+        InvalidWriteError: the transaction has no staged version.
+        StagedVersionConflictError: the partition's own files changed since staging.
+    """
+    table = tables.existing_table(ds)
+    staged = _staged_snapshot(table, txn_id)
+    if staged is None or audit_branch(txn_id) not in table.metadata.refs:
+        raise InvalidWriteError(f"transaction {txn_id} has no staged version of {ds.key!r} (discarded or expired?)")
+    return _publish_rebased(tables, ds, table, staged, partition, onto=audit_branch(txn_id))
+
+
 def _publish_rebased(
-    tables: IcebergTables, ds: DatasetRecord, table: Table, staged: Snapshot, partition: PartitionFilter
+    tables: IcebergTables,
+    ds: DatasetRecord,
+    table: Table,
+    staged: Snapshot,
+    partition: PartitionFilter,
+    onto: str = MAIN_BRANCH,
 ) -> Outcome:
     """Publish a staged partition write onto a main that other partitions' writers moved (the
     caller holds the dataset's commit lock): refused unless the partition's files on main are
     exactly those it was staged on; then one snapshot on main deletes and adds what the staged
-    snapshot deleted and added, carrying its summary (txn id, counts, next ``__row_index``)."""
+    snapshot deleted and added, carrying its summary (txn id, counts, next ``__row_index``).
+    ``onto`` an audit branch: that snapshot goes onto the branch, moved to main's head first
+    (re-based, still staged: ``rebase_staged``)."""
     txn_id = uuid.UUID(str(staged.summary[TXN_PROPERTY])) if staged.summary is not None else None
     assert txn_id is not None and staged.parent_snapshot_id is not None
     expr = iceberg_expr(partition.bind(snapshot_schema(table, staged.snapshot_id)))
@@ -154,11 +179,13 @@ def _publish_rebased(
         if any(not has_column(theirs, f.name) for f in ours.fields):
             with txn.update_schema() as upd:
                 upd.union_by_name(ours)
-        update = txn.update_snapshot(snapshot_properties=props, branch=MAIN_BRANCH)
+        if onto != MAIN_BRANCH:
+            move_branch_in(txn, onto, head.snapshot_id)
+        update = txn.update_snapshot(snapshot_properties=props, branch=onto)
         # what the staged snapshot did to the rows, whatever main's files it now applies to
         operation = staged.summary.operation if staged.summary is not None else None
         snapshot_id = commit_files(txn, update, deleted, added, operation=operation)
-        if audit_branch(txn_id) in table.metadata.refs:
+        if onto == MAIN_BRANCH and audit_branch(txn_id) in table.metadata.refs:
             remove_branch_in(txn, audit_branch(txn_id))
         committed = txn.commit_transaction()
     except CommitFailedException as exc:
