@@ -210,6 +210,14 @@ def test_a_partitioned_backfill_run_is_one_group(settings: TridentSettings, trid
         ]
         assert sorted(str(m) for m in mats) == ["2024-01-01", "2024-01-02", "2024-01-03"]
 
+        # a run of one partition replaces that partition only, and publishes with its run
+        one = defs.resolve_job_def("rp_daily").execute_in_process(
+            instance=instance, raise_on_error=False, partition_key="2024-01-02"
+        )
+        assert one.success, step_errors(one)
+        assert trident.read("rp/daily").num_rows == 3 and trident.staged() == []
+        assert trident.history("rp/daily")[0].group_id == run_group_id(one.run_id)
+
 
 # -- steps in processes of their own (multiprocess executor) ----------------------------------------
 
