@@ -138,6 +138,55 @@ class SqlCatalogReusingMetadata(SqlCatalog):
         self._parsed.put(response.metadata_location, response.metadata)
         return response
 
+    def commit_tables(self, changes: list[tuple[Table, tuple[Any, ...], tuple[Any, ...]]]) -> list[Table]:
+        """Several tables' changes (each: the table as just loaded, requirements, updates) in ONE
+        Postgres transaction: every new metadata file is written first, then every table's pointer
+        swaps in one transaction, each only if it still names the file its change started from, so
+        a reader of the catalog sees all of the changes or none (what the REST catalog's
+        ``transactions/commit`` gives; pyiceberg's SQL catalog has no multi-table commit). Returns
+        the tables as committed, in the order of ``changes`` (unchanged ones as given).
+
+        Raises:
+            CommitFailedException: a requirement does not hold, or a table changed meanwhile
+                (nothing is committed; the metadata files written are left unreferenced).
+        """
+        from pyiceberg.exceptions import CommitFailedException
+        from sqlalchemy import update
+
+        done: list[Table] = []
+        swaps: list[tuple[int, Table, Any]] = []  # (position, the table as loaded, pyiceberg's StagedTable of its change)
+        for table, requirements, updates in changes:
+            staged = self._update_and_stage_table(table, table.name(), requirements, updates)
+            done.append(table)
+            if staged.metadata != table.metadata:
+                self._write_metadata(metadata=staged.metadata, io=staged.io, metadata_path=staged.metadata_location)
+                swaps.append((len(done) - 1, table, staged))
+        if swaps:
+            # the catalog's engine autocommits each statement: this connection runs one transaction
+            with self.engine.connect() as conn, conn.execution_options(isolation_level="READ COMMITTED").begin():
+                for _, current, staged in swaps:
+                    ident = current.name()
+                    namespace = Catalog.namespace_to_string(Catalog.namespace_from(ident))
+                    name = Catalog.table_name_from(ident)
+                    result: Any = conn.execute(
+                        update(IcebergTables)
+                        .where(
+                            IcebergTables.catalog_name == self.name,
+                            IcebergTables.table_namespace == namespace,
+                            IcebergTables.table_name == name,
+                            IcebergTables.metadata_location == current.metadata_location,
+                        )
+                        .values(metadata_location=staged.metadata_location, previous_metadata_location=current.metadata_location)
+                    )
+                    if result.rowcount < 1:  # leaving the block rolls every swap back
+                        raise CommitFailedException(f"Table has been updated by another process: {namespace}.{name}")
+        for at, _, new in swaps:
+            self._parsed.put(new.metadata_location, new.metadata)
+            done[at] = Table(
+                identifier=new.name(), metadata=new.metadata, metadata_location=new.metadata_location, io=new.io, catalog=self
+            )
+        return done
+
 
 def transaction_table(txn: Transaction) -> Table:
     """The table a transaction writes: for a table created in the same transaction (staged

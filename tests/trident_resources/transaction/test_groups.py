@@ -60,6 +60,20 @@ def test_a_group_publishes_every_write_at_once(trident: Trident) -> None:
         head = table.current_snapshot()
         assert head is not None and head.snapshot_id == t.describe(k, storage=False).snapshot_id
         assert set(table.metadata.refs) == {"main"}
+    # on the SQL catalog every main moved in ONE Postgres transaction: the rows share their xmin
+    import psycopg
+
+    names = [iceberg_table(t, k).name() for k in [*KEYS, "grp/new"]]
+    assert t.settings.pg_dsn is not None
+    with psycopg.connect(t.settings.pg_dsn.get_secret_value()) as conn:
+        xmins = {
+            conn.execute(
+                "SELECT xmin::text FROM iceberg_tables WHERE table_namespace = %s AND table_name = %s",
+                (".".join(n[:-1]), n[-1]),
+            ).fetchone()
+            for n in names
+        }
+    assert len(xmins) == 1, xmins
 
 
 def test_an_exception_in_the_block_discards_the_group(trident: Trident) -> None:

@@ -4,10 +4,10 @@ snapshot and its audit branch goes, so that other engines reading the tables thr
 see the group too.
 
 On a REST catalog that serves ``transactions/commit``, every table's change goes in ONE catalog
-call with an idempotency key (derived from the group id and the changes), so external readers, too, see all of the group or none
-of it. Elsewhere (the SQL catalog, a REST catalog without the endpoint) the tables move one by one (a
-few side by side), right after the control-plane publish: an external reader may see the group land table
-by table for that moment. Both are idempotent: a table already at its version is left alone, so
+call with an idempotency key (derived from the group id and the changes), and on the SQL catalog in
+ONE Postgres transaction, so external readers, too, see all of the group or none of it. On a REST
+catalog without the endpoint the tables move one by one (a few side by side), right after the
+control-plane publish: an external reader may see the group land table by table for that moment. Both are idempotent: a table already at its version is left alone, so
 the reconciler, or the next writer of a dataset, finishes what a crashed publisher left.
 """
 
@@ -17,6 +17,7 @@ import logging
 import uuid
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import cast
 
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table import CommitTableRequest, Table, TableIdentifier
@@ -24,7 +25,7 @@ from pyiceberg.table.refs import MAIN_BRANCH, SnapshotRefType
 from pyiceberg.table.update import AssertRefSnapshotId, AssertTableUUID, RemoveSnapshotRefUpdate, SetSnapshotRefUpdate
 
 from ...core.failpoints import failpoint
-from ...core.pyiceberg_compat import commit_tables, commits_tables_at_once, manage_snapshots
+from ...core.pyiceberg_compat import SqlCatalogReusingMetadata, commit_tables, commits_tables_at_once, manage_snapshots
 from ..contract import RefMove
 from .snapshots import audit_branch, same_data_version
 from .tables import IcebergTables
@@ -43,11 +44,42 @@ def move_refs(tables: IcebergTables, moves: Sequence[RefMove], idempotency_key: 
             return 0
         commit_tables(tables.catalog, changes, call_key(idempotency_key, changes))  # type: ignore[arg-type]  # a RestCatalog: checked above
         return 1
+    if isinstance(tables.catalog, SqlCatalogReusingMetadata) and len(moves) > 1:
+        return _move_in_one_sql_transaction(tables, moves)
     if len(moves) <= 1:
         return sum(_move(tables, m) for m in moves)
     # independent tables: their commits run side by side (each is one catalog round trip or two)
     with ThreadPoolExecutor(max_workers=min(_PARALLEL_MOVES, len(moves)), thread_name_prefix="trident-refs") as pool:
         return sum(pool.map(lambda m: _move(tables, m), moves))
+
+
+def _move_in_one_sql_transaction(tables: IcebergTables, moves: Sequence[RefMove]) -> int:
+    """The SQL catalog's multi-table commit: every table's ``main`` in one Postgres transaction
+    (``SqlCatalogReusingMetadata.commit_tables``), on the tables as this process last saw them
+    (its staging commits, usually) and, if one moved since, once more on the tables as they are."""
+    catalog = cast(SqlCatalogReusingMetadata, tables.catalog)
+    for attempt in range(2):
+        loaded = [(m, _latest(tables, m) if attempt == 0 else tables.existing_table(m.ds)) for m in moves]
+        changes = [(m, t, c) for m, t in loaded if (c := _change(t, m)) is not None]
+        if not changes:
+            return 0
+        try:
+            committed = catalog.commit_tables([(t, c.requirements, c.updates) for _, t, c in changes])
+        except CommitFailedException:
+            if attempt == 0:
+                continue
+            raise
+        for (m, _, _), table in zip(changes, committed, strict=True):
+            tables.remember_committed(m.ds, table)
+        failpoint("group.ref_moved")
+        return 1
+    return 0
+
+
+def _latest(tables: IcebergTables, move: RefMove) -> Table:
+    """The table as this process last saw it when that holds the member's snapshot, else loaded."""
+    known = tables.last_known_table(move.ds)
+    return known if known is not None and known.snapshot_by_id(move.snapshot_id) is not None else tables.existing_table(move.ds)
 
 
 def _move(tables: IcebergTables, move: RefMove) -> int:
