@@ -14,6 +14,7 @@ Ours, on purpose few (``report``):
 ``trident/snapshot_id``     its Iceberg snapshot (text: a 64-bit id the browser would round)
 ``trident/committed_at``    when it became visible (a timestamp value)
 ``trident/provenance``      the dataset's governance metadata, lineage included (JSON)
+``trident/environment``     the environment it was written in (``main``: production; environments.md)
 ``trident/column_lineage``  a SQL node's: per column, its source columns or why it is untraced
                             (JSON; the provenance keeps it too, as ``column_lineage``)
 ``trident/write``           everything else about the write, one JSON entry: sink, mode, writer,
@@ -47,6 +48,7 @@ SHOWN = (
     "trident/snapshot_id",
     "trident/committed_at",
     "trident/provenance",
+    "trident/environment",
     COLUMN_LINEAGE_KEY,
     "trident/status",
     "trident/staged_txn",
@@ -198,6 +200,7 @@ def version_metadata(
         "trident/txn_id": str(result.txn_id),
         "trident/snapshot_id": dg.MetadataValue.text(str(result.snapshot_id)),
         "trident/committed_at": dg.MetadataValue.timestamp(result.committed_at),
+        "trident/environment": result.environment,
         # the column lineage has an entry of its own (below): inside the provenance it would make the
         # UI fold the whole provenance away behind a link
         "trident/provenance": dg.MetadataValue.json(
