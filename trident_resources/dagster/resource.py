@@ -228,7 +228,7 @@ class TridentResource(dg.ConfigurableResource):
             self._shared = (self._run_id, hashlib.sha256(self.model_dump_json().encode()).hexdigest())
             self._client = _SHARED.acquire(self._shared, self.settings)
         client = self.get_client()
-        if self._run_id is not None and client.environment != PRODUCTION:
+        if self._run_id is not None and context.instance is not None and client.environment != PRODUCTION:
             # the run shows which environment it wrote (docs/environments.md): a tag on the run
             context.instance.add_run_tags(self._run_id, {ENVIRONMENT_TAG: client.environment})
         self._settle()  # a step of its own process (multiprocess executor): what earlier steps decided
