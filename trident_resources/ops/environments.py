@@ -66,8 +66,15 @@ def refuse_write(engine: Engine, key: str, *, stage: bool, partition: PartitionF
         EnvironmentUnsupportedError: a staged (write-audit-publish) write, a partition write or a
             transaction group's write in an environment.
     """
-    what = "a staged (write-audit-publish) write" if stage else "a partition write" if partition is not None else None
-    what = what or ("a transaction group's write" if group is not None else None)
+    what = (
+        "a transaction group's write"
+        if group is not None
+        else "a staged (write-audit-publish) write"
+        if stage
+        else "a partition write"
+        if partition is not None
+        else None
+    )
     if what is not None:
         raise EnvironmentUnsupportedError(
             f"{what} of {key!r} in environment {engine.environment!r} is not supported: an environment is "
@@ -479,7 +486,7 @@ def _rows_with_keys(table: pa.Table, keys: list[str], wanted: list[tuple[Any, ..
             "w", pa.table({k: [w[i] for w in wanted] for i, k in enumerate(keys)}) if wanted else table.select(keys).slice(0, 0)
         )
         on = " AND ".join(f't."{k}" IS NOT DISTINCT FROM w."{k}"' for k in keys)
-        return con.execute(f"SELECT t.* FROM t WHERE EXISTS (SELECT 1 FROM w WHERE {on})").to_arrow_table()
+        return con.sql(f"SELECT t.* FROM t WHERE EXISTS (SELECT 1 FROM w WHERE {on})").to_arrow_table()
     finally:
         con.close()
 
@@ -507,12 +514,12 @@ def promote(engine: Engine, name: str) -> PromoteResult:
     """
     from .group import TransactionGroup
 
-    rec = _record(engine, name)
     if engine.environment != PRODUCTION:
         raise EnvironmentUnsupportedError(
-            f"promote {rec.name!r} from production: this Trident runs in environment {engine.environment!r} "
+            f"promote {name!r} from production: this Trident runs in environment {engine.environment!r} "
             "(unset TRIDENT_ENVIRONMENT, or set it to main)"
         )
+    rec = _record(engine, name)
     plans: list[_Plan] = []
     conflicts: list[str] = []
     unchanged: list[EnvHead] = []
