@@ -350,7 +350,7 @@ def test_maintenance_with_live_environments_and_staged_versions_deletes_nothing_
                 n = rng.choice(names)
                 opened[n].write(key, pa.table({"id": [counter]}), mode="append")
                 base = expected[n].get(key, expected["main"][key])
-                expected[n][key] = base + [counter]
+                expected[n][key] = [*base, counter]
                 done["env"] += 1
             elif action == "stage" and key not in staged:
                 r = prod.write(key, pa.table({"id": [counter]}), mode="append", stage=True)
