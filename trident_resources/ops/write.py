@@ -29,7 +29,8 @@ from ..engine import Engine
 from ..planning.inputs import to_reader
 from ..transaction import inline
 from ..transaction.driver import PARTITION_META, STAGED_META, WATERMARK_META, Intent, watermark_meta
-from . import commit_records, environments
+from . import commit_records
+from . import env_writes as environments
 from .flush import flush_after, flushed_first
 
 log = logging.getLogger("trident")
