@@ -66,7 +66,7 @@ with Trident(TridentSettings(home=Path(home), workspace=ws)) as prod:
             t0 = time.perf_counter()
             txns = [str(env.write(k, one(r), mode="append").txn_id) for k in keys]
             env_s = time.perf_counter() - t0
-            assert all(env.describe(k).row_count == rows + r + 2 for k in keys[:3])
+            assert all(env.describe(k).row_count == rows + 2 * r + 2 for k in keys[:3])
         new = {p: size for p, size in data_files(prod).items() if p not in before}
         own = {p: s for p, s in new.items() if any(t in p for t in txns)}
         copied = sum(s for p, s in new.items() if p not in own)
