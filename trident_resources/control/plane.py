@@ -139,6 +139,7 @@ class EnvHead:
     committed_at: datetime | None
     created_at: datetime
     updated_at: datetime
+    promoted_at: datetime | None = None  # promoted: production's version now; kept until the drop
 
     def over(self, ds: DatasetRecord) -> DatasetRecord:
         """``ds`` (production's record) as this environment sees it."""
@@ -387,12 +388,18 @@ class ControlPlane:
         return self._seen([ds])[0]
 
     def env_heads(
-        self, workspace: str, environment: str, dataset_ids: Sequence[uuid.UUID] | None = None
+        self,
+        workspace: str,
+        environment: str,
+        dataset_ids: Sequence[uuid.UUID] | None = None,
+        *,
+        promoted: bool = False,
     ) -> dict[uuid.UUID, EnvHead]:
-        """``environment``'s heads (of ``dataset_ids``, or all), by dataset id."""
+        """``environment``'s live heads (of ``dataset_ids``, or all; ``promoted``: all of them
+        also the promoted ones), by dataset id."""
         with self.connection() as conn:
             if dataset_ids is None:
-                rows = conn.execute(q.ENV_HEADS, (workspace, environment)).fetchall()
+                rows = conn.execute(q.ENV_HEADS, (workspace, environment, promoted)).fetchall()
             else:
                 rows = conn.execute(q.ENV_HEADS_OF, (workspace, environment, list(dataset_ids))).fetchall()
         return {r["dataset_id"]: EnvHead(**r) for r in rows}
@@ -414,6 +421,10 @@ class ControlPlane:
     def forget_env_heads(self, workspace: str, environment: str, dataset_ids: Sequence[uuid.UUID]) -> None:
         with self.connection() as conn:
             conn.execute(q.DELETE_ENV_HEADS, (workspace, environment, list(dataset_ids)))
+
+    def mark_promoted(self, workspace: str, environment: str, dataset_ids: Sequence[uuid.UUID]) -> None:
+        with self.connection() as conn:
+            conn.execute(q.MARK_HEADS_PROMOTED, (workspace, environment, list(dataset_ids)))
 
     def forget_environment(self, workspace: str, environment: str) -> None:
         """The environment's record and (cascading) every head of it."""
@@ -463,6 +474,8 @@ class ControlPlane:
         ds = conn.execute(q.GET_DATASET_BY_ID_FOR_UPDATE, (entry.dataset_id,)).fetchone()
         assert ds is not None
         fork = entry.metadata.get(ENV_FORK_META) or {}
+        if fork:  # a new fork: a promoted head of the dataset is replaced by this one
+            conn.execute(q.DROP_PROMOTED_HEAD, (ds["workspace"], environment, entry.dataset_id))
         prev = conn.execute(q.ENV_HEADS_OF, (ds["workspace"], environment, [entry.dataset_id])).fetchone()
         base_schema, version = (
             (prev["schema"], prev["schema_version"]) if prev else (fork.get("schema"), int(fork.get("schema_version") or 0))

@@ -348,18 +348,26 @@ SELECT * FROM led"""
 # -- environments (migrations/0010_environments.sql; ops/environments.py) ------------------------
 _HEAD_COLS = """workspace, environment, dataset_id, born_in_env, fork_txn_id, fork_snapshot_id, fork_row_count,
     fork_next_row_index, row_count, next_row_index, schema, schema_version, snapshot_id, last_txn_id, committed_at,
-    created_at, updated_at"""
+    created_at, updated_at, promoted_at"""
 TOUCH_ENVIRONMENT = """INSERT INTO trident_environments (workspace, name) VALUES (%s, %s)
     ON CONFLICT (workspace, name) DO UPDATE SET last_used_at = now()"""
 _ENV_COLS = """e.workspace, e.name, e.created_at, e.last_used_at,
-    (SELECT count(*) FROM trident_env_heads h WHERE h.workspace = e.workspace AND h.environment = e.name)::int AS datasets"""
+    (SELECT count(*) FROM trident_env_heads h WHERE h.workspace = e.workspace AND h.environment = e.name
+        AND h.promoted_at IS NULL)::int AS datasets"""
 LIST_ENVIRONMENTS = f"SELECT {_ENV_COLS} FROM trident_environments e WHERE e.workspace = %s ORDER BY e.name"
 GET_ENVIRONMENT = f"SELECT {_ENV_COLS} FROM trident_environments e WHERE e.workspace = %s AND e.name = %s"
 DELETE_ENVIRONMENT = "DELETE FROM trident_environments WHERE workspace = %s AND name = %s"
-ENV_HEADS = f"SELECT {_HEAD_COLS} FROM trident_env_heads WHERE workspace = %s AND environment = %s"
+# the live heads (what the environment's readers read); promoted ones only where said
+ENV_HEADS = f"""SELECT {_HEAD_COLS} FROM trident_env_heads WHERE workspace = %s AND environment = %s
+    AND (promoted_at IS NULL OR %s)"""
 ENV_HEADS_OF = f"""SELECT {_HEAD_COLS} FROM trident_env_heads
+    WHERE workspace = %s AND environment = %s AND dataset_id = ANY(%s) AND promoted_at IS NULL"""
+MARK_HEADS_PROMOTED = """UPDATE trident_env_heads SET promoted_at = now()
     WHERE workspace = %s AND environment = %s AND dataset_id = ANY(%s)"""
-ALL_ENV_HEADS_OF = f"SELECT {_HEAD_COLS} FROM trident_env_heads WHERE dataset_id = %s"
+# an environment write that forks again (its earlier head was promoted): the old row goes first
+DROP_PROMOTED_HEAD = """DELETE FROM trident_env_heads WHERE workspace = %s AND environment = %s AND dataset_id = %s
+    AND promoted_at IS NOT NULL"""
+ALL_ENV_HEADS_OF = f"SELECT {_HEAD_COLS} FROM trident_env_heads WHERE dataset_id = %s AND promoted_at IS NULL"
 DELETE_ENV_HEADS = "DELETE FROM trident_env_heads WHERE workspace = %s AND environment = %s AND dataset_id = ANY(%s)"
 # An environment write's COMMIT: its version becomes the environment's head of the dataset (the
 # fork is the one its first write recorded: kept on every later write)

@@ -114,8 +114,8 @@ def list_environments(engine: Engine) -> list[EnvironmentInfo]:
     ]
 
 
-def _heads(engine: Engine, name: str) -> list[tuple[EnvHead, DatasetRecord]]:
-    heads = engine.control.env_heads(engine.workspace, name)
+def _heads(engine: Engine, name: str, *, promoted: bool = False) -> list[tuple[EnvHead, DatasetRecord]]:
+    heads = engine.control.env_heads(engine.workspace, name, promoted=promoted)
     records = {d.dataset_id: d for d in engine.control.all_datasets(engine.workspace)}
     out = [(h, records[h.dataset_id]) for h in heads.values() if h.dataset_id in records]
     return sorted(out, key=lambda p: p[1].key)
@@ -485,8 +485,9 @@ def promote(engine: Engine, name: str) -> PromoteResult:
                     metadata={PROMOTED_META: rec.name},
                 )
         result = group.publish()
-    for plan in plans:  # the environment's branch of a promoted dataset is production's history now, or garbage
-        _release_branch(engine, plan.head, plan.prod, rec.name)
+    # the promoted heads are production's versions now: the environment reads production's record
+    # of them again; their branches (production's history now, or garbage) go with the drop
+    engine.control.mark_promoted(engine.workspace, rec.name, [p.head.dataset_id for p in plans])
     log.info("trident promoted environment %s: %d dataset(s) in group %s", rec.name, len(plans), group.group_id)
     return PromoteResult(rec.name, group.group_id, result.published_at, {p.prod.key: p.how for p in plans})
 
@@ -539,7 +540,7 @@ def drop(engine: Engine, name: str) -> DropResult:
     rec = _record(engine, name)
     deleted = 0
     dropped: list[str] = []
-    heads = _heads(engine, rec.name)
+    heads = _heads(engine, rec.name, promoted=True)
     for head, prod in heads:
         n, gone = _release_branch(engine, head, prod, rec.name)
         deleted += n

@@ -446,3 +446,25 @@ def test_environment_names_are_validated(settings: TridentSettings, monkeypatch:
             t.environments.promote("main")
     finally:
         t.close()
+
+
+def test_after_a_promotion_the_environment_reads_production_and_forks_it_again(
+    trident: Trident, settings: TridentSettings
+) -> None:
+    prod = trident
+    prod.write("env/again", pa.table({"id": [1]}))
+    with in_env(settings, "pr-again") as env:
+        env.write("env/again", pa.table({"id": [2]}), mode="append")
+        assert prod.environments.promote("pr-again").promoted == {"env/again": "fast"}
+        assert prod.environments.show("pr-again").datasets == []  # nothing of its own left to promote
+        prod.write("env/again", pa.table({"id": [3]}), mode="append")
+        assert _ids(env, "env/again") == [1, 2, 3]  # production's version again, with the promoted row
+        env.write("env/again", pa.table({"id": [4]}), mode="append")  # a new fork, on production's version
+        assert _ids(env, "env/again") == [1, 2, 3, 4] and _ids(prod, "env/again") == [1, 2, 3]
+        [d] = prod.environments.diff("pr-again").datasets
+        assert (d.rows_added, d.rows_removed, d.production_moved) == (1, 0, False)
+        assert prod.environments.promote("pr-again").promoted == {"env/again": "fast"}
+        assert _ids(prod, "env/again") == [1, 2, 3, 4]
+        prod.environments.drop("pr-again")
+        assert env_branch("pr-again") not in _tables(prod)["env/again"].metadata.refs  # type: ignore[attr-defined]
+        _read_every_ref(prod)

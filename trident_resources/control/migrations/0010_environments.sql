@@ -37,3 +37,8 @@ CREATE TABLE IF NOT EXISTS trident_env_heads (
     FOREIGN KEY (workspace, environment) REFERENCES trident_environments (workspace, name) ON DELETE CASCADE
 );
 CREATE INDEX IF NOT EXISTS trident_env_heads_by_dataset ON trident_env_heads (dataset_id);
+
+-- A promoted head: its version is production's now (the promotion's group published it), so the
+-- environment's readers read production's record again; the row stays, with its branch, until the
+-- environment is dropped (a promotion then moves no more than the group: `drop` removes the refs).
+ALTER TABLE trident_env_heads ADD COLUMN IF NOT EXISTS promoted_at timestamptz;

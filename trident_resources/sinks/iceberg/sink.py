@@ -461,9 +461,14 @@ class IcebergSink(Sink):
                 self._ensure_namespaces(ident)
                 txn = self._create_transaction(ident, target, owner=req.dataset.dataset_id)
         else:
+            env = req.dataset.environment
+            ref = table.metadata.refs.get(env_branch(env)) if env is not None else None
+            if ref is not None and ref.snapshot_id != req.dataset.snapshot_id:
+                # the branch is not where the environment's version is (its head was promoted, and
+                # the environment now forks production's version again): it starts over there
+                manage_snapshots(table).remove_branch(env_branch(env)).commit()  # type: ignore[arg-type]
             head = table.current_snapshot()
             txn = transaction(table)
-            env = req.dataset.environment
             if env is not None and env_branch(env) not in table.metadata.refs and req.dataset.snapshot_id is not None:
                 # the environment's first write of an existing dataset: its branch starts at the
                 # version it forks (a ref: no file copied), in the same commit as its snapshot
