@@ -140,6 +140,7 @@ class EnvHead:
     created_at: datetime
     updated_at: datetime
     promoted_at: datetime | None = None  # promoted: production's version now; kept until the drop
+    watermarks: dict[str, Any] = field(default_factory=dict)  # "<source id>|<part>" -> [mark, source txn]
 
     def over(self, ds: DatasetRecord) -> DatasetRecord:
         """``ds`` (production's record) as this environment sees it."""
@@ -467,7 +468,14 @@ class ControlPlane:
         assert row is not None
         return LedgerEntry(**row)
 
-    def _commit_env(self, conn: psycopg.Connection[Any], entry: LedgerEntry, outcome: Outcome, environment: str) -> LedgerEntry:
+    def _commit_env(
+        self,
+        conn: psycopg.Connection[Any],
+        entry: LedgerEntry,
+        outcome: Outcome,
+        environment: str,
+        watermarks: Sequence[WatermarkRow] = (),
+    ) -> LedgerEntry:
         """An environment write's COMMIT (inside ``commit_txn``'s transaction): the ledger row,
         and the write's version as the environment's head of the dataset; production's record,
         sync log (the Dagster sensor's events), watermarks and schema versions stay untouched."""
@@ -482,6 +490,20 @@ class ControlPlane:
         )
         if base_schema != outcome.schema:
             version += 1
+        if prev is not None:
+            marks: dict[str, Any] = dict(prev["watermarks"] or {})
+        else:  # a fork starts from production's watermarks of the dataset
+            marks = {
+                f"{r['source_dataset_id']}|{r['partition_key']}": [
+                    r["watermark"].isoformat(),
+                    str(r["source_txn_id"]) if r["source_txn_id"] else None,
+                ]
+                for r in conn.execute(q.ALL_WATERMARKS, (entry.dataset_id,))
+            }
+        if watermarks:  # an environment write is a whole-dataset write: partition marks are stale
+            marks = {k: v for k, v in marks.items() if k.endswith("|")}
+            for source_id, part, mark, source_txn in watermarks:
+                marks[f"{source_id}|{part}"] = [mark.isoformat(), str(source_txn) if source_txn else None]
         row = conn.execute(
             q.COMMIT_LEDGER,
             (
@@ -516,6 +538,7 @@ class ControlPlane:
                 outcome.snapshot_id,
                 entry.txn_id,
                 row["committed_at"],
+                json.dumps(marks),
             ),
         )
         return LedgerEntry(**row)
@@ -819,7 +842,7 @@ class ControlPlane:
         environment = entry.metadata.get(ENV_LEDGER_META)
         if environment:  # an environment's write: its head moves, production's record does not
             with self._tx_on(conn) as conn:
-                return self._commit_env(conn, entry, outcome, str(environment))
+                return self._commit_env(conn, entry, outcome, str(environment), list(watermarks))
         with self._tx_on(conn) as conn:
             ds = conn.execute(q.GET_DATASET_BY_ID_FOR_UPDATE, (entry.dataset_id,)).fetchone()
             assert ds is not None
@@ -1012,6 +1035,15 @@ class ControlPlane:
         """(source, output partition key) -> watermark, for the given partition keys of the
         output ('' is the whole output)."""
         with self.connection() as conn:
+            if self.environment != PRODUCTION:  # the environment's own, where it wrote the output
+                head = conn.execute(q.ENV_HEAD_WATERMARKS, (self.environment, output_id)).fetchone()
+                if head is not None:
+                    out = {}
+                    for k, (mark, _txn) in (head["watermarks"] or {}).items():
+                        source, part = k.split("|", 1)
+                        if part in partition_keys:
+                            out[(uuid.UUID(source), part)] = datetime.fromisoformat(mark)
+                    return out
             rows = conn.execute(q.GET_WATERMARKS, (output_id, list(partition_keys)))
             return {(r["source_dataset_id"], r["partition_key"]): r["watermark"] for r in rows}
 

@@ -348,7 +348,7 @@ SELECT * FROM led"""
 # -- environments (migrations/0010_environments.sql; ops/environments.py) ------------------------
 _HEAD_COLS = """workspace, environment, dataset_id, born_in_env, fork_txn_id, fork_snapshot_id, fork_row_count,
     fork_next_row_index, row_count, next_row_index, schema, schema_version, snapshot_id, last_txn_id, committed_at,
-    created_at, updated_at, promoted_at"""
+    created_at, updated_at, promoted_at, watermarks"""
 TOUCH_ENVIRONMENT = """INSERT INTO trident_environments (workspace, name) VALUES (%s, %s)
     ON CONFLICT (workspace, name) DO UPDATE SET last_used_at = now()"""
 _ENV_COLS = """e.workspace, e.name, e.created_at, e.last_used_at,
@@ -373,9 +373,10 @@ DELETE_ENV_HEADS = "DELETE FROM trident_env_heads WHERE workspace = %s AND envir
 # fork is the one its first write recorded: kept on every later write)
 UPSERT_ENV_HEAD = """INSERT INTO trident_env_heads (workspace, environment, dataset_id, born_in_env, fork_txn_id,
     fork_snapshot_id, fork_row_count, fork_next_row_index, row_count, next_row_index, schema, schema_version,
-    snapshot_id, last_txn_id, committed_at)
-    VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s)
+    snapshot_id, last_txn_id, committed_at, watermarks)
+    VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s::jsonb)
     ON CONFLICT (workspace, environment, dataset_id) DO UPDATE SET row_count = EXCLUDED.row_count,
+        watermarks = EXCLUDED.watermarks,
         next_row_index = EXCLUDED.next_row_index, schema = EXCLUDED.schema, schema_version = EXCLUDED.schema_version,
         snapshot_id = EXCLUDED.snapshot_id, last_txn_id = EXCLUDED.last_txn_id, committed_at = EXCLUDED.committed_at,
         updated_at = now()"""
@@ -389,3 +390,9 @@ INSERT_STAGED_LEDGER = f"""INSERT INTO trident_ledger (txn_id, dataset_id, statu
     VALUES (%s, %s, 'staged', %s, %s, %s, %s, false, %s, date_trunc('microseconds', clock_timestamp()),
         clock_timestamp(), %s, %s, 0, 0, %s, %s, %s::jsonb, %s, '[]'::jsonb, %s::jsonb, %s, %s)
     RETURNING {_LEDGER_COLS}"""
+# an environment's watermarks of one dataset (no row: it has no live head there, production's count)
+ENV_HEAD_WATERMARKS = """SELECT watermarks FROM trident_env_heads
+    WHERE environment = %s AND dataset_id = %s AND promoted_at IS NULL"""
+# every watermark production recorded for an output (what an environment's fork starts from)
+ALL_WATERMARKS = """SELECT source_dataset_id, partition_key, watermark, source_txn_id FROM trident_watermarks
+    WHERE output_dataset_id = %s"""

@@ -468,3 +468,16 @@ def test_after_a_promotion_the_environment_reads_production_and_forks_it_again(
         prod.environments.drop("pr-again")
         assert env_branch("pr-again") not in _tables(prod)["env/again"].metadata.refs  # type: ignore[attr-defined]
         _read_every_ref(prod)
+
+
+def test_an_environment_keeps_its_own_watermarks(trident: Trident, settings: TridentSettings) -> None:
+    prod = trident
+    s1 = prod.write("env/src", pa.table({"id": [1]}))
+    prod.write("env/out", pa.table({"n": [1]}), watermarks={"env/src": (s1.committed_at, s1.txn_id)})
+    with in_env(settings, "pr-marks") as env:
+        assert env.watermarks("env/out") == {"env/src": s1.committed_at}  # production's, before it writes out
+        s2 = env.write("env/src", pa.table({"id": [2]}), mode="append")
+        assert env.describe("env/src").committed_at == s2.committed_at  # a delta window sees the env's source
+        env.write("env/out", pa.table({"n": [2]}), watermarks={"env/src": (s2.committed_at, s2.txn_id)})
+        assert env.watermarks("env/out") == {"env/src": s2.committed_at}
+        assert prod.watermarks("env/out") == {"env/src": s1.committed_at}  # production's untouched

@@ -31,6 +31,13 @@ CREATE TABLE IF NOT EXISTS trident_env_heads (
     snapshot_id          bigint,
     last_txn_id          uuid NOT NULL,
     committed_at         timestamptz,
+    -- the environment's watermarks of the dataset ("<source dataset id>|<output partition key>" ->
+    -- [watermark, source txn id]): production's at the fork, then what its writes recorded
+    watermarks           jsonb NOT NULL DEFAULT '{}',
+    -- promoted: its version is production's now (the promotion's group published it), so the
+    -- environment's readers read production's record again; the row and its branch stay until the
+    -- environment is dropped (a promotion then costs its group publish only)
+    promoted_at          timestamptz,
     created_at           timestamptz NOT NULL DEFAULT now(),
     updated_at           timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (workspace, environment, dataset_id),
@@ -38,7 +45,3 @@ CREATE TABLE IF NOT EXISTS trident_env_heads (
 );
 CREATE INDEX IF NOT EXISTS trident_env_heads_by_dataset ON trident_env_heads (dataset_id);
 
--- A promoted head: its version is production's now (the promotion's group published it), so the
--- environment's readers read production's record again; the row stays, with its branch, until the
--- environment is dropped (a promotion then moves no more than the group: `drop` removes the refs).
-ALTER TABLE trident_env_heads ADD COLUMN IF NOT EXISTS promoted_at timestamptz;
