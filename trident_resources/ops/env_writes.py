@@ -23,18 +23,10 @@ def refuse_write(engine: Engine, key: str, *, stage: bool, partition: PartitionF
     """Refuse, before anything is touched, a write an environment cannot take yet.
 
     Raises:
-        EnvironmentUnsupportedError: a staged (write-audit-publish) write, a partition write or a
-            transaction group's write in an environment.
+        EnvironmentUnsupportedError: a partition write or a transaction group's write in an
+            environment (a staged write is staged in the environment: see publish_in_environment).
     """
-    what = (
-        "a transaction group's write"
-        if group is not None
-        else "a staged (write-audit-publish) write"
-        if stage
-        else "a partition write"
-        if partition is not None
-        else None
-    )
+    what = "a transaction group's write" if group is not None else "a partition write" if partition is not None else None
     if what is not None:
         raise EnvironmentUnsupportedError(
             f"{what} of {key!r} in environment {engine.environment!r} is not supported: an environment is "

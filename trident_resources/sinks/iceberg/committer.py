@@ -80,7 +80,9 @@ def commit_snapshot(
             txn = _rebased(tables, req, txn, to_delete, base_snapshot_id)
         branch: str | None = MAIN_BRANCH
         branch_after: str | None = None
-        if req.dataset.environment is not None:  # an environment's version: its branch, never main
+        if req.dataset.environment is not None and req.stage:  # staged in an environment: an audit branch
+            branch = audit_branch(req.txn_id) if req.dataset.snapshot_id is not None else None
+        elif req.dataset.environment is not None:  # an environment's version: its branch, never main
             branch = env_branch(req.dataset.environment)
             if not txn.table_metadata.snapshots:  # Iceberg writes a table's first snapshot to main only:
                 branch, branch_after = None, branch  # an unreferenced snapshot, then the branch made at it

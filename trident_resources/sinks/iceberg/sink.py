@@ -41,6 +41,7 @@ from ...core.pyiceberg_compat import (
     transaction,
     transaction_io,
     transaction_table,
+    use_schema_in,
 )
 from ...core.schemas import compatible, conform, describe_schema, promotable, to_iceberg, widened, with_identity
 from ...core.settings import TridentSettings
@@ -463,20 +464,28 @@ class IcebergSink(Sink):
         else:
             env = req.dataset.environment
             ref = table.metadata.refs.get(env_branch(env)) if env is not None else None
-            if ref is not None and ref.snapshot_id != req.dataset.snapshot_id:
+            if ref is not None and ref.snapshot_id != req.dataset.snapshot_id and not req.stage:
                 # the branch is not where the environment's version is (its head was promoted, and
                 # the environment now forks production's version again): it starts over there
                 manage_snapshots(table).remove_branch(env_branch(env)).commit()  # type: ignore[arg-type]
             head = table.current_snapshot()
             txn = transaction(table)
-            if env is not None and env_branch(env) not in table.metadata.refs and req.dataset.snapshot_id is not None:
+            # the schema of the version this write builds on (main's, or the environment's): the
+            # table's current schema may be another branch's (an environment's added column)
+            base = table.snapshot_by_id(req.dataset.snapshot_id) if env is not None and req.dataset.snapshot_id else head
+            if base is not None and base.schema_id is not None and base.schema_id != table.metadata.current_schema_id:
+                use_schema_in(txn, base.schema_id)
+            if env is not None and req.stage:  # staged in an environment: its audit branch starts at its version
+                if req.dataset.snapshot_id is not None:
+                    create_branch_in(txn, req.dataset.snapshot_id, audit_branch(req.txn_id))
+            elif env is not None and env_branch(env) not in table.metadata.refs and req.dataset.snapshot_id is not None:
                 # the environment's first write of an existing dataset: its branch starts at the
                 # version it forks (a ref: no file copied), in the same commit as its snapshot
                 create_branch_in(txn, req.dataset.snapshot_id, env_branch(env))
-            if req.stage and head is not None:  # the audit branch starts at the published version,
+            if req.stage and head is not None and env is None:  # the audit branch starts at the published version,
                 # created by the same commit as the staged snapshot (one catalog commit, not two)
                 create_branch_in(txn, head.snapshot_id, audit_branch(req.txn_id))
-            current = schema_to_pyarrow(table.schema(), include_field_ids=False)
+            current = schema_to_pyarrow(txn.table_metadata.schema(), include_field_ids=False)
             if replace:  # a column whose type changes is dropped and added again, unless Iceberg
                 # can promote it (int -> long...): ``union_by_name`` does that in place, same field id
                 gone = [
@@ -736,7 +745,10 @@ class IcebergSink(Sink):
     def publish(
         self, ds: DatasetRecord, txn_id: uuid.UUID, base_snapshot_id: int | None, partition: PartitionFilter | None = None
     ) -> Outcome:
-        """Make a staged version the published one in ONE metadata-only commit (see ``wap.publish``)."""
+        """Make a staged version the published one in ONE metadata-only commit (see ``wap.publish``;
+        in an environment ``wap.publish_in_environment``: its branch moves, never main)."""
+        if ds.environment is not None:
+            return wap.publish_in_environment(self.tables, ds, txn_id, base_snapshot_id)
         return wap.publish(self.tables, ds, txn_id, base_snapshot_id, partition)
 
     def discard_staged(self, ds: DatasetRecord, txn_id: uuid.UUID, location: str | None = None) -> None:
