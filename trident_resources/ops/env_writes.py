@@ -53,7 +53,12 @@ def fork_point(engine: Engine, ds: DatasetRecord) -> tuple[DatasetRecord, dict[s
     """The record an environment write of ``ds`` (production's record; the caller holds its writer
     lock) builds on, and the fork its COMMIT records when this is the environment's first write of
     it (``None`` when the environment already has a head: that head is the base). Production's
-    inlined tail is flushed first, so the fork is one Iceberg snapshot."""
+    inlined tail is flushed first, so the fork is one Iceberg snapshot.
+
+    Raises:
+        ControlPlaneUnavailableError: the control-plane Postgres went away.
+        (and whatever the flush of production's inlined tail raises)
+    """
     env = engine.environment
     head = engine.control.env_heads(engine.workspace, env, [ds.dataset_id]).get(ds.dataset_id)
     if head is not None:
@@ -76,7 +81,11 @@ def fork_point(engine: Engine, ds: DatasetRecord) -> tuple[DatasetRecord, dict[s
 
 def write_meta(engine: Engine, fork: dict[str, Any] | None, keys: Sequence[str]) -> dict[str, Any]:
     """The ledger metadata of an environment write: the environment (what hides it from
-    production's history and routes its COMMIT to the head), the fork, the key columns."""
+    production's history and routes its COMMIT to the head), the fork, the key columns.
+
+    Raises:
+        Nothing: it builds a dict.
+    """
     meta: dict[str, Any] = {ENV_LEDGER_META: engine.environment, KEYS_META: list(keys)}
     if fork is not None:
         meta[ENV_FORK_META] = fork

@@ -87,12 +87,7 @@ class EnvironmentInfo:
 
 
 def _name(name: str) -> str:
-    try:
-        return check_environment_name(name, InvalidEnvironmentNameError)
-    except InvalidEnvironmentNameError:
-        raise
-    except Exception as exc:  # pragma: no cover - check_environment_name raises the error it is given
-        raise InvalidEnvironmentNameError(str(exc)) from exc
+    return check_environment_name(name, InvalidEnvironmentNameError)
 
 
 def _record(engine: Engine, name: str) -> EnvironmentRecord:
@@ -108,7 +103,11 @@ def _record(engine: Engine, name: str) -> EnvironmentRecord:
 
 
 def list_environments(engine: Engine) -> list[EnvironmentInfo]:
-    """Every environment of the workspace (name, when made, when last written, how many datasets)."""
+    """Every environment of the workspace (name, when made, when last written, how many datasets).
+
+    Raises:
+        ControlPlaneUnavailableError: the control-plane Postgres went away.
+    """
     return [
         EnvironmentInfo(r.name, r.created_at, r.last_used_at, r.datasets) for r in engine.control.environments(engine.workspace)
     ]
@@ -232,7 +231,11 @@ def _empty_like(table: pa.Table) -> pa.Table:
 
 def row_changes(before: pa.Table | None, after: pa.Table, keys: Sequence[str]) -> RowChanges:
     """Rows added, removed and changed from ``before`` to ``after`` (see ``RowChanges``), counted
-    by DuckDB over the two Arrow tables."""
+    by DuckDB over the two Arrow tables.
+
+    Raises:
+        duckdb.Error: only on a DuckDB fault (the queries are built from the tables' own columns).
+    """
     if before is None:
         before = _empty_like(after)
     match = list(keys) or [ROW_ID]
@@ -567,7 +570,11 @@ def _release_branch(engine: Engine, head: EnvHead, prod: DatasetRecord, name: st
 
 
 def stale(engine: Engine, max_age_days: float | None = None) -> list[EnvironmentInfo]:
-    """Environments not written for ``TRIDENT_ENVIRONMENT_MAX_AGE_DAYS`` (or ``max_age_days``)."""
+    """Environments not written for ``TRIDENT_ENVIRONMENT_MAX_AGE_DAYS`` (or ``max_age_days``).
+
+    Raises:
+        ControlPlaneUnavailableError: the control-plane Postgres went away.
+    """
     days = engine.settings.environment_max_age_days if max_age_days is None else max_age_days
     cutoff = datetime.now(UTC) - timedelta(days=days)
     return [e for e in list_environments(engine) if e.last_used_at < cutoff]
