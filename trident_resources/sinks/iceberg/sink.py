@@ -470,10 +470,15 @@ class IcebergSink(Sink):
                 manage_snapshots(table).remove_branch(env_branch(env)).commit()  # type: ignore[arg-type]
             head = table.current_snapshot()
             txn = transaction(table)
-            # the schema of the version this write builds on (main's, or the environment's): the
-            # table's current schema may be another branch's (an environment's added column)
+            # the schema of the version this write builds on (main's, or the environment's) when the
+            # table has environments: its current schema may be an environment's (an added column
+            # must not reach production, nor production's reach the environment). Without one, the
+            # current schema stays (a staged version's evolution is carried by its publish)
+            envs = any(name.startswith(ENV_BRANCH_PREFIX) for name in table.metadata.refs)
             base = table.snapshot_by_id(req.dataset.snapshot_id) if env is not None and req.dataset.snapshot_id else head
-            if base is not None and base.schema_id is not None and base.schema_id != table.metadata.current_schema_id:
+            moved_on = base is not None and base.schema_id is not None and base.schema_id != table.metadata.current_schema_id
+            if (env is not None or envs) and moved_on:
+                assert base is not None and base.schema_id is not None
                 use_schema_in(txn, base.schema_id)
             if env is not None and req.stage:  # staged in an environment: its audit branch starts at its version
                 if req.dataset.snapshot_id is not None:
