@@ -526,11 +526,18 @@ def _finite(value: float, name: str) -> float:
 @click.option(
     "--retain-last", type=click.IntRange(min=1), default=5, show_default=True, help="Always keep this many newest snapshots."
 )
+@click.option(
+    "--drop-stale",
+    is_flag=True,
+    help="Drop environments not written for TRIDENT_ENVIRONMENT_MAX_AGE_DAYS (default: only reported).",
+)
 @JSON_OPTION
-def maintain(keys: tuple[str, ...], older_than_days: float, retain_last: int, as_json: bool) -> None:
+def maintain(keys: tuple[str, ...], older_than_days: float, retain_last: int, drop_stale: bool, as_json: bool) -> None:
     """Table maintenance: compact small data files, expire old snapshots and delete the files only
     they used; for a pg dataset, rebuild the row blocks its keyed writes dropped (default: every
-    dataset). Time travel to expired versions ends here."""
+    dataset). Time travel to expired versions ends here. Every environment's branch, its fork and
+    every staged version keep their files; each environment is reported, and stale ones dropped
+    with --drop-stale."""
     with open_trident() as t:
         sinks = {d.key: d.sink for d in t.datasets()}
         targets = list(keys) or sorted(set(sinks) | set(t.pending_cleanup_keys()))
@@ -564,8 +571,36 @@ def maintain(keys: tuple[str, ...], older_than_days: float, retain_last: int, as
                     )
                 )
                 bar.advance(task)
+        stale = {e.name for e in t.environments.stale()}
+        envs = []
+        for e in t.environments.list():
+            dropped = drop_stale and e.name in stale
+            if dropped:
+                t.environments.drop(e.name)
+            envs.append(
+                {
+                    "environment": e.name,
+                    "datasets": e.dataset_count,
+                    "idle_days": round(e.idle_days, 2),
+                    "stale": e.name in stale,
+                    "dropped": dropped,
+                }
+            )
+            state = (
+                "dropped (stale)"
+                if dropped
+                else "stale: `trident env drop` it, or run with --drop-stale"
+                if e.name in stale
+                else "kept"
+            )
+            rows.append(
+                (
+                    f"environment {e.name}",
+                    f"{e.dataset_count} dataset branch(es) kept with their files, idle {e.idle_days:.1f} days; {state}",
+                )
+            )
         if as_json:
-            print_json(reports)
+            print_json(reports + envs if envs else reports)
             return
         _kv("maintain", rows or [("datasets", "none")])
 

@@ -3,6 +3,7 @@ the dataset lives in, and every write is one INTENT -> WRITE -> COMMIT transacti
 
 from __future__ import annotations
 
+import builtins
 import logging
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -21,7 +22,7 @@ from .core.results import Description, GroupResult, ReconcileReport, WriteResult
 from .core.settings import TridentSettings, settings_from_env
 from .core.write_modes import WriteMode
 from .engine import Engine
-from .ops import adopt, drop, edits, flush, group, maintain, manifest, migrate, publish, write
+from .ops import adopt, drop, edits, environments, flush, group, maintain, manifest, migrate, publish, write
 from .ops.group import TransactionGroup
 from .ops.migrate import MigrationReport
 from .ops.stream_ingest import IngestStream, WriteOptions
@@ -89,6 +90,17 @@ class Trident:
     @property
     def workspace(self) -> str:
         return self.settings.workspace
+
+    @property
+    def environment(self) -> str:
+        """The environment this Trident reads and writes (``main``: production; docs/environments.md)."""
+        return self.settings.environment
+
+    @property
+    def environments(self) -> Environments:
+        """The workspace's environments: ``list()``, ``show(name)``, ``diff(name)``,
+        ``promote(name)``, ``drop(name)``, ``stale()`` (``ops/environments.py``)."""
+        return Environments(self.engine)
 
     # -- datasets -------------------------------------------------------------------------------
     def dataset_record(self, key: str) -> DatasetRecord:
@@ -969,3 +981,69 @@ class Trident:
             ControlPlaneUnavailableError: the control-plane Postgres went away.
         """
         return self.control.commits_since(self.workspace, after, limit)
+
+
+class Environments:
+    """``Trident.environments``: a thin door to ``ops/environments.py`` (see there, and
+    docs/environments.md). Every name is checked (``InvalidEnvironmentNameError``)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def list(self) -> list[environments.EnvironmentInfo]:
+        """Every environment of the workspace.
+
+        Raises:
+            ControlPlaneUnavailableError: the control-plane Postgres went away.
+        """
+        return environments.list_environments(self._engine)
+
+    def show(self, name: str) -> environments.EnvironmentInfo:
+        """One environment and every dataset it wrote.
+
+        Raises:
+            InvalidEnvironmentNameError: ``name`` is not an environment name.
+            EnvironmentNotFoundError: no such environment.
+        """
+        return environments.show(self._engine, name)
+
+    def diff(self, name: str) -> environments.EnvironmentDiff:
+        """Per dataset: rows added, removed, changed (by key where its writes named keys),
+        schema changes, and whether production moved since the fork.
+
+        Raises:
+            InvalidEnvironmentNameError: ``name`` is not an environment name.
+            EnvironmentNotFoundError: no such environment.
+        """
+        return environments.diff(self._engine, name)
+
+    def promote(self, name: str) -> environments.PromoteResult:
+        """Publish every dataset the environment changed as ONE transaction group (all or none).
+
+        Raises:
+            InvalidEnvironmentNameError: ``name`` is not an environment name.
+            EnvironmentNotFoundError: no such environment.
+            EnvironmentUnsupportedError: this Trident runs in an environment, not production.
+            EnvironmentConflictError: production changed a dataset so that the environment's change
+                cannot be rebased onto it (nothing promoted; each dataset named).
+            StagedVersionConflictError: production committed during the publish (nothing promoted).
+        """
+        return environments.promote(self._engine, name)
+
+    def drop(self, name: str) -> environments.DropResult:
+        """Remove the environment's branches, its own files and its control-plane rows.
+
+        Raises:
+            InvalidEnvironmentNameError: ``name`` is not an environment name.
+            EnvironmentNotFoundError: no such environment.
+            ConcurrentWriteError: a dataset stayed locked by another writer.
+        """
+        return environments.drop(self._engine, name)
+
+    def stale(self, max_age_days: float | None = None) -> builtins.list[environments.EnvironmentInfo]:
+        """Environments not written for ``TRIDENT_ENVIRONMENT_MAX_AGE_DAYS`` days.
+
+        Raises:
+            ControlPlaneUnavailableError: the control-plane Postgres went away.
+        """
+        return environments.stale(self._engine, max_age_days)

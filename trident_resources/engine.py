@@ -44,6 +44,7 @@ class Engine:
             else ensure_embedded_postgres(s.home / "pg", idle_minutes=s.embedded_pg_idle_minutes)
         )
         self.control = ControlPlane(dsn, pool_max=s.pg_pool_max)
+        self.control.environment = s.environment  # reads resolve this environment's versions
         self.sql_sandboxes = SandboxCache()  # locked DuckDB sandboxes kept for repeated queries
         prepare_spares(s.duckdb_memory_limit, s.duckdb_threads)  # the first sandboxes' databases, opened ahead
         self.router = Router(self.control, s.workspace, s.flag_refresh_seconds)
@@ -60,6 +61,11 @@ class Engine:
     @property
     def workspace(self) -> str:
         return self.settings.workspace
+
+    @property
+    def environment(self) -> str:
+        """The environment this engine reads and writes (``main``: production)."""
+        return self.settings.environment
 
     def sink(self, name: str) -> Sink:
         return self.driver.sink(name)

@@ -11,7 +11,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from importlib import resources
 from typing import Any, cast
@@ -57,6 +57,9 @@ class DatasetRecord:
     committed_at: datetime | None
     created_at: datetime
     updated_at: datetime
+    # set when this record is an environment's version of the dataset (``ControlPlane.environment``'s
+    # head, read instead of production's): its sinks read and write that environment's branch
+    environment: str | None = None
 
     @property
     def exists(self) -> bool:
@@ -113,6 +116,60 @@ class Outcome:
     # when the change became visible to readers: the instant the table's snapshot log gives its
     # snapshot (Iceberg); None where the sink has no such log, and COMMIT's clock is taken
     visible_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class EnvHead:
+    """An environment's version of one dataset (``trident_env_heads``): where it forked from
+    production and what the environment's readers read."""
+
+    workspace: str
+    environment: str
+    dataset_id: uuid.UUID
+    born_in_env: bool
+    fork_txn_id: uuid.UUID | None
+    fork_snapshot_id: int | None
+    fork_row_count: int | None
+    fork_next_row_index: int | None
+    row_count: int
+    next_row_index: int
+    schema: list[dict[str, Any]] | None
+    schema_version: int
+    snapshot_id: int | None
+    last_txn_id: uuid.UUID
+    committed_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    promoted_at: datetime | None = None  # promoted: production's version now; kept until the drop
+    watermarks: dict[str, Any] = field(default_factory=dict)  # "<source id>|<part>" -> [mark, source txn]
+
+    def over(self, ds: DatasetRecord) -> DatasetRecord:
+        """``ds`` (production's record) as this environment sees it."""
+        return replace(
+            ds,
+            row_count=self.row_count,
+            next_row_index=self.next_row_index,
+            schema=self.schema,
+            schema_version=self.schema_version,
+            snapshot_id=self.snapshot_id,
+            last_txn_id=self.last_txn_id,
+            committed_at=self.committed_at,
+            environment=self.environment,
+        )
+
+
+@dataclass(frozen=True)
+class EnvironmentRecord:
+    workspace: str
+    name: str
+    created_at: datetime
+    last_used_at: datetime
+    datasets: int  # how many datasets it wrote
+
+
+PRODUCTION = "main"
+ENV_LEDGER_META = q.ENV_LEDGER_META  # ledger metadata: the environment a write was made in
+ENV_FORK_META = "trident.env-fork"  # ledger metadata of an environment write: production's version it forks
 
 
 @dataclass(frozen=True)
@@ -233,6 +290,9 @@ class ControlPlane:
 
     def __init__(self, dsn: str, *, pool_max: int = 8) -> None:
         self._dsn = dsn
+        # the environment whose versions the read-side look-ups return (``_seen``): production's
+        # records, overlaid by the environment's heads where it wrote one (set by the Engine)
+        self.environment = PRODUCTION
         probe_connection(dsn)
         try:
             self.pool: ConnectionPool[psycopg.Connection[DictRow]] = _Pool(
@@ -311,9 +371,178 @@ class ControlPlane:
 
     # -- datasets ---------------------------------------------------------------------------
     def dataset(self, workspace: str, key: str) -> DatasetRecord | None:
+        """The record of ``key`` as this plane's environment sees it (``_seen``)."""
         with self.connection() as conn:
             row = conn.execute(q.GET_DATASET, (workspace, key)).fetchone()
-        return DatasetRecord(**row) if row else None
+        return self._seen_one(DatasetRecord(**row)) if row else None
+
+    # -- environments ---------------------------------------------------------------------------
+    def _seen(self, records: list[DatasetRecord]) -> list[DatasetRecord]:
+        """``records`` as this plane's environment sees them: in production exactly as stored; in
+        an environment each dataset it wrote is its head there (one more query), the rest
+        production's."""
+        if self.environment == PRODUCTION or not records:
+            return records
+        heads = self.env_heads(records[0].workspace, self.environment, [r.dataset_id for r in records])
+        return [heads[r.dataset_id].over(r) if r.dataset_id in heads else r for r in records]
+
+    def _seen_one(self, ds: DatasetRecord) -> DatasetRecord:
+        return self._seen([ds])[0]
+
+    def env_heads(
+        self,
+        workspace: str,
+        environment: str,
+        dataset_ids: Sequence[uuid.UUID] | None = None,
+        *,
+        promoted: bool = False,
+    ) -> dict[uuid.UUID, EnvHead]:
+        """``environment``'s live heads (of ``dataset_ids``, or all; ``promoted``: all of them
+        also the promoted ones), by dataset id."""
+        with self.connection() as conn:
+            if dataset_ids is None:
+                rows = conn.execute(q.ENV_HEADS, (workspace, environment, promoted)).fetchall()
+            else:
+                rows = conn.execute(q.ENV_HEADS_OF, (workspace, environment, list(dataset_ids))).fetchall()
+        return {r["dataset_id"]: EnvHead(**r) for r in rows}
+
+    def heads_of_dataset(self, dataset_id: uuid.UUID) -> list[EnvHead]:
+        """Every environment's head of one dataset (what maintenance and drops must keep)."""
+        with self.connection() as conn:
+            return [EnvHead(**r) for r in conn.execute(q.ALL_ENV_HEADS_OF, (dataset_id,))]
+
+    def environments(self, workspace: str) -> list[EnvironmentRecord]:
+        with self.connection() as conn:
+            return [EnvironmentRecord(**r) for r in conn.execute(q.LIST_ENVIRONMENTS, (workspace,))]
+
+    def environment_record(self, workspace: str, name: str) -> EnvironmentRecord | None:
+        with self.connection() as conn:
+            row = conn.execute(q.GET_ENVIRONMENT, (workspace, name)).fetchone()
+        return EnvironmentRecord(**row) if row else None
+
+    def forget_env_heads(self, workspace: str, environment: str, dataset_ids: Sequence[uuid.UUID]) -> None:
+        with self.connection() as conn:
+            conn.execute(q.DELETE_ENV_HEADS, (workspace, environment, list(dataset_ids)))
+
+    def mark_promoted(self, workspace: str, environment: str, dataset_ids: Sequence[uuid.UUID]) -> None:
+        with self.connection() as conn:
+            conn.execute(q.MARK_HEADS_PROMOTED, (workspace, environment, list(dataset_ids)))
+
+    def forget_environment(self, workspace: str, environment: str) -> None:
+        """The environment's record and (cascading) every head of it."""
+        with self.connection() as conn:
+            conn.execute(q.DELETE_ENVIRONMENT, (workspace, environment))
+
+    def all_datasets(self, workspace: str) -> list[DatasetRecord]:
+        """Every record of the workspace as stored (production's), also of datasets never
+        committed there (born in an environment, or an aborted first write)."""
+        with self.connection() as conn:
+            return [DatasetRecord(**r) for r in conn.execute(q.LIST_ALL_DATASETS, (workspace,))]
+
+    def insert_staged(
+        self, entry: LedgerEntry, staged: dict[str, Any], conn: psycopg.Connection[Any] | None = None
+    ) -> LedgerEntry:
+        """Record a staged version whose snapshot is already on its table (an environment's head
+        being promoted): the ledger row is born ``staged``, as a staged write leaves it."""
+        with self._single_on(conn) as c:
+            row = c.execute(
+                q.INSERT_STAGED_LEDGER,
+                (
+                    entry.txn_id,
+                    entry.dataset_id,
+                    entry.mode,
+                    entry.writer,
+                    entry.sink,
+                    entry.requested_sink or entry.sink,
+                    entry.route_reason,
+                    entry.rows_written,
+                    entry.row_count,
+                    entry.snapshot_id,
+                    entry.base_snapshot_id,
+                    json.dumps(staged, default=str),
+                    entry.group_id,
+                    json.dumps(entry.metadata, default=str),
+                    os.getpid(),
+                    socket.gethostname(),
+                ),
+            ).fetchone()
+        assert row is not None
+        return LedgerEntry(**row)
+
+    def _commit_env(
+        self,
+        conn: psycopg.Connection[Any],
+        entry: LedgerEntry,
+        outcome: Outcome,
+        environment: str,
+        watermarks: Sequence[WatermarkRow] = (),
+    ) -> LedgerEntry:
+        """An environment write's COMMIT (inside ``commit_txn``'s transaction): the ledger row,
+        and the write's version as the environment's head of the dataset; production's record,
+        sync log (the Dagster sensor's events), watermarks and schema versions stay untouched."""
+        ds = conn.execute(q.GET_DATASET_BY_ID_FOR_UPDATE, (entry.dataset_id,)).fetchone()
+        assert ds is not None
+        fork = entry.metadata.get(ENV_FORK_META) or {}
+        if fork:  # a new fork: a promoted head of the dataset is replaced by this one
+            conn.execute(q.DROP_PROMOTED_HEAD, (ds["workspace"], environment, entry.dataset_id))
+        prev = conn.execute(q.ENV_HEADS_OF, (ds["workspace"], environment, [entry.dataset_id])).fetchone()
+        base_schema, version = (
+            (prev["schema"], prev["schema_version"]) if prev else (fork.get("schema"), int(fork.get("schema_version") or 0))
+        )
+        if base_schema != outcome.schema:
+            version += 1
+        if prev is not None:
+            marks: dict[str, Any] = dict(prev["watermarks"] or {})
+        else:  # a fork starts from production's watermarks of the dataset
+            marks = {
+                f"{r['source_dataset_id']}|{r['partition_key']}": [
+                    r["watermark"].isoformat(),
+                    str(r["source_txn_id"]) if r["source_txn_id"] else None,
+                ]
+                for r in conn.execute(q.ALL_WATERMARKS, (entry.dataset_id,))
+            }
+        if watermarks:  # an environment write is a whole-dataset write: partition marks are stale
+            marks = {k: v for k, v in marks.items() if k.endswith("|")}
+            for source_id, part, mark, source_txn in watermarks:
+                marks[f"{source_id}|{part}"] = [mark.isoformat(), str(source_txn) if source_txn else None]
+        row = conn.execute(
+            q.COMMIT_LEDGER,
+            (
+                outcome.visible_at,
+                outcome.rows_written,
+                outcome.row_count,
+                outcome.skipped,
+                outcome.preserved,
+                outcome.snapshot_id,
+                version,
+                entry.txn_id,
+            ),
+        ).fetchone()
+        if row is None:
+            raise StorageUnavailableError(f"ledger row {entry.txn_id} was not open at COMMIT")
+        conn.execute(q.TOUCH_ENVIRONMENT, (ds["workspace"], environment))
+        conn.execute(
+            q.UPSERT_ENV_HEAD,
+            (
+                ds["workspace"],
+                environment,
+                entry.dataset_id,
+                bool(fork.get("born", False)),
+                fork.get("txn_id"),
+                fork.get("snapshot_id"),
+                fork.get("row_count"),
+                fork.get("next_row_index"),
+                outcome.row_count,
+                outcome.next_row_index,
+                json.dumps(outcome.schema),
+                version,
+                outcome.snapshot_id,
+                entry.txn_id,
+                row["committed_at"],
+                json.dumps(marks),
+            ),
+        )
+        return LedgerEntry(**row)
 
     def dataset_by_id(self, dataset_id: uuid.UUID) -> DatasetRecord | None:
         with self.connection() as conn:
@@ -337,13 +566,13 @@ class ControlPlane:
         if row is None:
             return None, {}
         provenance = row.pop("p_provenance")
-        return DatasetRecord(**row), provenance or {}
+        return self._seen_one(DatasetRecord(**row)), provenance or {}
 
     def datasets_by_keys(self, workspace: str, keys: Iterable[str]) -> dict[str, DatasetRecord]:
         """The records of several keys in one query (a key with no record is absent)."""
         with self.connection() as conn:
             rows = conn.execute(q.GET_DATASETS_BY_KEYS, (workspace, list(keys))).fetchall()
-        return {r["key"]: DatasetRecord(**r) for r in rows}
+        return {d.key: d for d in self._seen([DatasetRecord(**r) for r in rows])}
 
     def dataset_and_entry(self, workspace: str, key: str, txn_id: uuid.UUID) -> tuple[DatasetRecord | None, LedgerEntry | None]:
         """``dataset(workspace, key)`` and ``ledger_entry(txn_id)`` in ONE query (the entry may be
@@ -354,22 +583,26 @@ class ControlPlane:
             return None, None
         n = len(q.LEDGER_ENTRY_PREFIX)
         entry = {k[n:]: v for k, v in row.items() if k.startswith(q.LEDGER_ENTRY_PREFIX)}
-        ds = DatasetRecord(**{k: v for k, v in row.items() if not k.startswith(q.LEDGER_ENTRY_PREFIX)})
+        ds = self._seen_one(DatasetRecord(**{k: v for k, v in row.items() if not k.startswith(q.LEDGER_ENTRY_PREFIX)}))
         return ds, LedgerEntry(**entry) if entry["txn_id"] is not None else None
 
     def history_by_key(self, workspace: str, key: str, limit: int | None = None) -> list[LedgerEntry] | None:
         """``history`` of the dataset ``key`` names, ``None`` when there is no such dataset: one
         query when it has entries (every dataset written once has), two otherwise."""
         with self.connection() as conn:
-            rows = conn.execute(q.HISTORY_BY_KEY, (workspace, key, limit)).fetchall()
+            rows = conn.execute(q.HISTORY_BY_KEY, (workspace, key, self.environment, limit)).fetchall()
         if rows:
             return [LedgerEntry(**r) for r in rows]
         ds = self.dataset(workspace, key)
         return None if ds is None else self.history(ds.dataset_id, limit)
 
     def datasets(self, workspace: str) -> list[DatasetRecord]:
-        with self.connection() as conn:
-            return [DatasetRecord(**r) for r in conn.execute(q.LIST_DATASETS, (workspace,))]
+        """The workspace's existing datasets as this plane's environment sees them (in an
+        environment also those born there; production never lists those)."""
+        if self.environment == PRODUCTION:
+            with self.connection() as conn:
+                return [DatasetRecord(**r) for r in conn.execute(q.LIST_DATASETS, (workspace,))]
+        return [d for d in self._seen(self.all_datasets(workspace)) if d.exists]
 
     def ensure_dataset(self, workspace: str, key: str, sink: str, identifier: str | None) -> DatasetRecord:
         with self.connection() as conn:  # the inserted row comes back; someone else's only on a lost race
@@ -399,8 +632,14 @@ class ControlPlane:
         return LedgerEntry(**row) if row else None
 
     def history(self, dataset_id: uuid.UUID, limit: int | None = None) -> list[LedgerEntry]:
+        """The dataset's ledger as this plane's environment sees it, newest first: production's
+        entries, and in an environment also its own (never another environment's)."""
+        return self.history_in(dataset_id, self.environment, limit)
+
+    def history_in(self, dataset_id: uuid.UUID, environment: str, limit: int | None = None) -> list[LedgerEntry]:
+        """``history`` as ``environment`` sees it."""
         with self.connection() as conn:
-            return [LedgerEntry(**r) for r in conn.execute(q.HISTORY, (dataset_id, limit))]
+            return [LedgerEntry(**r) for r in conn.execute(q.HISTORY, (dataset_id, environment, limit))]
 
     def open_entries(self, dataset_id: uuid.UUID | None = None) -> list[LedgerEntry]:
         with self.connection() as conn:
@@ -601,6 +840,10 @@ class ControlPlane:
         ``inline``: the rows of an inlined write, stored in this same transaction (no sink change);
         a flush's COMMIT (``INLINE_FLUSH_META`` in its metadata) takes the blocks it moved out of
         the current version, in this same transaction too."""
+        environment = entry.metadata.get(ENV_LEDGER_META)
+        if environment:  # an environment's write: its head moves, production's record does not
+            with self._tx_on(conn) as conn:
+                return self._commit_env(conn, entry, outcome, str(environment), list(watermarks))
         with self._tx_on(conn) as conn:
             ds = conn.execute(q.GET_DATASET_BY_ID_FOR_UPDATE, (entry.dataset_id,)).fetchone()
             assert ds is not None
@@ -818,6 +1061,15 @@ class ControlPlane:
         """(source, output partition key) -> watermark, for the given partition keys of the
         output ('' is the whole output)."""
         with self.connection() as conn:
+            if self.environment != PRODUCTION:  # the environment's own, where it wrote the output
+                head = conn.execute(q.ENV_HEAD_WATERMARKS, (self.environment, output_id)).fetchone()
+                if head is not None:
+                    out = {}
+                    for k, (mark, _txn) in (head["watermarks"] or {}).items():
+                        source, part = k.split("|", 1)
+                        if part in partition_keys:
+                            out[(uuid.UUID(source), part)] = datetime.fromisoformat(mark)
+                    return out
             rows = conn.execute(q.GET_WATERMARKS, (output_id, list(partition_keys)))
             return {(r["source_dataset_id"], r["partition_key"]): r["watermark"] for r in rows}
 

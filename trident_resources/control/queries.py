@@ -50,10 +50,15 @@ GET_DATASET_AND_LEDGER = f"""SELECT {", ".join(f"d.{c.strip()}" for c in _DATASE
     FROM trident_datasets d LEFT JOIN trident_ledger l ON l.txn_id = %s
     WHERE d.workspace = %s AND d.key = %s"""
 # A key's newest ledger entries without looking its dataset up first (no row: no entry, or no dataset)
+# An environment's writes carry its name in their ledger metadata (ENV_LEDGER_META): production's
+# history never lists them; an environment's lists its own and production's (the last %s).
+ENV_LEDGER_META = "trident.environment"
+_IN_ENV = f"(l.metadata->>'{ENV_LEDGER_META}' IS NULL OR l.metadata->>'{ENV_LEDGER_META}' = %s)"
 HISTORY_BY_KEY = f"""SELECT {", ".join(f"l.{c.strip()}" for c in _LEDGER_COLS.split(","))}
     FROM trident_ledger l JOIN trident_datasets d ON d.dataset_id = l.dataset_id
-    WHERE d.workspace = %s AND d.key = %s ORDER BY l.started_at DESC, l.txn_id LIMIT %s"""
-HISTORY = f"SELECT {_LEDGER_COLS} FROM trident_ledger WHERE dataset_id = %s ORDER BY started_at DESC, txn_id LIMIT %s"
+    WHERE d.workspace = %s AND d.key = %s AND {_IN_ENV} ORDER BY l.started_at DESC, l.txn_id LIMIT %s"""
+HISTORY = f"""SELECT {_LEDGER_COLS} FROM trident_ledger l WHERE dataset_id = %s AND {_IN_ENV}
+    ORDER BY started_at DESC, txn_id LIMIT %s"""
 OPEN_LEDGER = f"""SELECT {_LEDGER_COLS} FROM trident_ledger
     WHERE status = 'open' AND (%s::uuid IS NULL OR dataset_id = %s::uuid) ORDER BY started_at"""
 # τ is Postgres' clock, truncated to what every part of the trident stores (microseconds).
@@ -346,3 +351,56 @@ WITH led AS (
     SELECT %(ds)s, %(txn)s, %(first)s, %(n)s, %(ipc)s FROM led WHERE %(ipc)s::bytea IS NOT NULL
 )
 SELECT * FROM led"""
+
+
+# -- environments (migrations/0010_environments.sql; ops/environments.py) ------------------------
+_HEAD_COLS = """workspace, environment, dataset_id, born_in_env, fork_txn_id, fork_snapshot_id, fork_row_count,
+    fork_next_row_index, row_count, next_row_index, schema, schema_version, snapshot_id, last_txn_id, committed_at,
+    created_at, updated_at, promoted_at, watermarks"""
+TOUCH_ENVIRONMENT = """INSERT INTO trident_environments (workspace, name) VALUES (%s, %s)
+    ON CONFLICT (workspace, name) DO UPDATE SET last_used_at = now()"""
+_ENV_COLS = """e.workspace, e.name, e.created_at, e.last_used_at,
+    (SELECT count(*) FROM trident_env_heads h WHERE h.workspace = e.workspace AND h.environment = e.name
+        AND h.promoted_at IS NULL)::int AS datasets"""
+LIST_ENVIRONMENTS = f"SELECT {_ENV_COLS} FROM trident_environments e WHERE e.workspace = %s ORDER BY e.name"
+GET_ENVIRONMENT = f"SELECT {_ENV_COLS} FROM trident_environments e WHERE e.workspace = %s AND e.name = %s"
+DELETE_ENVIRONMENT = "DELETE FROM trident_environments WHERE workspace = %s AND name = %s"
+# the live heads (what the environment's readers read); promoted ones only where said
+ENV_HEADS = f"""SELECT {_HEAD_COLS} FROM trident_env_heads WHERE workspace = %s AND environment = %s
+    AND (promoted_at IS NULL OR %s)"""
+ENV_HEADS_OF = f"""SELECT {_HEAD_COLS} FROM trident_env_heads
+    WHERE workspace = %s AND environment = %s AND dataset_id = ANY(%s) AND promoted_at IS NULL"""
+MARK_HEADS_PROMOTED = """UPDATE trident_env_heads SET promoted_at = now()
+    WHERE workspace = %s AND environment = %s AND dataset_id = ANY(%s)"""
+# an environment write that forks again (its earlier head was promoted): the old row goes first
+DROP_PROMOTED_HEAD = """DELETE FROM trident_env_heads WHERE workspace = %s AND environment = %s AND dataset_id = %s
+    AND promoted_at IS NOT NULL"""
+ALL_ENV_HEADS_OF = f"SELECT {_HEAD_COLS} FROM trident_env_heads WHERE dataset_id = %s AND promoted_at IS NULL"
+DELETE_ENV_HEADS = "DELETE FROM trident_env_heads WHERE workspace = %s AND environment = %s AND dataset_id = ANY(%s)"
+# An environment write's COMMIT: its version becomes the environment's head of the dataset (the
+# fork is the one its first write recorded: kept on every later write)
+UPSERT_ENV_HEAD = """INSERT INTO trident_env_heads (workspace, environment, dataset_id, born_in_env, fork_txn_id,
+    fork_snapshot_id, fork_row_count, fork_next_row_index, row_count, next_row_index, schema, schema_version,
+    snapshot_id, last_txn_id, committed_at, watermarks)
+    VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s::jsonb)
+    ON CONFLICT (workspace, environment, dataset_id) DO UPDATE SET row_count = EXCLUDED.row_count,
+        watermarks = EXCLUDED.watermarks,
+        next_row_index = EXCLUDED.next_row_index, schema = EXCLUDED.schema, schema_version = EXCLUDED.schema_version,
+        snapshot_id = EXCLUDED.snapshot_id, last_txn_id = EXCLUDED.last_txn_id, committed_at = EXCLUDED.committed_at,
+        updated_at = now()"""
+# every dataset record of a workspace, also those production never committed (born in an environment)
+LIST_ALL_DATASETS = f"SELECT {_DATASET_COLS} FROM trident_datasets WHERE workspace = %s ORDER BY key"
+# A promotion, rebased onto a production that moved: the staged ledger row of a version made from
+# an environment's head (its snapshot is already on the table), recorded as a staged write records it
+INSERT_STAGED_LEDGER = f"""INSERT INTO trident_ledger (txn_id, dataset_id, status, mode, writer, sink, requested_sink,
+    clamped, route_reason, started_at, staged_at, rows_written, row_count, skipped, preserved, snapshot_id,
+    base_snapshot_id, staged_outcome, group_id, source_refs, metadata, pid, host)
+    VALUES (%s, %s, 'staged', %s, %s, %s, %s, false, %s, date_trunc('microseconds', clock_timestamp()),
+        clock_timestamp(), %s, %s, 0, 0, %s, %s, %s::jsonb, %s, '[]'::jsonb, %s::jsonb, %s, %s)
+    RETURNING {_LEDGER_COLS}"""
+# an environment's watermarks of one dataset (no row: it has no live head there, production's count)
+ENV_HEAD_WATERMARKS = """SELECT watermarks FROM trident_env_heads
+    WHERE environment = %s AND dataset_id = %s AND promoted_at IS NULL"""
+# every watermark production recorded for an output (what an environment's fork starts from)
+ALL_WATERMARKS = """SELECT source_dataset_id, partition_key, watermark, source_txn_id FROM trident_watermarks
+    WHERE output_dataset_id = %s"""

@@ -233,3 +233,23 @@ class InvalidSettingsError(TridentError, ValueError):
     """A ``TRIDENT_*`` variable holds a value the settings refuse (a workspace that is not one
     lowercase word, a number that is not a number...); the message names each variable and why,
     and pydantic's error is the cause."""
+
+
+class InvalidEnvironmentNameError(TridentError, ValueError):
+    """A name given for an environment is not one (lowercase letters, digits, '-', '_'; 1-63)."""
+
+
+class EnvironmentNotFoundError(TridentError, LookupError):
+    """No environment of that name exists in this workspace (see `trident env list`)."""
+
+
+class EnvironmentConflictError(TridentError):
+    """Promoting an environment would lose a change production made since the environment
+    branched (both changed the same rows, or either side replaced the dataset): nothing is
+    promoted. The message names each conflicting dataset and what to do."""
+
+
+class EnvironmentUnsupportedError(TridentError):
+    """A write an environment cannot take (a pg-sink dataset, a staged or partition write, a
+    transaction group), refused before anything is written; or an environment operation asked
+    of production (``main``)."""

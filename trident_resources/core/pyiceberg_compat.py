@@ -426,6 +426,26 @@ def remove_branch_in(txn: Transaction, branch: str) -> None:
     ManageSnapshots(transaction=txn).remove_branch(branch).commit()
 
 
+def use_schema_in(txn: Transaction, schema_id: int) -> None:
+    """Make ``schema_id`` (one of the table's schemas) the current schema inside ``txn``, before the
+    write's own schema changes: a table's current schema is shared by its branches, and a write
+    builds on the schema of the version it writes onto (an environment's branch may have evolved
+    the table's current schema; production's next write must not take those columns)."""
+    from pyiceberg.table.update import SetCurrentSchemaUpdate
+
+    txn._apply((SetCurrentSchemaUpdate(schema_id=schema_id),))
+
+
+def move_branch_in(txn: Transaction, branch: str, snapshot_id: int) -> None:
+    """Point ``branch`` at ``snapshot_id`` inside ``txn`` (created when missing), required to still
+    be where the transaction's table says it is: pyiceberg's public ``set_current_snapshot`` moves
+    only ``main``."""
+    from pyiceberg.table.refs import SnapshotRefType
+
+    update, requirement = txn._set_ref_snapshot(snapshot_id=snapshot_id, ref_name=branch, type=SnapshotRefType.BRANCH)
+    txn._stage(update, requirement)
+
+
 def create_branch_in(txn: Transaction, snapshot_id: int, branch: str) -> None:
     """Create ``branch`` at ``snapshot_id`` in the same (not yet committed) transaction as the
     snapshot written onto it, so a staged write is ONE metadata commit (its own catalog load
@@ -435,16 +455,6 @@ def create_branch_in(txn: Transaction, snapshot_id: int, branch: str) -> None:
     from pyiceberg.table.update.snapshot import ManageSnapshots
 
     ManageSnapshots(transaction=txn).create_branch(snapshot_id, branch).commit()
-
-
-def move_branch_in(txn: Transaction, branch: str, snapshot_id: int) -> None:
-    """Point existing ``branch`` at ``snapshot_id`` in the same (not yet committed) transaction as
-    the snapshot then written onto it (required: the branch is still where ``txn`` saw it).
-    pyiceberg's ``ManageSnapshots`` only moves ``main`` (``set_current_snapshot``)."""
-    from pyiceberg.table.refs import SnapshotRefType
-
-    update, requirement = txn._set_ref_snapshot(snapshot_id=snapshot_id, ref_name=branch, type=SnapshotRefType.BRANCH)
-    txn._stage(update, requirement)
 
 
 def overwrite_as(update: Any, operation: Operation) -> Any:

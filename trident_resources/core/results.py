@@ -27,6 +27,7 @@ class WriteResult:
     route: str
     noop: bool = False  # a retry of a transaction id that had already committed
     staged: bool = False  # committed on an audit branch: not visible until Trident.publish
+    environment: str = "main"  # the environment it was written in (main: production; docs/environments.md)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

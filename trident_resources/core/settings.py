@@ -46,6 +46,15 @@ class TridentSettings(BaseSettings):
         "current folder up (core/home.py), else the per-user data folder.",
     )
     workspace: str = Field("default", description="Datasets are isolated per workspace; one word of [a-z0-9_].")
+    environment: str = Field(
+        default_factory=lambda: default_environment(),
+        description="The environment this process reads and writes: `main` is production; any other name (lowercase "
+        "letters, digits, '-', '_') writes zero-copy Iceberg branches of every dataset it touches (docs/environments.md). "
+        "Unset in a Dagster+ branch deployment: its DAGSTER_CLOUD_DEPLOYMENT_NAME, sanitised.",
+    )
+    environment_max_age_days: float = Field(
+        30, ge=0, description="`trident maintain` reports environments untouched this long (dropped only with --drop-stale)."
+    )
     namespace_root: str = Field(
         "trident", description="Top Iceberg namespace (one word of [a-z0-9_]); some catalogs only allow a fixed set."
     )
@@ -185,6 +194,11 @@ class TridentSettings(BaseSettings):
             )
         return self
 
+    @field_validator("environment")
+    @classmethod
+    def _environment_name(cls, v: str) -> str:
+        return check_environment_name(v, ValueError)
+
     @field_validator("home")
     @classmethod
     def _absolute_home(cls, v: Path) -> Path:
@@ -239,6 +253,40 @@ class TridentSettings(BaseSettings):
     def redacted(self) -> dict[str, Any]:
         """What is safe to print: every field, secrets masked."""
         return {k: ("***" if isinstance(v, SecretStr) else v) for k, v in self.__dict__.items()}
+
+
+PRODUCTION = "main"  # the environment name of production
+_ENV_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
+
+
+def check_environment_name(name: str, error: type[Exception] = InvalidSettingsError) -> str:
+    """``name`` when it names an environment: 1-63 of lowercase letters, digits, '-' and '_',
+    starting with a letter or digit (it becomes part of an Iceberg branch name,
+    ``trident_env_<name>``, and of CI job names); else ``error`` saying so."""
+    if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
+        raise error(
+            f"{name!r} is not an environment name: use 1-63 lowercase letters, digits, '-' or '_', "
+            "starting with a letter or digit (e.g. pr-42); `main` is production"
+        )
+    return name
+
+
+def sanitise_environment(raw: str) -> str:
+    """A valid environment name made of ``raw`` (a Dagster+ deployment name such as ``PR-42/feature``):
+    lowercased, every other character '-', trimmed to 63; empty becomes production."""
+    name = re.sub(r"[^a-z0-9_-]+", "-", raw.strip().lower()).strip("-_")[:63].strip("-_")
+    return name or PRODUCTION
+
+
+def default_environment() -> str:
+    """The environment when ``TRIDENT_ENVIRONMENT`` is unset: a Dagster+ branch deployment's name
+    (``DAGSTER_CLOUD_IS_BRANCH_DEPLOYMENT`` set), else production. Read here so that nothing else
+    reads the process environment."""
+    import os
+
+    if os.environ.get("DAGSTER_CLOUD_IS_BRANCH_DEPLOYMENT", "").strip().lower() in ("1", "true", "yes"):
+        return sanitise_environment(os.environ.get("DAGSTER_CLOUD_DEPLOYMENT_NAME", ""))
+    return PRODUCTION
 
 
 def settings_from_env(**values: Any) -> TridentSettings:

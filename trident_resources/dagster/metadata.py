@@ -14,6 +14,7 @@ Ours, on purpose few (``report``):
 ``trident/snapshot_id``     its Iceberg snapshot (text: a 64-bit id the browser would round)
 ``trident/committed_at``    when it became visible (a timestamp value)
 ``trident/provenance``      the dataset's governance metadata, lineage included (JSON)
+``trident/environment``     the environment it was written in (only outside production; environments.md)
 ``trident/column_lineage``  a SQL node's: per column, its source columns or why it is untraced
                             (JSON; the provenance keeps it too, as ``column_lineage``)
 ``trident/write``           everything else about the write, one JSON entry: sink, mode, writer,
@@ -38,15 +39,18 @@ import dagster as dg
 
 from ..core.identity import IDENTITY_COLUMNS, ROW_ID
 from ..core.results import Description, WriteResult
+from ..core.settings import PRODUCTION
 
 JS_SAFE_INTEGER = 2**53 - 1
 WRITE = "trident/write"
 COLUMN_LINEAGE_KEY = "trident/column_lineage"
+ENVIRONMENT_KEY = "trident/environment"
 SHOWN = (
     "trident/txn_id",
     "trident/snapshot_id",
     "trident/committed_at",
     "trident/provenance",
+    ENVIRONMENT_KEY,
     COLUMN_LINEAGE_KEY,
     "trident/status",
     "trident/staged_txn",
@@ -212,6 +216,8 @@ def version_metadata(
         "trident/preserved": result.preserved,
         "trident/schema_version": result.schema_version,
     }
+    if result.environment != PRODUCTION:  # a code location started in an environment says so on every version
+        meta[ENVIRONMENT_KEY] = result.environment
     lineage = column_lineage(provenance)
     if lineage is not None:
         meta["dagster/column_lineage"] = lineage

@@ -28,9 +28,11 @@ from dagster._config.field_utils import IntEnvVar  # the type of dg.EnvVar.int(.
 from pydantic import Field, PrivateAttr, SecretStr
 
 from ..client import Trident
-from ..core.settings import TridentSettings, settings_from_env
+from ..core.settings import PRODUCTION, TridentSettings, settings_from_env
 from .gate import is_pending, settle
 from .run_group import settle_run
+
+ENVIRONMENT_TAG = "trident/environment"  # the run tag of a run in an environment
 
 
 class TridentResource(dg.ConfigurableResource):
@@ -40,6 +42,11 @@ class TridentResource(dg.ConfigurableResource):
     home: str | None = Field(default=None, description="TRIDENT_HOME: local state (embedded Postgres, warehouse, spill files).")
     workspace: str | None = Field(default=None, description="TRIDENT_WORKSPACE: datasets are isolated per workspace.")
     namespace_root: str | None = Field(default=None, description="TRIDENT_NAMESPACE_ROOT: top Iceberg namespace.")
+    environment: str | None = Field(
+        default=None,
+        description="TRIDENT_ENVIRONMENT: the environment runs read and write (main: production; unset in a Dagster+ "
+        "branch deployment: its deployment name). Runs are tagged trident/environment.",
+    )
 
     # Postgres control plane
     pg_dsn: str | None = Field(
@@ -105,6 +112,9 @@ class TridentResource(dg.ConfigurableResource):
     inline_flush_seconds: float | None = Field(
         default=None,
         description="TRIDENT_INLINE_FLUSH_SECONDS: inlined rows this old are flushed by the next inlined write (0: never by age).",
+    )
+    environment_max_age_days: float | None = Field(
+        default=None, description="TRIDENT_ENVIRONMENT_MAX_AGE_DAYS: `trident maintain` reports environments idle this long."
     )
     staged_max_age_days: float | None = Field(
         default=None, description="TRIDENT_STAGED_MAX_AGE_DAYS: `trident maintain` discards staged versions older than this."
@@ -221,7 +231,10 @@ class TridentResource(dg.ConfigurableResource):
             # the key holds a digest of the fields, not the fields: some are secrets
             self._shared = (self._run_id, hashlib.sha256(self.model_dump_json().encode()).hexdigest())
             self._client = _SHARED.acquire(self._shared, self.settings)
-        self.get_client()
+        client = self.get_client()
+        if self._run_id is not None and context.instance is not None and client.environment != PRODUCTION:
+            # the run shows which environment it wrote (docs/environments.md): a tag on the run
+            context.instance.add_run_tags(self._run_id, {ENVIRONMENT_TAG: client.environment})
         self._settle()  # a step of its own process (multiprocess executor): what earlier steps decided
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from ..control.plane import LedgerEntry, Outcome
+from ..control.plane import ENV_LEDGER_META, PRODUCTION, LedgerEntry, Outcome
 from ..control.router import RouteDecision
 from ..core import arguments
 from ..core.errors import DatasetNotFoundError, InvalidWriteError
@@ -92,4 +92,5 @@ def write_result(
         route=route.describe(),
         noop=noop,
         staged=staged,
+        environment=str(entry.metadata.get(ENV_LEDGER_META) or PRODUCTION),
     )

@@ -17,7 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..control.plane import GROUP_META, DatasetRecord
+from ..control.plane import GROUP_META, PRODUCTION, DatasetRecord
 from ..core import arguments
 from ..core.errors import DatasetNotFoundError, InvalidWriteError
 from ..core.identity import refuse_case_clash, refuse_reserved
@@ -30,6 +30,7 @@ from ..planning.inputs import to_reader
 from ..transaction import inline
 from ..transaction.driver import PARTITION_META, STAGED_META, WATERMARK_META, Intent, watermark_meta
 from . import commit_records
+from . import env_writes as environments
 from .flush import flush_after, flushed_first
 
 log = logging.getLogger("trident")
@@ -71,12 +72,17 @@ def write(
     marked = bound.watermark_keys() if bound is not None and watermarks else [""]
     txn = arguments.txn_id(txn_id) or uuid.uuid4()
     marks = commit_records.watermark_rows(engine, watermarks, marked)
+    in_env = engine.environment != PRODUCTION
+    if in_env:  # refused before anything is touched (no dataset record, no ledger row)
+        environments.refuse_write(engine, key, stage=stage, partition=partition, group=group)
     existing = engine.control.dataset(engine.workspace, key)
     if mode == "delete" and (existing is None or not existing.exists):
         raise DatasetNotFoundError(key, engine.workspace)
     if reader is not None and existing is not None and existing.schema and (mode != "replace" or partition is not None):
         refuse_case_clash((c["name"] for c in existing.schema), reader.schema)
     route = engine.route(key, writer, existing)
+    if in_env:
+        environments.refuse_sink(engine, key, route.sink)
     if partition is not None:
         engine.require_partitions(key, route.sink)
     ident = ".".join(iceberg_identifier(engine.settings.namespace_root, engine.workspace, key))
@@ -98,11 +104,15 @@ def write(
             meta[STAGED_META] = commit_records.staged_meta(provenance, watermarks, marked)
         if group is not None:
             meta[GROUP_META] = str(group)
+        if in_env:  # the environment's version of the dataset (its branch), never production's
+            environments.refuse_sink(engine, key, route.sink)
+            ds, fork = environments.fork_point(engine, ds)
+            meta.update(environments.write_meta(engine, fork, key_cols))
         intent = Intent(txn_id=txn, mode=mode, writer=writer, sink=route.sink, route=route, source_refs=refs, metadata=meta)
         sink = engine.sink(route.sink)
         if stage and not sink.stages:
             raise sink.staging_refusal(ds)
-        if route.sink == inline.INLINE_SINK and ds.exists:
+        if route.sink == inline.INLINE_SINK and ds.exists and not in_env:
             state = engine.control.inline_state(ds.dataset_id)
             small, reader = _inlinable(engine, ds, mode, key_cols, stage, partition, reader, state.staged)
             if small is not None:

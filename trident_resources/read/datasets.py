@@ -110,6 +110,17 @@ def read_table(
     return pa.concat_tables([table, tail.rows_as(_stored(engine, ds), table.schema, columns, row_filter)])
 
 
+def read_record(engine: Engine, ds: DatasetRecord) -> pa.Table:
+    """The whole version a record names (identity columns included; production's record with its
+    inlined tail): what an environment's diff compares."""
+    sink = engine.sink(ds.sink)
+    version, tail = _version(engine, ds, None)
+    table = read_faults.read_all(ds.key, lambda: sink.read(ds, columns=None, row_filter=None, as_of=version))
+    if tail is None:
+        return table
+    return pa.concat_tables([table, tail.rows_as(_stored(engine, ds), table.schema, None, None)])
+
+
 def read_many(engine: Engine, keys: list[str], columns: list[str] | None) -> dict[str, pa.Table]:
     """``Trident.read_many``: every record from ONE statement, then each version it names read."""
     columns = arguments.read_columns(columns)

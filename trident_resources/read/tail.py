@@ -59,7 +59,7 @@ class Tail:
 def of(engine: Engine, ds: DatasetRecord, as_of: AsOf = None) -> Tail | None:
     """The tail of the version ``as_of`` names (the current one by default); ``None`` when it
     has no inlined rows (the sink's read is the whole version)."""
-    if ds.sink != INLINE_SINK:
+    if ds.sink != INLINE_SINK or ds.environment is not None:  # an environment's version never has a tail
         return None
     if as_of is None:
         found: InlineTail = engine.control.inline_tail(ds.dataset_id)
@@ -72,7 +72,7 @@ def of(engine: Engine, ds: DatasetRecord, as_of: AsOf = None) -> Tail | None:
 
 def rows_count(engine: Engine, ds: DatasetRecord) -> int:
     """How many of the dataset's rows are inlined (not in Iceberg yet): what ``describe`` shows."""
-    if ds.sink != INLINE_SINK:
+    if ds.sink != INLINE_SINK or ds.environment is not None:
         return 0
     return engine.control.inline_state(ds.dataset_id).rows
 

@@ -310,6 +310,13 @@ class Sink(ABC):
         StagedVersionConflictError when the partition itself changed since staging."""
         raise self.staging_refusal(ds)
 
+    def drop_branch(
+        self, ds: DatasetRecord, environment: str, txn_ids: set[uuid.UUID], *, remove_table: bool
+    ) -> tuple[int, bool]:
+        """Remove ``environment``'s branch of the dataset and what only it used (ops/environments.py);
+        returns (files deleted, whether the table itself went). A sink without branches has none."""
+        return 0, False
+
     def move_refs(self, moves: Sequence[RefMove], idempotency_key: str) -> int:
         """Make the published members of a transaction group the storage's current versions (the
         control plane already says they are); idempotent. Returns the storage commits it took."""

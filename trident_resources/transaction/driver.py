@@ -26,7 +26,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn, cast
 
@@ -36,7 +36,16 @@ import pyarrow as pa
 import sqlalchemy.exc
 
 from ..control import groups
-from ..control.plane import PARTITION_META, ControlPlane, DatasetRecord, InlineBlock, LedgerEntry, Outcome, WatermarkRow
+from ..control.plane import (
+    ENV_LEDGER_META,
+    PARTITION_META,
+    ControlPlane,
+    DatasetRecord,
+    InlineBlock,
+    LedgerEntry,
+    Outcome,
+    WatermarkRow,
+)
 from ..control.range_locks import LockItem
 from ..control.router import RouteDecision
 from ..core.errors import (
@@ -277,6 +286,7 @@ class TransactionDriver:
         the dataset's commit lock is taken here, since writers of other partitions commit
         alongside and the sink re-bases the change on their commits). A crash between the two is
         rolled forward by ``reconcile``."""
+        ds = in_environment_of(ds, entry)
         meta = entry.metadata.get(PARTITION_META)
         partition = PartitionFilter.from_metadata(meta) if meta else None
         lock = self.lock_session(ds)
@@ -579,6 +589,16 @@ class _Cleanups:
 
 
 _LOCK_RELEASE_SECONDS = 10.0  # how long Postgres may take to end a dead client's session
+
+
+def in_environment_of(ds: DatasetRecord, entry: LedgerEntry) -> DatasetRecord:
+    """``ds`` as the environment ``entry`` was written in sees it: a version staged by an
+    environment's first write of the dataset has no head there yet, and its publish must move the
+    environment's branch (``DatasetRecord.environment``), never main."""
+    env = entry.metadata.get(ENV_LEDGER_META)
+    if env and ds.environment is None:
+        return replace(ds, environment=str(env))
+    return ds
 
 
 def _writer_died_here(entry: LedgerEntry) -> bool:

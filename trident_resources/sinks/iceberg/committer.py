@@ -17,11 +17,18 @@ from pyiceberg.table.snapshots import Operation, Snapshot
 
 from ...core.errors import TransactionConflictError
 from ...core.failpoints import failpoint
-from ...core.pyiceberg_compat import added_manifests_in_groups, create_branch_in, name_commit_files, overwrite_as, transaction
+from ...core.pyiceberg_compat import (
+    added_manifests_in_groups,
+    create_branch_in,
+    manage_snapshots,
+    name_commit_files,
+    overwrite_as,
+    transaction,
+)
 from ...core.schemas import promotable, widened
 from ..contract import WriteRequest
 from .reencoding import ENCODINGS_PROPERTY, STANDARD_ENCODINGS
-from .snapshots import BOUNDS_PROPERTY, EXACT_BOUNDS, TXN_PROPERTY, audit_branch, has_column, published_schema
+from .snapshots import BOUNDS_PROPERTY, EXACT_BOUNDS, TXN_PROPERTY, audit_branch, env_branch, has_column, published_schema
 from .tables import IcebergTables
 
 # Files added by one commit of a partitioned table go into manifests of at most this many files,
@@ -72,7 +79,14 @@ def commit_snapshot(
             req.fence()
             txn = _rebased(tables, req, txn, to_delete, base_snapshot_id)
         branch: str | None = MAIN_BRANCH
-        if req.stage:  # an audit branch; a table with no version yet takes an unreferenced snapshot
+        branch_after: str | None = None
+        if req.dataset.environment is not None and req.stage:  # staged in an environment: an audit branch
+            branch = audit_branch(req.txn_id) if req.dataset.snapshot_id is not None else None
+        elif req.dataset.environment is not None:  # an environment's version: its branch, never main
+            branch = env_branch(req.dataset.environment)
+            if not txn.table_metadata.snapshots:  # Iceberg writes a table's first snapshot to main only:
+                branch, branch_after = None, branch  # an unreferenced snapshot, then the branch made at it
+        elif req.stage:  # an audit branch; a table with no version yet takes an unreferenced snapshot
             branch = audit_branch(req.txn_id) if txn.table_metadata.current_snapshot() is not None else None
         # every file added here came from Trident's file writers: exact bounds (``stats.py``)
         # ... and in encodings every mainstream reader decodes (``reencoding.py``)
@@ -85,6 +99,8 @@ def commit_snapshot(
         failpoint("commit.before_catalog")
         req.fence()
         committed = txn.commit_transaction()
+        if branch_after is not None:
+            manage_snapshots(committed).create_branch(snapshot_id, branch_after).commit()
     except CommitFailedException as exc:
         raise TransactionConflictError(
             f"Iceberg commit of {req.dataset.key!r} conflicted with a concurrent change: {exc}. "

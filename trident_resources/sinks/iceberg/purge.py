@@ -25,6 +25,7 @@ from pyiceberg.table.refs import MAIN_BRANCH
 from pyiceberg.table.snapshots import Snapshot
 
 from .files import delete_paths, filesystem_for
+from .snapshots import ENV_BRANCH_PREFIX
 
 log = logging.getLogger("trident")
 
@@ -71,6 +72,17 @@ def still_needed(table: Table) -> set[int]:
         snap = snapshots.get(snap.parent_snapshot_id) if snap.parent_snapshot_id is not None else None
     for name, ref in table.metadata.refs.items():
         head = snapshots.get(ref.snapshot_id)
+        if name.startswith(ENV_BRANCH_PREFIX):
+            # an environment's branch: its whole chain back to where it forked from main (its
+            # fork is what `trident env diff` and a promotion compare against), and main's chain
+            # from the current version back to that fork
+            snap = head
+            while snap is not None and snap.snapshot_id not in main_chain:
+                needed.add(snap.snapshot_id)
+                snap = snapshots.get(snap.parent_snapshot_id) if snap.parent_snapshot_id is not None else None
+            if snap is not None:
+                needed.update(main_chain[: main_chain.index(snap.snapshot_id) + 1])
+            continue
         if name == MAIN_BRANCH or head is None or head.parent_snapshot_id is None:
             continue
         needed.add(head.parent_snapshot_id)

@@ -41,6 +41,7 @@ from ...core.pyiceberg_compat import (
     transaction,
     transaction_io,
     transaction_table,
+    use_schema_in,
 )
 from ...core.schemas import compatible, conform, describe_schema, promotable, to_iceberg, widened, with_identity
 from ...core.settings import TridentSettings
@@ -66,12 +67,14 @@ from .files import DataFileWriter, PartitionedDataFileWriter, delete_paths, list
 from .partition_spec import Partitioner, contains_record, describe_spec, iceberg_transform, matches_spec, transform_name
 from .purge import purge_files, still_needed, unreferenced_files
 from .s3_housekeeping import abort_incomplete_uploads
-from .scans import scan_batches
+from .scans import scan_batches, snapshot_schema
 from .snapshots import (
+    ENV_BRANCH_PREFIX,
     TXN_PROPERTY,
     audit_branch,
     carries_txn,
     data_version,
+    env_branch,
     published_schema,
     summary_number,
     summary_outcome,
@@ -164,7 +167,15 @@ class IcebergVersion(StoredVersion):
         self.sink = sink
         self.ds = ds
         self.table = table
-        self.schema = None if table is None else published_schema(table)
+        # an environment's write builds on the environment's version (``ds.snapshot_id``: its
+        # branch head, or production's snapshot it forks), never on main
+        self.snapshot_id = ds.snapshot_id if ds.environment is not None else None
+        if table is not None and ds.environment is not None and self.snapshot_id is None:
+            self.schema = None  # born in the environment: nothing of the table is its yet
+        elif table is not None and self.snapshot_id is not None:
+            self.schema = snapshot_schema(table, self.snapshot_id)
+        else:
+            self.schema = None if table is None else published_schema(table)
         # the table decides its id type, never a setting: uuid for new tables, the string of a
         # table created before uuid ids (Iceberg cannot promote string to uuid)
         self.row_id_type = table_row_id_type(table)
@@ -173,7 +184,10 @@ class IcebergVersion(StoredVersion):
     @property
     def files(self) -> list[DataFile]:
         if self._files is None:
-            self._files = self.sink.tables.data_files(self.table)
+            if self.ds.environment is not None and self.snapshot_id is None:
+                self._files = []  # born in the environment: no version of it yet
+            else:
+                self._files = self.sink.tables.data_files(self.table, self.snapshot_id)
         return self._files
 
     def existing_keys(self, keys: tuple[str, ...], partition: PartitionFilter | None = None) -> pa.RecordBatchReader:
@@ -315,7 +329,11 @@ class IcebergWrite(SinkWrite):
             "trident.created-at": self.req.tau.isoformat(),
             **{f"trident.{k.replace('_', '-')}": str(v) for k, v in asdict(counts).items()},
         }
-        base = self.version.table.current_snapshot() if self.version.table is not None else None
+        if self.req.dataset.environment is not None:
+            base_id = self.version.snapshot_id
+        else:
+            base = self.version.table.current_snapshot() if self.version.table is not None else None
+            base_id = base.snapshot_id if base else None
         snap = committer.commit_snapshot(
             self.version.sink.tables,
             self.req,
@@ -323,7 +341,7 @@ class IcebergWrite(SinkWrite):
             files,
             self.to_delete,
             props,
-            base_snapshot_id=base.snapshot_id if base else None,
+            base_snapshot_id=base_id,
         )
         return summary_outcome(snap, without_metadata(self.arrow_schema))
 
@@ -444,12 +462,35 @@ class IcebergSink(Sink):
                 self._ensure_namespaces(ident)
                 txn = self._create_transaction(ident, target, owner=req.dataset.dataset_id)
         else:
+            env = req.dataset.environment
+            ref = table.metadata.refs.get(env_branch(env)) if env is not None else None
+            if ref is not None and ref.snapshot_id != req.dataset.snapshot_id and not req.stage:
+                # the branch is not where the environment's version is (its head was promoted, and
+                # the environment now forks production's version again): it starts over there
+                manage_snapshots(table).remove_branch(env_branch(env)).commit()  # type: ignore[arg-type]
             head = table.current_snapshot()
             txn = transaction(table)
-            if req.stage and head is not None:  # the audit branch starts at the published version,
+            # the schema of the version this write builds on (main's, or the environment's) when the
+            # table has environments: its current schema may be an environment's (an added column
+            # must not reach production, nor production's reach the environment). Without one, the
+            # current schema stays (a staged version's evolution is carried by its publish)
+            envs = any(name.startswith(ENV_BRANCH_PREFIX) for name in table.metadata.refs)
+            base = table.snapshot_by_id(req.dataset.snapshot_id) if env is not None and req.dataset.snapshot_id else head
+            moved_on = base is not None and base.schema_id is not None and base.schema_id != table.metadata.current_schema_id
+            if (env is not None or envs) and moved_on:
+                assert base is not None and base.schema_id is not None
+                use_schema_in(txn, base.schema_id)
+            if env is not None and req.stage:  # staged in an environment: its audit branch starts at its version
+                if req.dataset.snapshot_id is not None:
+                    create_branch_in(txn, req.dataset.snapshot_id, audit_branch(req.txn_id))
+            elif env is not None and env_branch(env) not in table.metadata.refs and req.dataset.snapshot_id is not None:
+                # the environment's first write of an existing dataset: its branch starts at the
+                # version it forks (a ref: no file copied), in the same commit as its snapshot
+                create_branch_in(txn, req.dataset.snapshot_id, env_branch(env))
+            if req.stage and head is not None and env is None:  # the audit branch starts at the published version,
                 # created by the same commit as the staged snapshot (one catalog commit, not two)
                 create_branch_in(txn, head.snapshot_id, audit_branch(req.txn_id))
-            current = schema_to_pyarrow(table.schema(), include_field_ids=False)
+            current = schema_to_pyarrow(txn.table_metadata.schema(), include_field_ids=False)
             if replace:  # a column whose type changes is dropped and added again, unless Iceberg
                 # can promote it (int -> long...): ``union_by_name`` does that in place, same field id
                 gone = [
@@ -641,8 +682,16 @@ class IcebergSink(Sink):
 
     # -- recovery ---------------------------------------------------------------------------
     def _txn_snapshot(self, table: Table, txn_id: uuid.UUID) -> Snapshot | None:
-        """The published snapshot (main or its ancestors) that ``txn_id`` committed."""
-        return next((s for s in ancestors_of(table.current_snapshot(), table.metadata) if carries_txn(s, txn_id)), None)
+        """The published snapshot (main or its ancestors, or an environment branch's: an
+        environment's write is committed there) that ``txn_id`` committed."""
+        heads = [table.current_snapshot()] + [
+            table.snapshot_by_id(r.snapshot_id) for name, r in table.metadata.refs.items() if name.startswith(ENV_BRANCH_PREFIX)
+        ]
+        for head in heads:
+            found = next((s for s in ancestors_of(head, table.metadata) if carries_txn(s, txn_id)), None)
+            if found is not None:
+                return found
+        return None
 
     def find_committed(self, ds: DatasetRecord, txn_id: uuid.UUID) -> Outcome | None:
         table = self.tables.table(ds)
@@ -684,7 +733,8 @@ class IcebergSink(Sink):
             return Discarded()  # committed: its files are the dataset
         where = location or (table.location() if table is not None else None)
         io = table.io if table is not None else None
-        if table is not None and table.current_snapshot() is None:
+        envs = table is not None and any(n.startswith(ENV_BRANCH_PREFIX) for n in table.metadata.refs)
+        if table is not None and table.current_snapshot() is None and not envs:
             self.catalog.drop_table(self.tables.identifier(ds))  # created empty (or staged only) by an aborted first write
         elif (
             table is not None and audit_branch(txn_id) in table.metadata.refs and not wap.drop_audit_branch(table, txn_id)
@@ -702,7 +752,10 @@ class IcebergSink(Sink):
     def publish(
         self, ds: DatasetRecord, txn_id: uuid.UUID, base_snapshot_id: int | None, partition: PartitionFilter | None = None
     ) -> Outcome:
-        """Make a staged version the published one in ONE metadata-only commit (see ``wap.publish``)."""
+        """Make a staged version the published one in ONE metadata-only commit (see ``wap.publish``;
+        in an environment ``wap.publish_in_environment``: its branch moves, never main)."""
+        if ds.environment is not None:
+            return wap.publish_in_environment(self.tables, ds, txn_id, base_snapshot_id)
         return wap.publish(self.tables, ds, txn_id, base_snapshot_id, partition)
 
     def discard_staged(self, ds: DatasetRecord, txn_id: uuid.UUID, location: str | None = None) -> None:
@@ -806,6 +859,47 @@ class IcebergSink(Sink):
             aborted_uploads=uploads,
             expiry_refused=refused,
         )
+
+    def drop_branch(
+        self, ds: DatasetRecord, environment: str, txn_ids: set[uuid.UUID], *, remove_table: bool
+    ) -> tuple[int, bool]:
+        """Remove the environment's branch, expire the snapshots its writes (``txn_ids``) made that
+        no remaining ref reaches, then delete the files the table's metadata once referenced and
+        no retained snapshot reads (``purge.unreferenced_files``: production's and other
+        environments' files stay). ``remove_table``: the table was born in this environment and
+        nothing else has it: it is dropped with every file. The caller holds the writer lock."""
+        table = self.tables.table(ds)
+        if table is None:
+            return 0, False
+        branch = env_branch(environment)
+        if remove_table and all(name == branch for name in table.metadata.refs):
+            head = table.metadata.refs.get(branch)
+            files = len(self.tables.data_files(table, head.snapshot_id)) if head is not None else 0
+            self.catalog.drop_table(self.tables.identifier(ds))
+            purge_files(table)
+            self.drop(ds)
+            return files, True
+        if branch in table.metadata.refs:
+            manage_snapshots(table).remove_branch(branch).commit()
+            table = table.refresh()
+        reachable: set[int] = set()
+        for ref in table.metadata.refs.values():
+            snap = table.snapshot_by_id(ref.snapshot_id)
+            while snap is not None and snap.snapshot_id not in reachable:
+                reachable.add(snap.snapshot_id)
+                snap = table.snapshot_by_id(snap.parent_snapshot_id) if snap.parent_snapshot_id is not None else None
+        mine = {str(t) for t in txn_ids}
+        orphaned = [
+            s.snapshot_id
+            for s in table.snapshots()
+            if s.snapshot_id not in reachable and s.summary is not None and s.summary.get(TXN_PROPERTY) in mine
+        ]
+        if orphaned:
+            table.maintenance.expire_snapshots().by_ids(orphaned).commit()
+            table = table.refresh()
+        garbage, metadata = unreferenced_files(table)
+        delete_paths(table.io, garbage + metadata)
+        return len(garbage), False
 
     def drop(self, ds: DatasetRecord) -> None:
         self.tables.caches.locations.pop(ds.dataset_id, None)

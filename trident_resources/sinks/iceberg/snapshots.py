@@ -127,6 +127,14 @@ def snapshot_to_read(table: Table, version: int) -> int:
     return max(copies, key=lambda s: s.sequence_number or 0).snapshot_id if copies else version
 
 
+ENV_BRANCH_PREFIX = "trident_env_"
+
+
+def env_branch(environment: str) -> str:
+    """The branch an environment's versions of a table live on (docs/environments.md)."""
+    return f"{ENV_BRANCH_PREFIX}{environment}"
+
+
 def audit_branch(txn_id: uuid.UUID) -> str:
     """The branch a staged (write-audit-publish) transaction commits to."""
     return f"trident-audit-{txn_id}"

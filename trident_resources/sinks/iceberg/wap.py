@@ -24,6 +24,7 @@ from .snapshots import (
     TXN_PROPERTY,
     audit_branch,
     carries_txn,
+    env_branch,
     has_column,
     is_maintenance,
     published_schema,
@@ -89,6 +90,36 @@ def publish(
         return _move_main(tables, ds, table, staged, txn_id)
     except CommitFailedException as exc:
         raise StagedVersionConflictError(f"{ds.key!r} changed while publishing {txn_id}: {exc}") from exc
+
+
+def publish_in_environment(tables: IcebergTables, ds: DatasetRecord, txn_id: uuid.UUID, base_snapshot_id: int | None) -> Outcome:
+    """Publish a version staged in an environment (``ds.environment``): the environment's branch
+    moves to the staged snapshot (created there when this is the environment's first version of
+    the dataset) and the audit branch goes, ONE metadata-only commit; ``main`` never moves.
+    Refused when the environment's branch moved since the version was staged."""
+    assert ds.environment is not None
+    table = tables.existing_table(ds)
+    staged = _staged_snapshot(table, txn_id)
+    if staged is None:
+        raise InvalidWriteError(f"transaction {txn_id} has no staged version of {ds.key!r} (discarded or expired?)")
+    branch = env_branch(ds.environment)
+    ref = table.metadata.refs.get(branch)
+    if ref is not None and ref.snapshot_id != base_snapshot_id:
+        raise StagedVersionConflictError(
+            f"{ds.key!r} changed in environment {ds.environment!r} since transaction {txn_id} was staged (its "
+            f"version {ref.snapshot_id}, staged on {base_snapshot_id}); discard it (`trident discard {ds.key} "
+            f"{txn_id}`) and write again"
+        )
+    try:
+        txn = transaction(table)
+        move_branch_in(txn, branch, staged.snapshot_id)
+        if audit_branch(txn_id) in table.metadata.refs:
+            remove_branch_in(txn, audit_branch(txn_id))
+        committed = txn.commit_transaction()
+    except CommitFailedException as exc:
+        raise StagedVersionConflictError(f"{ds.key!r} changed while publishing {txn_id}: {exc}") from exc
+    tables.remember_committed(ds, committed)
+    return summary_outcome(staged, snapshot_schema(committed, staged.snapshot_id), committed)
 
 
 def _move_main(tables: IcebergTables, ds: DatasetRecord, table: Table, staged: Snapshot, txn_id: uuid.UUID) -> Outcome:
