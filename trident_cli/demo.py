@@ -55,13 +55,13 @@ def demo(scale: str | None) -> None:
     from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
     from trident_assets.definitions import defs
-    from trident_assets.example.schedules import daily_job, pipeline_job
+    from trident_assets.example.schedules import PIPELINE_JOB, daily_job
 
     with command_instance(settings_from_env()) as (instance, which):
         console.print(f"{escape(where(settings_from_env()))}; runs recorded in {escape(which)}", highlight=False)
-        console.print(f"materializing [bold]{pipeline_job.name}[/] (TPC-H sf{os.environ.get('TRIDENT_TPCH_SCALE', '0.01')}) ...")
+        console.print(f"materializing [bold]{PIPELINE_JOB}[/] (TPC-H sf{os.environ.get('TRIDENT_TPCH_SCALE', '0.01')}) ...")
         started = time.monotonic()
-        pipeline = defs.resolve_job_def(pipeline_job.name)
+        pipeline = defs.resolve_job_def(PIPELINE_JOB)
         runs = [pipeline.execute_in_process(run_config=QUIET, raise_on_error=False, instance=instance)]
         if runs[0].success:  # the partitioned part: one week of ship days, as ONE single-run backfill
             first, last = DEMO_DAYS

@@ -18,9 +18,10 @@ def example_definitions(settings: TridentSettings) -> dg.Definitions:
     """The example pipeline with its jobs, and its schedule on the cron ``settings`` name (the
     Definitions are built from the same settings as the resource their runs use). No resources:
     ``example_project`` adds the platform's."""
+    pipeline = pipeline_job(settings)
     return dg.Definitions.merge(
         pipeline_definitions(),
-        dg.Definitions(jobs=[pipeline_job, daily_job], schedules=[rebuild_schedule(settings)]),
+        dg.Definitions(jobs=[pipeline, daily_job], schedules=[rebuild_schedule(settings, pipeline)]),
     )
 
 

@@ -42,6 +42,7 @@ from ..control.plane import LedgerEntry
 from ..core.errors import StagedVersionConflictError, TransactionGroupError
 from ..core.failpoints import failpoint
 from ..core.results import GroupResult, WriteResult
+from ..core.settings import PRODUCTION
 from ..ops.group import TransactionGroup
 from .gate import PARTITION_KEYS, RUN_ID
 from .metadata import materialization_metadata, report
@@ -65,9 +66,15 @@ _STEP_EVENTS = {
 _ENDED = {DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED, DagsterRunStatus.CANCELING}
 
 
-def run_publish_tags() -> dict[str, str]:
+def run_publish_tags(environment: str = PRODUCTION) -> dict[str, str]:
     """The tags that make a job's runs publish once, at their end: put them on a job
-    (``define_asset_job(..., tags=run_publish_tags())``) or on one run (the launchpad)."""
+    (``define_asset_job(..., tags=run_publish_tags(settings.environment))``) or on one run (the
+    launchpad). None for a code location in an environment (``TRIDENT_ENVIRONMENT``): there the
+    environment is the staging area, each output publishes into it as written, and promotion
+    publishes the whole environment at once (a run tagged anyway is refused by its first write,
+    ``EnvironmentUnsupportedError``)."""
+    if environment != PRODUCTION:
+        return {}
     return {RUN_PUBLISH_TAG: RUN_PUBLISH, DEFER_ASSET_EVENTS_TAG: "true"}
 
 
