@@ -31,6 +31,8 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +81,22 @@ def generate(sf: float) -> Path:
     shutil.rmtree(tmp, ignore_errors=True)
     print(f"  done in {time.perf_counter() - t0:.1f} s", flush=True)
     return path
+
+
+def own_peak_rss() -> int:
+    """This process's own peak RSS in bytes: VmHWM, which exec resets. ``ru_maxrss`` (and so
+    ``os.wait4``'s) keeps the high-water mark of the process before exec, i.e. of the parent
+    that forked it: a child of a large parent (the S3 benches' parent hosts moto's in-memory
+    objects) would report the parent's size. Falls back to ``ru_maxrss`` off Linux."""
+    import resource
+
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def warm(path: Path) -> None:
@@ -385,6 +403,7 @@ def child_main(args: argparse.Namespace) -> None:
         "wall_s": wall,
         "baseline_rss": baseline,
         "self_maxrss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "own_peak_rss": own_peak_rss(),
         "arrow_pool_peak": pool.max_memory(),
         "arrow_backend": pool.backend_name,
         "rss_peak_at_s": round(peak_at[0], 2),
@@ -441,7 +460,8 @@ def run_child(mode: str, args: argparse.Namespace, path: Path, tag: str, profile
             tail = (logs / f"{tag}.log").read_text(errors="replace")[-4000:]
             raise RuntimeError(f"run {tag} failed (exit {proc.returncode}):\n{tail}")
         res = json.loads(result_file.read_text())
-        res["peak_rss"] = usage.ru_maxrss * 1024  # Linux reports KiB
+        # The child's own high-water mark (VmHWM; ru_maxrss would report a large parent's).
+        res["peak_rss"] = res.get("own_peak_rss") or usage.ru_maxrss * 1024  # Linux reports KiB
         res["child_cpu_s"] = usage.ru_utime + usage.ru_stime  # whole child, incl. start-up
         res["load"] = (load + os.getloadavg()[0]) / 2
         return res
@@ -682,8 +702,9 @@ def first_rows(sf: float, rows: int) -> Path:
     return out
 
 
-def _s3_cleanup(remote: dict[str, Any]) -> None:
-    """Delete every object the run stored (moto keeps them in the parent's memory)."""
+def _s3_cleanup(remote: dict[str, Any], keep: str | None = None) -> None:
+    """Delete every data file the run stored (moto keeps them in the parent's memory), except
+    those under the key prefix ``keep`` (a table another bench still reads)."""
     import boto3
 
     s3 = boto3.client(
@@ -694,23 +715,25 @@ def _s3_cleanup(remote: dict[str, Any]) -> None:
         region_name=remote["region"],
     )
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=remote["bucket"]):
-        keys = [{"Key": o["Key"]} for o in page.get("Contents", []) if "/data/" in o["Key"]]
+        keys = [
+            {"Key": o["Key"]}
+            for o in page.get("Contents", [])
+            if "/data/" in o["Key"] and not (keep and o["Key"].startswith(keep))
+        ]
         if keys:
             s3.delete_objects(Bucket=remote["bucket"], Delete={"Objects": keys})
 
 
-def s3_main(args: argparse.Namespace) -> None:
-    """Issue 14 item 7: the same write to object storage through a REST catalog, Trident vs raw
-    pyiceberg with the same columns; wall, bytes stored, files/row groups, peak RSS."""
+@contextmanager
+def remote_servers() -> Iterator[dict[str, Any]]:
+    """The test suite's loopback moto S3 server and lakana REST catalog (``tests/support``), for
+    the S3 + REST benches: yields where they are (the dict ``_remote`` reads) and exports it in
+    ``TRIDENT_BENCH_REMOTE`` so every child process finds them; stops both on exit."""
     import tempfile
 
     from tests.support.rest_catalog import rest_catalog_server
     from tests.support.s3_server import s3_server
 
-    DATA.mkdir(parents=True, exist_ok=True)
-    path = first_rows(float(str(args.sf).split(",")[0]), args.rows)
-    prepare_postgres(args)
-    modes = [m for m in "sr" if m in args.only] or ["s", "r"]
     with s3_server() as s3, tempfile.TemporaryDirectory(prefix="trident-bench-rest-") as work:
         with rest_catalog_server(Path(work), s3=s3) as rest:
             remote = {
@@ -725,20 +748,37 @@ def s3_main(args: argparse.Namespace) -> None:
                 "properties": rest.properties,
             }
             os.environ[REMOTE_ENV] = json.dumps(remote)
-            print(f"\nS3+REST: {args.runs} x {''.join(modes)} on {path.relative_to(REPO)}; moto {s3.endpoint}, lakana {rest.uri}")
-            raw: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
-            for i in range(args.runs):
-                for m in modes:
-                    warm(path)
-                    res = run_child(m, args, path, f"s3_{m}_{i}")
-                    _s3_cleanup(remote)
-                    raw[m].append(res)
-                    x = res["extra"]
-                    print(
-                        f"  run {i + 1} {S3_LABELS[m]:<38} {res['wall_s']:7.2f} s  {x['stored_bytes'] / MIB:6.1f} MiB "
-                        f"in {x['data_files']} files / {x['row_groups']} row groups  peak RSS {res['peak_rss'] / MIB:6.0f} MiB",
-                        flush=True,
-                    )
+            try:
+                yield remote
+            finally:
+                os.environ.pop(REMOTE_ENV, None)
+
+
+def s3_main(args: argparse.Namespace) -> None:
+    """Issue 14 item 7: the same write to object storage through a REST catalog, Trident vs raw
+    pyiceberg with the same columns; wall, bytes stored, files/row groups, peak RSS."""
+    DATA.mkdir(parents=True, exist_ok=True)
+    path = first_rows(float(str(args.sf).split(",")[0]), args.rows)
+    prepare_postgres(args)
+    modes = [m for m in "sr" if m in args.only] or ["s", "r"]
+    with remote_servers() as remote:
+        print(
+            f"\nS3+REST: {args.runs} x {''.join(modes)} on {path.relative_to(REPO)}; "
+            f"moto {remote['endpoint']}, lakana {remote['uri']}"
+        )
+        raw: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
+        for i in range(args.runs):
+            for m in modes:
+                warm(path)
+                res = run_child(m, args, path, f"s3_{m}_{i}")
+                _s3_cleanup(remote)
+                raw[m].append(res)
+                x = res["extra"]
+                print(
+                    f"  run {i + 1} {S3_LABELS[m]:<38} {res['wall_s']:7.2f} s  {x['stored_bytes'] / MIB:6.1f} MiB "
+                    f"in {x['data_files']} files / {x['row_groups']} row groups  peak RSS {res['peak_rss'] / MIB:6.0f} MiB",
+                    flush=True,
+                )
     results = {m: summarise(rs) for m, rs in raw.items()}
     text = s3_report(path, results, raw, args)
     (DATA / "results_s3.json").write_text(
