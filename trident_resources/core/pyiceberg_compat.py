@@ -151,7 +151,7 @@ class SqlCatalogReusingMetadata(SqlCatalog):
                 (nothing is committed; the metadata files written are left unreferenced).
         """
         from pyiceberg.exceptions import CommitFailedException
-        from sqlalchemy import update
+        from sqlalchemy import bindparam, update
 
         done: list[Table] = []
         swaps: list[tuple[int, Table, Any]] = []  # (position, the table as loaded, pyiceberg's StagedTable of its change)
@@ -162,24 +162,37 @@ class SqlCatalogReusingMetadata(SqlCatalog):
                 self._write_metadata(metadata=staged.metadata, io=staged.io, metadata_path=staged.metadata_location)
                 swaps.append((len(done) - 1, table, staged))
         if swaps:
-            # the catalog's engine autocommits each statement: this connection runs one transaction
+            # the catalog's engine autocommits each statement: this connection runs one transaction,
+            # its swaps sent as one batch (psycopg pipelines an executemany)
+            rows = [
+                {
+                    "b_ns": Catalog.namespace_to_string(Catalog.namespace_from(current.name())),
+                    "b_name": Catalog.table_name_from(current.name()),
+                    "b_old": current.metadata_location,
+                    "b_new": staged.metadata_location,
+                }
+                for _, current, staged in swaps
+            ]
+            swap = (
+                update(IcebergTables)
+                .where(
+                    IcebergTables.catalog_name == self.name,
+                    IcebergTables.table_namespace == bindparam("b_ns"),
+                    IcebergTables.table_name == bindparam("b_name"),
+                    IcebergTables.metadata_location == bindparam("b_old"),
+                )
+                .values(metadata_location=bindparam("b_new"), previous_metadata_location=bindparam("b_old"))
+            )
             with self.engine.connect() as conn, conn.execution_options(isolation_level="READ COMMITTED").begin():
-                for _, current, staged in swaps:
-                    ident = current.name()
-                    namespace = Catalog.namespace_to_string(Catalog.namespace_from(ident))
-                    name = Catalog.table_name_from(ident)
-                    result: Any = conn.execute(
-                        update(IcebergTables)
-                        .where(
-                            IcebergTables.catalog_name == self.name,
-                            IcebergTables.table_namespace == namespace,
-                            IcebergTables.table_name == name,
-                            IcebergTables.metadata_location == current.metadata_location,
-                        )
-                        .values(metadata_location=staged.metadata_location, previous_metadata_location=current.metadata_location)
+                if self.engine.dialect.supports_sane_multi_rowcount:
+                    result: Any = conn.execute(swap, rows)
+                    swapped = result.rowcount
+                else:
+                    swapped = sum(conn.execute(swap, row).rowcount for row in rows)
+                if swapped < len(rows):  # leaving the block rolls every swap back
+                    raise CommitFailedException(
+                        f"{len(rows) - swapped} of {len(rows)} tables were updated by another process meanwhile"
                     )
-                    if result.rowcount < 1:  # leaving the block rolls every swap back
-                        raise CommitFailedException(f"Table has been updated by another process: {namespace}.{name}")
         for at, _, new in swaps:
             self._parsed.put(new.metadata_location, new.metadata)
             done[at] = Table(
