@@ -132,6 +132,29 @@ class SqlCatalogReusingMetadata(SqlCatalog):
             catalog=self,
         )
 
+    def _update_and_stage_table(
+        self, current_table: Table | None, table_identifier: Any, requirements: tuple[Any, ...], updates: tuple[Any, ...]
+    ) -> Any:
+        """pyiceberg's, without the deep copy of the whole new metadata (``_staged_metadata``) for
+        a change of an existing table; a creation is pyiceberg's own (it validates the result)."""
+        if current_table is None:
+            return super()._update_and_stage_table(current_table, table_identifier, requirements, updates)
+        from pyiceberg.table import StagedTable
+        from pyiceberg.table.locations import load_location_provider
+
+        for requirement in requirements:
+            requirement.validate(current_table.metadata)
+        metadata = _staged_metadata(current_table.metadata, updates, current_table.metadata_location)
+        version = self._parse_metadata_version(current_table.metadata_location) + 1
+        location = load_location_provider(metadata.location, metadata.properties).new_table_metadata_file_location(version)
+        return StagedTable(
+            identifier=table_identifier,
+            metadata=metadata,
+            metadata_location=location,
+            io=self._load_file_io(properties=metadata.properties, location=location),
+            catalog=self,
+        )
+
     def commit_table(self, table: Table, requirements: tuple[Any, ...], updates: tuple[Any, ...]) -> CommitTableResponse:
         """pyiceberg's commit; the metadata it wrote is remembered as the file's parsed content."""
         response = super().commit_table(table, requirements, updates)
@@ -246,19 +269,22 @@ class _MemoCreateTableTransaction(_MemoTransaction, CreateTableTransaction):
     pipeline's first run, 0.1 s of its run)."""
 
 
-def _staged_metadata(base: TableMetadata, updates: tuple[Any, ...]) -> TableMetadata:
-    """pyiceberg's ``update_table_metadata(base, updates)`` (as a ``Transaction`` calls it: no
-    metadata location, no validation) without its closing deep copy of the result. Each update
-    derives new metadata by ``model_copy(update=...)`` of frozen models with new lists and dicts,
-    so nothing of ``base`` is shared mutably; the copy cost one whole-history copy per commit
-    (a third of a one-row append's time after 1,000 snapshots)."""
-    from pyiceberg.table.update import _apply_table_update, _TableMetadataUpdateContext
+def _staged_metadata(base: TableMetadata, updates: tuple[Any, ...], metadata_location: str | None = None) -> TableMetadata:
+    """pyiceberg's ``update_table_metadata(base, updates, metadata_location=...)`` (no
+    validation: as a ``Transaction`` calls it, and a catalog commit on an existing table)
+    without its closing deep copy of the result. Each update derives new metadata by
+    ``model_copy(update=...)`` of frozen models with new lists and dicts, so nothing of ``base``
+    is shared mutably; the copy cost one whole-history copy per commit (a third of a one-row
+    append's time after 1,000 snapshots), and a catalog commit made it twice."""
+    from pyiceberg.table.update import _apply_table_update, _TableMetadataUpdateContext, _update_table_metadata_log
     from pyiceberg.utils.datetime import datetime_to_millis
 
     context = _TableMetadataUpdateContext()
     new = base
     for update in updates:
         new = _apply_table_update(update, new, context)
+    if context.has_changes() and metadata_location:
+        new = _update_table_metadata_log(new, metadata_location, base.last_updated_ms)
     if context.has_changes() and base.last_updated_ms == new.last_updated_ms:
         new = new.model_copy(update={"last_updated_ms": datetime_to_millis(datetime.now().astimezone())})
     new.spec().check_compatible(new.schema())
