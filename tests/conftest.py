@@ -60,7 +60,8 @@ def iceberg_writes(monkeypatch: pytest.MonkeyPatch) -> None:
     operations, compaction, expiry, bounds repair, storage credentials, faults injected at Iceberg
     commit steps). Set in the environment, so every way a test builds settings takes it: the
     fixtures here, ``TridentSettings()`` in Dagster resources and CLI subprocesses. Request it
-    before the fixtures that build settings (``pytestmark = pytest.mark.usefixtures(...)``)."""
+    before the fixtures that build settings (``pytestmark = pytest.mark.usefixtures(...)``); a
+    child process started without the TRIDENT_* environment is passed ``settings.inline_max_rows``."""
     monkeypatch.setenv("TRIDENT_INLINE_MAX_ROWS", "0")
 
 
