@@ -53,6 +53,18 @@ def pg_dsn(trident_home: Path) -> str:
     return ensure_embedded_postgres(trident_home / "pg")
 
 
+@pytest.fixture
+def iceberg_writes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Small appends take the Iceberg commit path (TRIDENT_INLINE_MAX_ROWS=0), for tests whose
+    subject IS that path: the snapshots, data files and metadata a commit leaves (snapshot
+    operations, compaction, expiry, bounds repair, storage credentials, faults injected at Iceberg
+    commit steps). Set in the environment, so every way a test builds settings takes it: the
+    fixtures here, ``TridentSettings()`` in Dagster resources and CLI subprocesses. Request it
+    before the fixtures that build settings (``pytestmark = pytest.mark.usefixtures(...)``); a
+    child process started without the TRIDENT_* environment is passed ``settings.inline_max_rows``."""
+    monkeypatch.setenv("TRIDENT_INLINE_MAX_ROWS", "0")
+
+
 def make_settings(home: Path, dsn: str, **overrides: object) -> TridentSettings:
     values: dict[str, object] = {
         "home": home,

@@ -478,6 +478,7 @@ def test_a_partition_run_of_a_plain_asset_is_gated(settings: TridentSettings, tr
     assert _txn_files(t, "gated_daily", staged.txn_id) == []
 
 
+@pytest.mark.usefixtures("iceberg_writes")  # six small files (one per Iceberg append) to compact
 def test_a_gated_asset_publishes_though_maintenance_compacted_it_before_settling(
     settings: TridentSettings, trident: Trident
 ) -> None:

@@ -60,6 +60,10 @@ class DatasetRecord:
     # set when this record is an environment's version of the dataset (``ControlPlane.environment``'s
     # head, read instead of production's): its sinks read and write that environment's branch
     environment: str | None = None
+    # the inlined tail this record names: blocks with inline_flushed < seq <= inline_through
+    # (migrations/0011_inline_bounds.sql); equal: no tail
+    inline_through: int = 0
+    inline_flushed: int = 0
 
     @property
     def exists(self) -> bool:
@@ -893,12 +897,15 @@ class ControlPlane:
             if provenance is not None:
                 conn.execute(q.UPSERT_PROVENANCE, (entry.dataset_id, json.dumps(provenance, default=str)))
             if inline is not None:
-                conn.execute(
+                block = conn.execute(
                     q.INSERT_INLINE_BLOCK, (entry.dataset_id, entry.txn_id, inline.first_row_index, inline.n_rows, inline.ipc)
-                )
+                ).fetchone()
+                assert block is not None
+                conn.execute(q.SET_INLINE_THROUGH, (block["seq"], entry.dataset_id))
             through = entry.metadata.get(INLINE_FLUSH_META)
             if through is not None:
                 conn.execute(q.MARK_INLINE_FLUSHED, (entry.txn_id, entry.dataset_id, int(through)))
+                conn.execute(q.SET_INLINE_FLUSHED, (int(through), entry.dataset_id))
         return LedgerEntry(**row)
 
     # -- the inlined tail -------------------------------------------------------------------
@@ -948,6 +955,18 @@ class ControlPlane:
         blocks = [(int(r["n_rows"]), bytes(r["ipc"])) for r in rows if r["seq"] is not None]
         last = max((r["seq"] for r in rows if r["seq"] is not None), default=None)
         return InlineTail(rows[0]["snapshot_id"] if rows else None, blocks, last)
+
+    def inline_tail_of(self, ds: DatasetRecord) -> InlineTail:
+        """The tail ``ds`` names (its ``inline_flushed < seq <= inline_through``) on top of the
+        snapshot it records: the version of the moment the record was read, however much later
+        this runs (blocks committed since have a higher seq, blocks flushed since are still
+        stored), so every dataset of a read resolved in one statement is read as of one moment."""
+        if ds.inline_through <= ds.inline_flushed:
+            return InlineTail(ds.snapshot_id, [], None)
+        with self.pool.connection() as conn:
+            rows = conn.execute(q.INLINE_TAIL_RANGE, (ds.dataset_id, ds.inline_flushed, ds.inline_through)).fetchall()
+        last = max((r["seq"] for r in rows), default=None)
+        return InlineTail(ds.snapshot_id, [(int(r["n_rows"]), bytes(r["ipc"])) for r in rows], last)
 
     def inline_tail_at(self, dataset_id: uuid.UUID, snapshot_id: int | None, visible_at: datetime) -> InlineTail:
         """The tail of the version that became visible at ``visible_at`` (a committed

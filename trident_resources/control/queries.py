@@ -8,7 +8,7 @@ APPLIED_MIGRATIONS = "SELECT version FROM trident_migrations"
 RECORD_MIGRATION = "INSERT INTO trident_migrations (version, name) VALUES (%s, %s)"
 
 _DATASET_COLS = """dataset_id, workspace, key, sink, iceberg_identifier, row_count, next_row_index, schema,
-    schema_version, snapshot_id, last_txn_id, committed_at, created_at, updated_at"""
+    schema_version, snapshot_id, last_txn_id, committed_at, created_at, updated_at, inline_through, inline_flushed"""
 GET_DATASET = f"SELECT {_DATASET_COLS} FROM trident_datasets WHERE workspace = %s AND key = %s"
 GET_DATASET_BY_ID = f"SELECT {_DATASET_COLS} FROM trident_datasets WHERE dataset_id = %s"
 # A writer that just took a dataset's lock: the record as it is now, and whether any transaction
@@ -298,7 +298,15 @@ REF_PENDING_OF = f"SELECT {_LEDGER_COLS} FROM trident_ledger WHERE ref_pending A
 
 # -- the inlined tail of iceberg_native datasets (migrations/0009_inline_tail.sql) ------------------
 INSERT_INLINE_BLOCK = """INSERT INTO trident_inline_tail (dataset_id, txn_id, first_row_index, n_rows, ipc)
-    VALUES (%s, %s, %s, %s, %s)"""
+    VALUES (%s, %s, %s, %s, %s) RETURNING seq"""
+# the tail range a dataset's record names (migrations/0011_inline_bounds.sql), moved in the COMMIT
+# of the inlined write (its block) and of a flush (the last block it moved)
+SET_INLINE_THROUGH = "UPDATE trident_datasets SET inline_through = %s WHERE dataset_id = %s"
+SET_INLINE_FLUSHED = "UPDATE trident_datasets SET inline_flushed = GREATEST(inline_flushed, %s) WHERE dataset_id = %s"
+# The tail a dataset's record names: read after the record, it still shows that record's moment
+# (blocks committed later have a higher seq; blocks flushed later are still stored).
+INLINE_TAIL_RANGE = """SELECT seq, n_rows, ipc FROM trident_inline_tail
+    WHERE dataset_id = %s AND seq > %s AND seq <= %s ORDER BY seq"""
 # What a writer of the dataset asks before inlining: rows and last block of the tail, and whether a
 # staged version waits (its publish would replace main: an inlined write then takes the Iceberg path).
 INLINE_STATE = """SELECT coalesce(sum(n_rows), 0)::bigint AS rows, max(seq) AS last_seq,
@@ -338,17 +346,19 @@ WITH led AS (
         0, 0, %(snapshot)s, %(version)s, %(refs)s::jsonb, %(meta)s::jsonb, %(pid)s, %(host)s)
     ON CONFLICT (txn_id) DO NOTHING
     RETURNING {_LEDGER_COLS}
+), tail AS (
+    INSERT INTO trident_inline_tail (dataset_id, txn_id, first_row_index, n_rows, ipc)
+    SELECT %(ds)s, %(txn)s, %(first)s, %(n)s, %(ipc)s FROM led WHERE %(ipc)s::bytea IS NOT NULL
+    RETURNING seq
 ), stats AS (
     UPDATE trident_datasets SET row_count = %(rows)s, next_row_index = %(next)s, last_txn_id = %(txn)s,
-        committed_at = (SELECT committed_at FROM led), updated_at = now()
+        committed_at = (SELECT committed_at FROM led), updated_at = now(),
+        inline_through = coalesce((SELECT seq FROM tail), inline_through)
     WHERE dataset_id = %(ds)s AND EXISTS (SELECT 1 FROM led)
     RETURNING 1
 ), sync AS (
     INSERT INTO trident_sync_log (dataset_id, txn_id, sink, snapshot_id, has_identity, rows_written, row_count)
     SELECT %(ds)s, %(txn)s, %(sink)s, %(snapshot)s, true, %(n)s, %(rows)s FROM led
-), tail AS (
-    INSERT INTO trident_inline_tail (dataset_id, txn_id, first_row_index, n_rows, ipc)
-    SELECT %(ds)s, %(txn)s, %(first)s, %(n)s, %(ipc)s FROM led WHERE %(ipc)s::bytea IS NOT NULL
 )
 SELECT * FROM led"""
 

@@ -122,11 +122,11 @@ class TridentSettings(BaseSettings):
     )
     commit_retries: int = Field(5, ge=0, description="Retries of an Iceberg commit that conflicts with a concurrent one.")
     inline_max_rows: int = Field(
-        0,  # off until the whole suite runs with it on; 1,000 is the recommended value
+        1_000,
         ge=0,
         le=65_536,  # one inlined commit is one Arrow row block (sinks/pg/blocks.py)
         description="An append of at most this many rows to an iceberg_native dataset is inlined into the control plane "
-        "(committed with its ledger row, no Iceberg snapshot) until a flush; 0 (the default) turns inlining off.",
+        "(committed with its ledger row, no Iceberg snapshot) until a flush; 0 turns inlining off.",
     )
     inline_flush_rows: int = Field(
         100_000,

@@ -21,6 +21,9 @@ Ours, on purpose few (``report``):
                             route, rows_written, skipped, preserved, schema_version, and what the
                             node said (plan, incremental, partition, dataset_row_count, join
                             estimate, ...)
+``trident/inlined_rows``    an ``iceberg_native`` dataset's rows kept in the control plane by small
+                            writes (``TRIDENT_INLINE_MAX_ROWS``) and not flushed into Iceberg yet:
+                            Trident reads them, other Iceberg engines see them after a flush
 ``trident/status``,         a staged version only: that it waits for its checks, and its txn
 ``trident/staged_txn``
 ==========================  ===================================================================
@@ -40,6 +43,7 @@ import dagster as dg
 from ..core.identity import IDENTITY_COLUMNS, ROW_ID
 from ..core.results import Description, WriteResult
 from ..core.settings import PRODUCTION
+from ..transaction.inline import INLINE_SINK
 
 JS_SAFE_INTEGER = 2**53 - 1
 WRITE = "trident/write"
@@ -51,6 +55,7 @@ SHOWN = (
     "trident/committed_at",
     "trident/provenance",
     ENVIRONMENT_KEY,
+    "trident/inlined_rows",
     COLUMN_LINEAGE_KEY,
     "trident/status",
     "trident/staged_txn",
@@ -228,8 +233,13 @@ def version_metadata(
 
 
 def materialization_metadata(result: WriteResult, description: Description) -> dict[str, Any]:
-    """What every Trident materialization reports in Dagster (before ``report`` folds it)."""
-    return version_metadata(result, description.schema, description.iceberg_identifier or description.key, description.provenance)
+    """What every Trident materialization reports in Dagster (before ``report`` folds it): the
+    version's, and for an ``iceberg_native`` dataset how many of its rows are not in Iceberg yet
+    (``trident/inlined_rows``), as ``describe`` counts them when the write has committed."""
+    meta = version_metadata(result, description.schema, description.iceberg_identifier or description.key, description.provenance)
+    if description.sink == INLINE_SINK:
+        meta["trident/inlined_rows"] = dg.MetadataValue.int(description.inlined_rows)
+    return meta
 
 
 def json_safe(value: Any, key: str = "") -> Any:

@@ -104,7 +104,7 @@ class TridentResource(dg.ConfigurableResource):
         default=None, description="TRIDENT_COMMIT_RETRIES: retries of a conflicting Iceberg commit."
     )
     inline_max_rows: int | None = Field(
-        default=None, description="TRIDENT_INLINE_MAX_ROWS: appends of at most this many rows are inlined (0: off)."
+        default=None, description="TRIDENT_INLINE_MAX_ROWS: appends of at most this many rows are inlined (default 1000; 0: off)."
     )
     inline_flush_rows: int | None = Field(
         default=None, description="TRIDENT_INLINE_FLUSH_ROWS: inlined rows that trigger a flush into one Iceberg snapshot."

@@ -121,7 +121,9 @@ def _busy_reason(engine: Engine, ds: DatasetRecord) -> str:
     """Why ``maintain`` could not take the writer lock, naming the open write when there is one."""
     open_now = engine.control.open_entries(ds.dataset_id)
     if not open_now:
-        return "its writer lock is held (another maintenance or reconcile of it is running)"
+        # no open transaction: a maintenance or reconcile of it, or a write still reading the small
+        # input it may inline (an inlined write records nothing before its one COMMIT)
+        return "its writer lock is held (another maintenance or reconcile of it, or a small write about to commit)"
     e = open_now[0]
     return (
         f"a write of it is open (transaction {e.txn_id}, writer {e.writer}, pid {e.pid} on {e.host}, "

@@ -196,6 +196,7 @@ class IngestStream:
                 watermarks=o.watermarks,
                 stage=o.stage,
                 partition=o.partition,
+                allow_inline=False,  # one commit per session already; its transaction is open from the first batch
             )
         except BaseException as exc:  # handed to the producer thread
             self._error = exc

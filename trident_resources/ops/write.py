@@ -53,9 +53,12 @@ def write(
     stage: bool = False,
     partition: PartitionFilter | None = None,
     group: uuid.UUID | None = None,
+    allow_inline: bool = True,
 ) -> WriteResult:
     """``Trident.write`` (see there for the modes, and what it raises); ``group``: staged for that
-    transaction group (``ops/group.py``), published with it."""
+    transaction group (``ops/group.py``), published with it. ``allow_inline=False``: never inlined,
+    whatever its size (an ingest stream session: its transaction is open, in the ledger, from its
+    first batch, while an inlined write reads its whole input before it records anything)."""
     validate_key(key)
     key_cols = arguments.write_keys(keys)
     arguments.write_mode(mode, key_cols, row_filter, data)
@@ -114,7 +117,9 @@ def write(
             raise sink.staging_refusal(ds)
         if route.sink == inline.INLINE_SINK and ds.exists and not in_env:
             state = engine.control.inline_state(ds.dataset_id)
-            small, reader = _inlinable(engine, ds, mode, key_cols, stage, partition, reader, state.staged)
+            small, reader = (
+                _inlinable(engine, ds, mode, key_cols, stage, partition, reader, state.staged) if allow_inline else (None, reader)
+            )
             if small is not None:
                 schema = inline.target(engine.driver, ds).schema
                 assert schema is not None  # (``_inlinable`` checked)

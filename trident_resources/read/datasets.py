@@ -122,7 +122,8 @@ def read_record(engine: Engine, ds: DatasetRecord) -> pa.Table:
 
 
 def read_many(engine: Engine, keys: list[str], columns: list[str] | None) -> dict[str, pa.Table]:
-    """``Trident.read_many``: every record from ONE statement, then each version it names read."""
+    """``Trident.read_many``: every record from ONE statement, then each version it names read,
+    its inlined tail included (the tail the record names: the same moment)."""
     columns = arguments.read_columns(columns)
     found = engine.control.datasets_by_keys(engine.workspace, [validate_key(k) for k in keys])
     out: dict[str, pa.Table] = {}
@@ -131,10 +132,15 @@ def read_many(engine: Engine, keys: list[str], columns: list[str] | None) -> dic
         if ds is None or not ds.exists:
             raise DatasetNotFoundError(key, engine.workspace)
         sink = engine.sink(ds.sink)
-        out[key] = read_faults.read_all(
+        tail = inlined.of(engine, ds) if sink.time_travel else None
+        version = None if tail is None else tail.snapshot_id
+        table = read_faults.read_all(
             key,
-            lambda ds=ds, sink=sink: sink.read(ds, columns=columns, row_filter=None, as_of=None),  # type: ignore[misc]
+            lambda ds=ds, sink=sink, version=version: sink.read(ds, columns=columns, row_filter=None, as_of=version),  # type: ignore[misc]
         )
+        if tail is not None:
+            table = pa.concat_tables([table, tail.rows_as(_stored(engine, ds), table.schema, columns, None)])
+        out[key] = table
     return out
 
 

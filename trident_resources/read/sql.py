@@ -20,6 +20,7 @@ import pyarrow as pa
 
 from ..control.plane import DatasetRecord
 from ..core.errors import SqlError, SqlNotAllowedError, UnknownSqlTableError
+from ..core.failpoints import failpoint
 from ..engine import Engine
 from ..sql.guard import check_reads_only
 from ..sql.sandbox import SandboxCache, bounded_result, close_soon, native_paths, parser, register_dataset, sandbox, sandbox_key
@@ -104,6 +105,7 @@ def run_sql(engine: Engine, query: str, staged: Mapping[str, uuid.UUID | str] | 
     # every dataset's record from ONE statement (one Postgres snapshot), passed on, never read
     # again: the query reads every dataset as of one moment of the control plane
     records = {d.key: d for d in engine.control.datasets(engine.workspace)}
+    failpoint("sql.resolved")  # (tests: a commit landing after the moment the query reads)
     known = set(records) | set(staged)
     plans = {
         key: datasets.scan_plan(engine, key, staged=staged[key]) if key in staged else datasets.scan_plan_of(engine, records[key])

@@ -1,10 +1,12 @@
 """Reads of an ``iceberg_native`` dataset's inlined tail (``transaction/inline.py``): the rows
 small writes committed into the control plane and no flush has moved into Iceberg yet.
 
-A version is its Iceberg snapshot plus its tail. Both are named by ONE control-plane query: the
-current version's tail comes with the snapshot the dataset RECORDS (not the table's current one),
-so a flush killed between its Iceberg commit and its ledger COMMIT shows its rows once (in the
-tail), and a flush committing while a read runs is seen entirely or not at all. A past version
+A version is its Iceberg snapshot plus its tail. Both are named by the dataset's RECORD: the
+snapshot it records (not the table's current one) and the range of tail blocks it records
+(``inline_flushed < seq <= inline_through``), so a flush killed between its Iceberg commit and its
+ledger COMMIT shows its rows once (in the tail), a flush or write committing while a read runs is
+not seen at all, and a read that resolved several datasets in one statement (``t.sql``,
+``read_many``) reads every one of them, tails included, as of that one moment. A past version
 (``as_of``) is its transaction's snapshot plus the blocks committed at or before it and not
 flushed by then. Every read door adds the tail here: streams, whole reads, Arrow sources and the
 DuckDB scan plan."""
@@ -57,12 +59,14 @@ class Tail:
 
 
 def of(engine: Engine, ds: DatasetRecord, as_of: AsOf = None) -> Tail | None:
-    """The tail of the version ``as_of`` names (the current one by default); ``None`` when it
-    has no inlined rows (the sink's read is the whole version)."""
+    """The tail of the version ``as_of`` names (by default the one the record ``ds`` names: the
+    dataset as of the moment ``ds`` was read, its recorded snapshot and its tail's block range,
+    without a query when it names no tail); ``None`` when it has no inlined rows (the sink's read
+    is the whole version)."""
     if ds.sink != INLINE_SINK or ds.environment is not None:  # an environment's version never has a tail
         return None
     if as_of is None:
-        found: InlineTail = engine.control.inline_tail(ds.dataset_id)
+        found: InlineTail = engine.control.inline_tail_of(ds)
     else:
         entry = versions.entry_at(engine, ds, as_of)
         assert entry is not None and entry.committed_at is not None

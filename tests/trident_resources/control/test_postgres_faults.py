@@ -14,7 +14,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -26,11 +26,14 @@ from tests.conftest import make_settings
 from tests.trident_resources.sinks.iceberg.test_s3_faults import _referenced
 from trident_resources import ControlPlaneUnavailableError, StorageUnavailableError, Trident, TridentSettings, WriterLockLostError
 from trident_resources.control.embedded_pg import ensure_embedded_postgres, stop_embedded_postgres
-from trident_resources.transaction import driver
+from trident_resources.transaction import driver, inline
 
 SCHEMA = pa.schema([("k", pa.int64())])
 NAMED = (ControlPlaneUnavailableError, WriterLockLostError, StorageUnavailableError)
-OUTCOMES: list[str] = []  # one line per scenario, printed at the end (for the closing note)
+OUTCOMES: list[str] = []
+PAUSED_IN: list[
+    str
+] = []  # which commit path the writer was paused in: "driver" (Iceberg) or "inline"  # one line per scenario, printed at the end (for the closing note)
 
 
 @pytest.fixture(scope="module")
@@ -82,13 +85,19 @@ def _unreferenced_files(t: Trident, key: str) -> list[str]:
 
 
 SCENARIOS = {
-    # name: (sink, pause the writer at this failpoint and kill there (else mid-stream), restart at once?)
-    "mid-stream, restarted at once": ("iceberg_native", None, True),
-    "mid-stream, down until the writer failed": ("iceberg_native", None, False),
-    "after INTENT, catalog unreachable": ("iceberg_native", "intent.after", False),
-    "after INTENT, restarted at once": ("iceberg_native", "intent.after", True),
-    "between snapshot and ledger COMMIT": ("iceberg_native", "commit.before_ledger", False),
-    "pg sink mid-COPY": ("pg", None, False),
+    # name: (sink, pause the writer at this failpoint and kill there (else mid-stream), restart at
+    # once?, inlined?). The 600-row append is inlined (the default TRIDENT_INLINE_MAX_ROWS) unless
+    # the scenario is about the Iceberg commit path; an inlined append's own kill points are its
+    # INTENT step and its one COMMIT statement (transaction/inline.py).
+    "mid-stream, restarted at once": ("iceberg_native", None, True, True),
+    "mid-stream, down until the writer failed": ("iceberg_native", None, False, True),
+    "mid-stream, Iceberg path, down until the writer failed": ("iceberg_native", None, False, False),
+    "after INTENT, catalog unreachable": ("iceberg_native", "intent.after", False, False),
+    "after INTENT, restarted at once": ("iceberg_native", "intent.after", True, False),
+    "between snapshot and ledger COMMIT": ("iceberg_native", "commit.before_ledger", False, False),
+    "inlined, before its COMMIT statement": ("iceberg_native", "commit.before_ledger", False, True),
+    "inlined, before its COMMIT statement, restarted at once": ("iceberg_native", "commit.before_ledger", True, True),
+    "pg sink mid-COPY": ("pg", None, False, False),
 }
 
 
@@ -97,21 +106,27 @@ def _pause_at(monkeypatch: pytest.MonkeyPatch, name: str) -> tuple[threading.Eve
     reached, resume = threading.Event(), threading.Event()
     real = driver.failpoint
 
-    def hook(point: str) -> None:
-        if point == name:
-            reached.set()
-            assert resume.wait(60)
-        real(point)
+    def hook(where: str) -> Callable[[str], None]:
+        def at(point: str) -> None:
+            if point == name:
+                PAUSED_IN.append(where)
+                reached.set()
+                assert resume.wait(60)
+            real(point)
 
-    monkeypatch.setattr(driver, "failpoint", hook)
+        return at
+
+    PAUSED_IN.clear()
+    monkeypatch.setattr(driver, "failpoint", hook("driver"))
+    monkeypatch.setattr(inline, "failpoint", hook("inline"))  # an inlined write's own steps
     return reached, resume
 
 
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
 def test_postmaster_killed_mid_write(own_pg: Path, monkeypatch: pytest.MonkeyPatch, scenario: str) -> None:
-    sink, pause, restart_at_once = SCENARIOS[scenario]
+    sink, pause, restart_at_once, inlined = SCENARIOS[scenario]
     dsn = ensure_embedded_postgres(own_pg / "pg")
-    settings: TridentSettings = make_settings(own_pg, dsn, writer_wait_seconds=2)
+    settings: TridentSettings = make_settings(own_pg, dsn, writer_wait_seconds=2, inline_max_rows=1000 if inlined else 0)
     key = f"pgkill/s{list(SCENARIOS).index(scenario)}"
     with Trident(settings) as t:
         if sink == "pg":
@@ -133,6 +148,9 @@ def test_postmaster_killed_mid_write(own_pg: Path, monkeypatch: pytest.MonkeyPat
         th = threading.Thread(target=run)
         th.start()
         assert reached.wait(30), "the writer never reached the point of the kill"
+        if pause:
+            paused_in = list(PAUSED_IN)
+            assert paused_in == ["inline" if inlined else "driver"], paused_in
         _kill_postmaster(own_pg)
         if restart_at_once:
             _restart(own_pg, dsn)

@@ -15,7 +15,14 @@ from tests.support.dagster_helpers import resources_for, step_errors
 from trident_resources import Trident, TridentSettings
 from trident_resources.dagster.metadata import iceberg_type_name, report
 
-TRIDENT_KEYS = {"trident/txn_id", "trident/snapshot_id", "trident/committed_at", "trident/provenance", "trident/write"}
+TRIDENT_KEYS = {
+    "trident/txn_id",
+    "trident/snapshot_id",
+    "trident/committed_at",
+    "trident/provenance",
+    "trident/inlined_rows",  # an iceberg_native dataset's rows not in Iceberg yet
+    "trident/write",
+}
 
 
 @dg.asset(key=["meta", "typed"])
@@ -52,6 +59,7 @@ def test_the_column_schema_has_iceberg_types_and_identity_last(settings: Trident
         ("__created_at", "timestamptz"),
     ]
     assert {k for k in meta if k.startswith("trident/")} == TRIDENT_KEYS
+    assert meta["trident/inlined_rows"].value == 0  # a replace: every row in its Iceberg snapshot
     committed = meta["trident/committed_at"]
     assert isinstance(committed, dg.TimestampMetadataValue)
     assert committed.value == trident.describe("meta/typed").committed_at.timestamp()  # type: ignore[union-attr]

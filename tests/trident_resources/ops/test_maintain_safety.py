@@ -22,6 +22,8 @@ from trident_resources.core.schemas import to_iceberg, with_identity
 from trident_resources.sinks.iceberg.files import filesystem_for
 from trident_resources.sinks.iceberg.sink import OWNER_PROPERTY, IcebergSink
 
+pytestmark = pytest.mark.usefixtures("iceberg_writes")  # about what each Iceberg commit leaves
+
 
 def _sink(t: Trident) -> IcebergSink:
     sink = t.driver.sinks["iceberg_native"]

@@ -22,6 +22,7 @@ def _data_files(t: Trident, key: str) -> int:
     return sum(1 for i in fs.get_file_info(pafs.FileSelector(path)) if i.type == pafs.FileType.File)
 
 
+@pytest.mark.usefixtures("iceberg_writes")  # each append its own snapshot and file
 def test_maintain_expires_old_snapshots_and_their_files(trident: Trident) -> None:
     t = trident
     first = t.write("m/x", table(k=[1, 2]))
@@ -68,6 +69,7 @@ def test_dagster_maintenance_and_canary_jobs(trident: Trident) -> None:
     assert user_rows(t, "j/legacy", "k") == [{"k": 1}, {"k": 2}, {"k": 3}]
 
 
+@pytest.mark.usefixtures("iceberg_writes")  # each append its own small file, for the job to compact
 def test_dagster_maintenance_skips_a_dataset_with_an_open_write(trident: Trident) -> None:
     """The nightly job succeeds while a write of one dataset is open: that dataset is reported as
     skipped (with the open transaction), the others are maintained, and the next run compacts it."""
@@ -110,6 +112,43 @@ def test_cli_maintain(trident: Trident) -> None:
     assert res.exit_code == 0, res.output
     assert "1 snapshots expired, 1 files deleted" in res.output
     assert user_rows(trident, "c/m", "k") == [{"k": 2}]
+
+
+def test_maintain_reports_the_inlined_rows_it_flushed_per_dataset(trident: Trident) -> None:
+    """With inlining on (the default), ``maintain`` flushes each dataset's tail into one snapshot
+    and says how many rows it moved, per dataset: in its report, the CLI's lines and its JSON."""
+    import json
+    import re
+
+    from click.testing import CliRunner
+
+    from trident_cli.main import cli
+
+    t = trident
+    for key, small in (("fl/a", 3), ("fl/b", 2)):
+        t.write(key, table(k=[0]))
+        for i in range(small):
+            t.write(key, table(k=[i + 1]), mode="append")
+        assert t.describe(key).inlined_rows == small
+    t.write("fl/c", table(k=[0]))  # nothing inlined: nothing flushed, and the line says none
+    first = t.maintain("fl/a")
+    assert first.flushed_rows == 3 and t.describe("fl/a").inlined_rows == 0
+    assert t.maintain("fl/a").flushed_rows == 0  # idempotent: the tail is in Iceberg now
+    assert user_rows(t, "fl/a", "k") == [{"k": 0}, {"k": 1}, {"k": 2}, {"k": 3}]
+
+    t.write("fl/a", table(k=[4]), mode="append")
+    res = CliRunner().invoke(cli, ["maintain", "fl/a", "fl/b", "fl/c"], env=cli_env(t.settings))
+    assert res.exit_code == 0, res.output
+    assert re.search(r"fl/a\W+1 inlined rows flushed, ", res.output), res.output
+    assert re.search(r"fl/b\W+2 inlined rows flushed, ", res.output), res.output
+    assert re.search(r"fl/c\W+0 small files compacted", res.output), res.output  # no tail: not mentioned
+    assert t.describe("fl/b").inlined_rows == 0 and user_rows(t, "fl/b", "k") == [{"k": 0}, {"k": 1}, {"k": 2}]
+
+    t.write("fl/b", table(k=[3]), mode="append")
+    res = CliRunner().invoke(cli, ["maintain", "fl/b", "--json"], env=cli_env(t.settings))
+    assert res.exit_code == 0, res.output
+    [report] = json.loads(res.output)
+    assert report["key"] == "fl/b" and report["flushed_rows"] == 1
 
 
 @pytest.mark.parametrize(

@@ -19,6 +19,8 @@ from trident_resources.core.failpoints import armed
 from trident_resources.sinks.iceberg.sink import OWNER_PROPERTY
 from trident_resources.sinks.iceberg.snapshots import DATA_VERSION_PROPERTY, data_version, is_maintenance
 
+pytestmark = pytest.mark.usefixtures("iceberg_writes")  # about what each Iceberg commit leaves
+
 D0 = date(2024, 1, 1)
 D1 = date(2024, 1, 2)
 

@@ -18,6 +18,8 @@ from tests.support.helpers import iceberg_table
 from trident_resources import PartitionFilter, Trident
 from trident_resources.sinks.iceberg.files import filesystem_for
 
+pytestmark = pytest.mark.usefixtures("iceberg_writes")  # about what each Iceberg commit leaves
+
 
 def stored(table: Table) -> set[str]:
     """Every file under the table's location, as the table's metadata names them."""

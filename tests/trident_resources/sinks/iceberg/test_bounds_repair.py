@@ -27,6 +27,8 @@ from tests.conftest import make_settings
 from tests.support.s3_gate import S3Gate, s3_gate
 from trident_resources import Trident, WriteResult
 
+pytestmark = pytest.mark.usefixtures("iceberg_writes")  # about what each Iceberg commit leaves
+
 if TYPE_CHECKING:
     from tests.support.s3_server import S3Server
 

@@ -19,6 +19,8 @@ from trident_resources.core.identity import IDENTITY_COLUMNS
 from trident_resources.core.partitions import PartitionFilter
 from trident_resources.sinks.iceberg.sink import IcebergSink
 
+pytestmark = pytest.mark.usefixtures("iceberg_writes")  # about what each Iceberg commit leaves
+
 
 def _rows(t: Trident, key: str, **kwargs: Any) -> list[dict[str, Any]]:
     return sorted(t.read(key, **kwargs).to_pylist(), key=lambda r: r["__row_index"])

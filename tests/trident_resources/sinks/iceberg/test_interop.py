@@ -26,6 +26,8 @@ from pyiceberg.table import StaticTable
 
 from trident_resources import PartitionFilter, Trident
 
+pytestmark = pytest.mark.usefixtures("iceberg_writes")  # other engines read the Iceberg files (inlined rows: after a flush)
+
 Rows = list[dict[str, Any]]
 KEY = "interop/t"
 

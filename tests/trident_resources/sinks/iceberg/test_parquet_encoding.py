@@ -14,11 +14,14 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 
 from tests.conftest import make_settings
 from trident_resources import Trident, TridentSettings
 from trident_resources.core.identity import IDENTITY_FIELDS, stamp
+
+pytestmark = pytest.mark.usefixtures("iceberg_writes")  # about what each Iceberg commit leaves
 
 ROWS = 120_000
 

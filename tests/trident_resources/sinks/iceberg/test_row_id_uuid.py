@@ -168,6 +168,7 @@ def test_partition_replace_keeps_the_other_partitions_ids(trident: Trident, kind
     _canonical(after.values())
 
 
+@pytest.mark.usefixtures("iceberg_writes")  # each append its own small file, to compact
 @pytest.mark.parametrize("kind", ["new", "legacy"])
 def test_compaction_keeps_ids(trident: Trident, kind: str) -> None:
     t = trident

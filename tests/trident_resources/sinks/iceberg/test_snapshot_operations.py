@@ -10,10 +10,13 @@ from __future__ import annotations
 from datetime import date
 
 import pyarrow as pa
+import pytest
 from pyiceberg.table import StaticTable
 
 from tests.support.helpers import table
 from trident_resources import PartitionFilter, Trident
+
+pytestmark = pytest.mark.usefixtures("iceberg_writes")  # about what each Iceberg commit leaves
 
 D1, D2, D3 = date(2024, 1, 1), date(2024, 1, 2), date(2024, 1, 3)
 

@@ -24,6 +24,8 @@ from trident_resources import Trident, TridentSettings
 from trident_resources.core.errors import CatalogAuthenticationError, StorageCredentialsError
 from trident_resources.core.failpoints import InjectedFault, armed
 
+pytestmark = pytest.mark.usefixtures("iceberg_writes")  # about Iceberg storage access at each commit
+
 if TYPE_CHECKING:
     from tests.support.rest_catalog import RestCatalogServer
     from tests.support.s3_server import S3Server

@@ -19,6 +19,7 @@ from trident_resources import Trident, TridentSettings
 from trident_resources.core.errors import SchemaMismatchError, UnsupportedBySinkError
 from trident_resources.core.failpoints import InjectedFault, armed
 from trident_resources.sinks.contract import WriteMode
+from trident_resources.transaction.inline import FLUSH_WRITER
 
 REPO = Path(__file__).resolve().parents[4]
 SINKS = ("pg", "iceberg_native")
@@ -67,7 +68,10 @@ def test_every_mode_gives_the_same_rows_in_both_sinks(trident: Trident) -> None:
     # the same reads through every other door
     for s, k in keys.items():
         assert t.describe(k).sink == s
-        assert [e.status for e in t.history(k)] == ["committed"] * 8
+        # the same 8 writes; the Iceberg dataset's small appends were inlined, and the writes that
+        # need the whole dataset in Iceberg flushed them first: a flush is a transaction of its own
+        assert [e.status for e in t.history(k) if e.writer != FLUSH_WRITER] == ["committed"] * 8
+        assert all(e.status == "committed" for e in t.history(k))
     d_pg, d_ice = (t.describe(keys[s]) for s in SINKS)
     assert (d_pg.schema, d_pg.schema_version, d_pg.row_count) == (d_ice.schema, d_ice.schema_version, d_ice.row_count)
     sel = {s: t.read(k, columns=["tag", "id"], row_filter="id >= 5") for s, k in keys.items()}
