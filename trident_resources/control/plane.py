@@ -172,6 +172,13 @@ ENV_LEDGER_META = q.ENV_LEDGER_META  # ledger metadata: the environment a write 
 ENV_FORK_META = "trident.env-fork"  # ledger metadata of an environment write: production's version it forks
 
 
+def entry_environment(entry: LedgerEntry) -> str:
+    """The environment ``entry`` was written in (``PRODUCTION`` for production's writes): what
+    hides an environment's transactions, staged or committed, from production and from every
+    other environment."""
+    return str((entry.metadata or {}).get(ENV_LEDGER_META) or PRODUCTION)
+
+
 @dataclass(frozen=True)
 class InlineBlock:
     """One inlined commit's rows, stamped with their identity and encoded (an Arrow IPC stream):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime
 
-from ..control.plane import DatasetRecord, LedgerEntry
+from ..control.plane import PRODUCTION, DatasetRecord, LedgerEntry, entry_environment
 from ..core.errors import DatasetNotFoundError, InvalidReadError
 from ..core.keys import validate_key
 from ..engine import Engine
@@ -63,16 +63,21 @@ def staged_entry(engine: Engine, key: str, txn_id: uuid.UUID | str) -> tuple[Dat
     ds, entry = engine.control.dataset_and_entry(engine.workspace, validate_key(key), txn)
     if ds is None:
         raise DatasetNotFoundError(key, engine.workspace)
-    entry = _owned(entry, ds, txn)
+    entry = _owned(entry, ds, txn, engine.environment)
     if entry.status != "staged":
         raise InvalidReadError(f"transaction {entry.txn_id} of {ds.key!r} is {entry.status}, not staged")
+    if entry_environment(entry) != engine.environment:  # a staged version is its own environment's to audit and decide
+        raise InvalidReadError(
+            f"staged transaction {entry.txn_id} of {ds.key!r} was staged in production, not in {engine.environment!r}: "
+            "audit, publish or discard it from production"
+        )
     return ds, entry
 
 
 def _entry_of(engine: Engine, ds: DatasetRecord, txn_id: object, not_an_id: str) -> LedgerEntry:
     """The ledger entry ``txn_id`` names, refused unless it is a transaction of ``ds``."""
     txn = _txn_id(txn_id, not_an_id)
-    return _owned(engine.control.ledger_entry(txn), ds, txn)
+    return _owned(engine.control.ledger_entry(txn), ds, txn, engine.environment)
 
 
 def _txn_id(txn_id: object, not_an_id: str) -> uuid.UUID:
@@ -82,9 +87,14 @@ def _txn_id(txn_id: object, not_an_id: str) -> uuid.UUID:
         raise InvalidReadError(not_an_id) from None
 
 
-def _owned(entry: LedgerEntry | None, ds: DatasetRecord, txn: uuid.UUID) -> LedgerEntry:
-    """``entry`` when it is a transaction of ``ds``: an id of another dataset must not select a
-    version of this one."""
+def _owned(entry: LedgerEntry | None, ds: DatasetRecord, txn: uuid.UUID, environment: str) -> LedgerEntry:
+    """``entry`` when it is a transaction of ``ds`` that ``environment`` sees: an id of another
+    dataset must not select a version of this one, and an id of an environment's transaction
+    must not let production (or another environment) read, publish or discard that
+    environment's version. An environment sees production's transactions and its own."""
     if entry is None or entry.dataset_id != ds.dataset_id:
         raise InvalidReadError(f"transaction {txn} is not a transaction of {ds.key!r}")
+    written_in = entry_environment(entry)
+    if written_in != PRODUCTION and written_in != environment:
+        raise InvalidReadError(f"transaction {txn} of {ds.key!r} is not one of {environment!r}: it belongs to another environment")
     return entry

@@ -524,3 +524,36 @@ def test_write_audit_publish_inside_an_environment(trident: Trident, settings: T
         assert _ids(env, "env/wapnew") == [5] and not prod.exists("env/wapnew")
         assert prod.environments.promote("pr-wap").promoted == {"env/wap": "fast", "env/wapnew": "fast"}
         assert _ids(prod, "env/wap") == [1, 2] and _ids(prod, "env/wapnew") == [5]
+
+
+def test_production_sees_nothing_of_an_environments_staged_versions(trident: Trident, settings: TridentSettings) -> None:
+    """An environment's staged versions are its own: production's ``staged()`` (all, and of one
+    key: what ``trident staged`` and ``trident check --fail-on-staged`` list) never lists them,
+    nor reads, publishes or discards them by id; the environment's ``staged()`` lists its own only."""
+    from trident_resources.core.errors import InvalidReadError
+
+    prod = trident
+    prod.write("env/st", pa.table({"id": [1]}))
+    mine = prod.write("env/st", pa.table({"id": [9]}), mode="append", stage=True)
+    with in_env(settings, "pr-st") as env, in_env(settings, "pr-other") as other:
+        theirs = env.write("env/st", pa.table({"id": [2]}), mode="append", stage=True)
+        born = env.write("env/stnew", pa.table({"id": [5]}), stage=True)
+        assert [e.txn_id for _, e in prod.staged()] == [mine.txn_id]
+        assert [e.txn_id for _, e in prod.staged("env/st")] == [mine.txn_id]
+        assert sorted(str(e.txn_id) for _, e in env.staged()) == sorted([str(theirs.txn_id), str(born.txn_id)])
+        assert [e.txn_id for _, e in env.staged("env/st")] == [theirs.txn_id]
+        assert other.staged() == []
+        with pytest.raises(InvalidReadError):
+            prod.read("env/st", staged=theirs.txn_id)
+        with pytest.raises(InvalidReadError):
+            other.read("env/st", staged=theirs.txn_id)
+        with pytest.raises(InvalidReadError):
+            prod.publish("env/st", theirs.txn_id)
+        with pytest.raises(InvalidReadError):
+            prod.read("env/st", as_of=theirs.txn_id)
+        assert "env/stnew" not in [d.key for d in prod.datasets()]
+        assert all(e.metadata.get("trident.environment") is None for e in prod.history("env/st"))
+        assert _ids(prod, "env/st") == [1] and _ids(env, "env/st") == [1]
+        env.publish("env/st", theirs.txn_id)
+        assert _ids(env, "env/st") == [1, 2] and _ids(prod, "env/st") == [1]
+        assert [e.txn_id for _, e in prod.staged()] == [mine.txn_id]
