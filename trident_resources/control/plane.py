@@ -170,6 +170,7 @@ class EnvironmentRecord:
 PRODUCTION = "main"
 ENV_LEDGER_META = q.ENV_LEDGER_META  # ledger metadata: the environment a write was made in
 ENV_FORK_META = "trident.env-fork"  # ledger metadata of an environment write: production's version it forks
+ENV_PROMOTED_META = "trident.promoted-from"  # a promotion's production ledger rows: the environment they came from
 
 
 def entry_environment(entry: LedgerEntry) -> str:

@@ -557,3 +557,50 @@ def test_production_sees_nothing_of_an_environments_staged_versions(trident: Tri
         env.publish("env/st", theirs.txn_id)
         assert _ids(env, "env/st") == [1, 2] and _ids(prod, "env/st") == [1]
         assert [e.txn_id for _, e in prod.staged()] == [mine.txn_id]
+
+
+def test_as_of_an_instant_in_an_environment_is_what_the_environment_saw_then(trident: Trident, settings: TridentSettings) -> None:
+    """``as_of=T`` in an environment: its own version at T where it had written the dataset by
+    then (never a production commit made after its fork), production's as of T before its first
+    write, for datasets it never wrote, and again once its head was promoted."""
+    import time
+    from datetime import UTC, datetime
+
+    def now() -> datetime:
+        time.sleep(0.01)
+        stamp = datetime.now(UTC)
+        time.sleep(0.01)
+        return stamp
+
+    prod = trident
+    prod.write("env/at", pa.table({"id": [1]}))
+    prod.write("env/untouched", pa.table({"id": [100]}))
+    before_fork = now()
+    with in_env(settings, "pr-at") as env:
+        env.write("env/at", pa.table({"id": [2]}), mode="append")
+        after_fork = now()
+        prod.write("env/at", pa.table({"id": [3]}), mode="append")
+        prod.write("env/untouched", pa.table({"id": [101]}), mode="append")
+        after_prod = now()
+        env.write("env/at", pa.table({"id": [4]}), mode="append")
+        after_second = now()
+
+        def at(key: str, when: datetime) -> list[int]:
+            return sorted(env.read(key, as_of=when).column("id").to_pylist())
+
+        assert at("env/at", before_fork) == [1]
+        assert at("env/at", after_fork) == [1, 2]
+        assert at("env/at", after_prod) == [1, 2]  # production's [3] came after the fork
+        assert at("env/at", after_second) == [1, 2, 4]
+        assert at("env/untouched", after_fork) == [100] and at("env/untouched", after_prod) == [100, 101]
+        assert sorted(prod.read("env/at", as_of=after_prod).column("id").to_pylist()) == [1, 3]
+        assert prod.environments.promote("pr-at").promoted == {"env/at": "append"}
+        after_promote = now()
+        assert at("env/at", after_promote) == sorted(_ids(prod, "env/at")) == [1, 2, 3, 4]
+        assert at("env/at", after_second) == [1, 2, 4]
+        env.write("env/at", pa.table({"id": [5]}), mode="append")  # never promoted: dropped below
+        assert at("env/at", now()) == [1, 2, 3, 4, 5]
+    prod.environments.drop("pr-at")
+    with in_env(settings, "pr-at") as again:  # a new environment of the same name: the old one's writes are not its past
+        again.write("env/untouched", pa.table({"id": [102]}), mode="append")
+        assert sorted(again.read("env/at", as_of=now()).column("id").to_pylist()) == [1, 2, 3, 4]
