@@ -428,6 +428,20 @@ class ControlPlane:
             row = conn.execute(q.GET_ENVIRONMENT, (workspace, name)).fetchone()
         return EnvironmentRecord(**row) if row else None
 
+    def move_env_head_snapshot(self, ds: DatasetRecord, from_snapshot_id: int, to_snapshot_id: int) -> bool:
+        """The environment's head of ``ds`` (its version, ``ds.environment`` set) moved to
+        ``to_snapshot_id``, a compaction of ``from_snapshot_id`` on its branch (same rows). False
+        when the head is no longer at ``from_snapshot_id``.
+
+        Raises:
+            ControlPlaneUnavailableError: the control-plane Postgres went away.
+        """
+        with self.tx() as conn:
+            cur = conn.execute(
+                q.MOVE_ENV_HEAD_SNAPSHOT, (to_snapshot_id, ds.workspace, ds.environment, ds.dataset_id, from_snapshot_id)
+            )
+            return cur.rowcount == 1
+
     def forget_env_heads(self, workspace: str, environment: str, dataset_ids: Sequence[uuid.UUID]) -> None:
         with self.connection() as conn:
             conn.execute(q.DELETE_ENV_HEADS, (workspace, environment, list(dataset_ids)))

@@ -13,6 +13,7 @@ import textwrap
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 
 import pyarrow as pa
@@ -604,3 +605,41 @@ def test_as_of_an_instant_in_an_environment_is_what_the_environment_saw_then(tri
     with in_env(settings, "pr-at") as again:  # a new environment of the same name: the old one's writes are not its past
         again.write("env/untouched", pa.table({"id": [102]}), mode="append")
         assert sorted(again.read("env/at", as_of=now()).column("id").to_pylist()) == [1, 2, 3, 4]
+
+
+def test_maintain_in_an_environment_compacts_its_own_files_on_its_branch_only(
+    trident: Trident, settings: TridentSettings
+) -> None:
+    """``maintain`` in an environment rewrites the environment's own small files into one on its
+    branch (the same rows, its head moves there): ``main`` does not move, no file production
+    reads is an input, and every ref reads in full afterwards, also after production's maintenance."""
+    prod = trident
+    for i in range(6):  # production's small files: never the environment's to rewrite
+        prod.write("env/cmp", pa.table({"id": [i]}), mode="append")
+    prod.flush("env/cmp")
+    prod.write("env/cmp_prod_only", pa.table({"id": [1]}))
+    main_before = prod.describe("env/cmp").snapshot_id
+    table = _tables(prod)["env/cmp"]
+    prod_files = {f.file_path for f in prod.engine.sink("iceberg_native").tables.data_files(table)}  # type: ignore[attr-defined]
+    with in_env(settings, "pr-cmp") as env:
+        for i in range(10, 16):
+            env.write("env/cmp", pa.table({"id": [i]}), mode="append")
+        expected = _ids(env, "env/cmp")
+        done = env.maintain("env/cmp")
+        assert done.skipped is None and done.compacted_files == 6 and done.compaction_files_written == 1, done
+        table = _tables(prod)["env/cmp"]
+        branch = table.metadata.refs[env_branch("pr-cmp")].snapshot_id  # type: ignore[attr-defined]
+        files = {f.file_path for f in env.engine.sink("iceberg_native").tables.data_files(table, branch)}  # type: ignore[attr-defined]
+        assert prod_files <= files and len(files - prod_files) == 1  # production's files kept as they were, its own in one
+        assert env.describe("env/cmp").snapshot_id == branch
+        assert _ids(env, "env/cmp") == expected and _ids(prod, "env/cmp") == list(range(6))
+        assert prod.describe("env/cmp").snapshot_id == main_before == table.current_snapshot().snapshot_id  # type: ignore[attr-defined]
+        assert env.maintain("env/cmp").compacted_files == 0  # nothing of its own left small enough to gain
+        assert env.maintain("env/cmp_prod_only").skipped is not None  # production's: not the environment's to maintain
+        env.write("env/cmp", pa.table({"id": [99]}), mode="append")  # builds on the compacted version
+        assert _ids(env, "env/cmp") == [*expected, 99]
+        prod.maintain("env/cmp", older_than=timedelta(0), retain_last=1)
+        assert _read_every_ref(prod)[("env/cmp", env_branch("pr-cmp"))] == len(expected) + 1
+        assert _ids(env, "env/cmp") == [*expected, 99]
+        assert prod.environments.promote("pr-cmp").promoted == {"env/cmp": "fast"}
+        assert _ids(prod, "env/cmp") == [*expected, 99]
