@@ -74,6 +74,7 @@ def maintain(
             try:
                 compacted = sink.compact(ds)
                 log.info("trident maintain %s: %s", key, compacted)
+                in_envs = _compact_environments(engine, ds) if ds.sink == inline.INLINE_SINK else {}
                 done = sink.maintain(
                     ds,
                     older_than=_before(now, older_than),
@@ -96,6 +97,7 @@ def maintain(
                 data_files_before=compacted.data_files_before,
                 data_files_after=compacted.data_files_after,
                 flushed_rows=before_flush,
+                environment_compacted_files=in_envs,
             )
         return replace(
             done,
@@ -104,6 +106,23 @@ def maintain(
             cleaned_txns=len(cleanups.cleaned),
             cleanup_pending=len(cleanups.pending),
         )
+
+
+def _compact_environments(engine: Engine, ds: DatasetRecord) -> dict[str, int]:
+    """Production's maintenance of ``ds`` (its writer lock held): every environment's own small
+    files compacted on its branch, as ``maintain`` in that environment does; by environment, the
+    files rewritten (environments with nothing to compact left out)."""
+    out = {}
+    sink = engine.driver.sink(ds.sink)
+    for head in engine.control.heads_of_dataset(ds.dataset_id):
+        if head.snapshot_id is None:
+            continue
+        version = head.over(ds)
+        done, snapshot_id = sink.compact_environment(version, None if head.born_in_env else head.fork_snapshot_id)  # type: ignore[attr-defined]
+        if snapshot_id is not None:
+            engine.control.move_env_head_snapshot(version, head.snapshot_id, snapshot_id)
+            out[head.environment] = done.compacted_files
+    return out
 
 
 def _maintain_in_environment(engine: Engine, ds: DatasetRecord) -> Maintenance:

@@ -638,7 +638,14 @@ def test_maintain_in_an_environment_compacts_its_own_files_on_its_branch_only(
         assert env.maintain("env/cmp_prod_only").skipped is not None  # production's: not the environment's to maintain
         env.write("env/cmp", pa.table({"id": [99]}), mode="append")  # builds on the compacted version
         assert _ids(env, "env/cmp") == [*expected, 99]
-        prod.maintain("env/cmp", older_than=timedelta(0), retain_last=1)
+        with in_env(settings, "pr-cmp2") as other:  # production's maintenance compacts every environment's own files
+            for i in range(20, 26):
+                other.write("env/cmp", pa.table({"id": [i]}), mode="append")
+            done = prod.maintain("env/cmp", older_than=timedelta(0), retain_last=1)
+            assert done.environment_compacted_files == {"pr-cmp2": 6}, done
+            assert _ids(other, "env/cmp") == [*range(6), *range(20, 26)]
+            refs = _tables(prod)["env/cmp"].metadata.refs  # type: ignore[attr-defined]
+            assert other.describe("env/cmp").snapshot_id == refs[env_branch("pr-cmp2")].snapshot_id
         assert _read_every_ref(prod)[("env/cmp", env_branch("pr-cmp"))] == len(expected) + 1
         assert _ids(env, "env/cmp") == [*expected, 99]
         assert prod.environments.promote("pr-cmp").promoted == {"env/cmp": "fast"}
