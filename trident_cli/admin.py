@@ -567,7 +567,11 @@ def maintain(keys: tuple[str, ...], older_than_days: float, retain_last: int, dr
                         f"{r.deleted_metadata_files} metadata files deleted, "
                         f"{r.aborted_uploads} incomplete uploads aborted"
                         + (f", {r.cleanup_pending} cleanups still pending" if r.cleanup_pending else "")
-                        + (f"; {r.expiry_refused}" if r.expiry_refused else ""),
+                        + (f"; {r.expiry_refused}" if r.expiry_refused else "")
+                        + "".join(
+                            f"; {n} small files of environment {e} compacted on its branch"
+                            for e, n in sorted(r.environment_compacted_files.items())
+                        ),
                     )
                 )
                 bar.advance(task)

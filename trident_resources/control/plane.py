@@ -174,6 +174,14 @@ class EnvironmentRecord:
 PRODUCTION = "main"
 ENV_LEDGER_META = q.ENV_LEDGER_META  # ledger metadata: the environment a write was made in
 ENV_FORK_META = "trident.env-fork"  # ledger metadata of an environment write: production's version it forks
+ENV_PROMOTED_META = "trident.promoted-from"  # a promotion's production ledger rows: the environment they came from
+
+
+def entry_environment(entry: LedgerEntry) -> str:
+    """The environment ``entry`` was written in (``PRODUCTION`` for production's writes): what
+    hides an environment's transactions, staged or committed, from production and from every
+    other environment."""
+    return str((entry.metadata or {}).get(ENV_LEDGER_META) or PRODUCTION)
 
 
 @dataclass(frozen=True)
@@ -423,6 +431,20 @@ class ControlPlane:
         with self.connection() as conn:
             row = conn.execute(q.GET_ENVIRONMENT, (workspace, name)).fetchone()
         return EnvironmentRecord(**row) if row else None
+
+    def move_env_head_snapshot(self, ds: DatasetRecord, from_snapshot_id: int, to_snapshot_id: int) -> bool:
+        """The environment's head of ``ds`` (its version, ``ds.environment`` set) moved to
+        ``to_snapshot_id``, a compaction of ``from_snapshot_id`` on its branch (same rows). False
+        when the head is no longer at ``from_snapshot_id``.
+
+        Raises:
+            ControlPlaneUnavailableError: the control-plane Postgres went away.
+        """
+        with self.tx() as conn:
+            cur = conn.execute(
+                q.MOVE_ENV_HEAD_SNAPSHOT, (to_snapshot_id, ds.workspace, ds.environment, ds.dataset_id, from_snapshot_id)
+            )
+            return cur.rowcount == 1
 
     def forget_env_heads(self, workspace: str, environment: str, dataset_ids: Sequence[uuid.UUID]) -> None:
         with self.connection() as conn:

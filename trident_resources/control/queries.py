@@ -386,6 +386,10 @@ MARK_HEADS_PROMOTED = """UPDATE trident_env_heads SET promoted_at = now()
 DROP_PROMOTED_HEAD = """DELETE FROM trident_env_heads WHERE workspace = %s AND environment = %s AND dataset_id = %s
     AND promoted_at IS NOT NULL"""
 ALL_ENV_HEADS_OF = f"SELECT {_HEAD_COLS} FROM trident_env_heads WHERE dataset_id = %s AND promoted_at IS NULL"
+# an environment's compaction (ops/maintain.py): its head moves to the compacted snapshot of its
+# branch (the same rows), only from the snapshot it compacted (the writer lock is held)
+MOVE_ENV_HEAD_SNAPSHOT = """UPDATE trident_env_heads SET snapshot_id = %s, updated_at = now()
+    WHERE workspace = %s AND environment = %s AND dataset_id = %s AND snapshot_id = %s AND promoted_at IS NULL"""
 DELETE_ENV_HEADS = "DELETE FROM trident_env_heads WHERE workspace = %s AND environment = %s AND dataset_id = ANY(%s)"
 # An environment write's COMMIT: its version becomes the environment's head of the dataset (the
 # fork is the one its first write recorded: kept on every later write)

@@ -33,6 +33,7 @@ import pyarrow.compute as pc
 from ..control.plane import (
     ENV_FORK_META,
     ENV_LEDGER_META,
+    ENV_PROMOTED_META,
     PRODUCTION,
     DatasetRecord,
     EnvHead,
@@ -51,7 +52,7 @@ from ..engine import Engine
 from .env_writes import KEYS_META
 
 log = logging.getLogger("trident")
-PROMOTED_META = "trident.promoted-from"  # a promotion's ledger rows: the environment they came from
+PROMOTED_META = ENV_PROMOTED_META  # a promotion's ledger rows: the environment they came from
 PROMOTE_WRITER = "ingest.api"
 
 

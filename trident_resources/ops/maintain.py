@@ -10,7 +10,7 @@ from contextlib import ExitStack
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from ..control.plane import DatasetRecord
+from ..control.plane import PRODUCTION, DatasetRecord
 from ..core import arguments
 from ..core import read_faults as faults
 from ..core.errors import ConcurrentWriteError, DatasetNotFoundError, MaintenanceFailedError, TridentError, WriterLockLostError
@@ -18,6 +18,7 @@ from ..core.keys import validate_key
 from ..engine import Engine
 from ..read.tail import rows_count as inline_rows
 from ..sinks.contract import Maintenance
+from ..transaction import inline
 from .flush import flushed_first
 
 log = logging.getLogger("trident")
@@ -45,6 +46,8 @@ def maintain(
             reason = _busy_reason(engine, ds)
             log.info("trident maintain %s: skipped, %s", key, reason)
             return Maintenance(key=ds.key, expired_snapshots=0, deleted_files=0, skipped=reason)
+        if engine.environment != PRODUCTION:
+            return _maintain_in_environment(engine, ds)
         cleanups = engine.driver.retry_cleanups(engine.workspace, ds)
         if not ds.exists:
             if not (cleanups.cleaned or cleanups.pending):
@@ -71,6 +74,7 @@ def maintain(
             try:
                 compacted = sink.compact(ds)
                 log.info("trident maintain %s: %s", key, compacted)
+                in_envs = _compact_environments(engine, ds) if ds.sink == inline.INLINE_SINK else {}
                 done = sink.maintain(
                     ds,
                     older_than=_before(now, older_than),
@@ -93,6 +97,7 @@ def maintain(
                 data_files_before=compacted.data_files_before,
                 data_files_after=compacted.data_files_after,
                 flushed_rows=before_flush,
+                environment_compacted_files=in_envs,
             )
         return replace(
             done,
@@ -101,6 +106,54 @@ def maintain(
             cleaned_txns=len(cleanups.cleaned),
             cleanup_pending=len(cleanups.pending),
         )
+
+
+def _compact_environments(engine: Engine, ds: DatasetRecord) -> dict[str, int]:
+    """Production's maintenance of ``ds`` (its writer lock held): every environment's own small
+    files compacted on its branch, as ``maintain`` in that environment does; by environment, the
+    files rewritten (environments with nothing to compact left out)."""
+    out = {}
+    sink = engine.driver.sink(ds.sink)
+    for head in engine.control.heads_of_dataset(ds.dataset_id):
+        if head.snapshot_id is None:
+            continue
+        version = head.over(ds)
+        done, snapshot_id = sink.compact_environment(version, None if head.born_in_env else head.fork_snapshot_id)  # type: ignore[attr-defined]
+        if snapshot_id is not None:
+            engine.control.move_env_head_snapshot(version, head.snapshot_id, snapshot_id)
+            out[head.environment] = done.compacted_files
+    return out
+
+
+def _maintain_in_environment(engine: Engine, ds: DatasetRecord) -> Maintenance:
+    """``maintain`` in an environment (``ds``: its version of the dataset, its writer lock held):
+    the environment's own small files compacted on its branch, its head moved to the compacted
+    snapshot (the same rows), and nothing else. Production's ``main``, its files, its staged
+    versions, its inlined rows and its snapshot expiry are production's maintenance's (which
+    keeps every file the branch reads): an environment never changes them. A dataset the
+    environment has no version of is production's: nothing is done, and ``skipped`` says so."""
+    ds = engine.control.dataset(engine.workspace, ds.key) or ds  # its version, read under the lock
+    if ds.environment is None or ds.snapshot_id is None or ds.sink != inline.INLINE_SINK:
+        return Maintenance(
+            key=ds.key,
+            expired_snapshots=0,
+            deleted_files=0,
+            skipped=f"environment {engine.environment!r} has no version of it: production's maintenance maintains it",
+        )
+    head = engine.control.env_heads(engine.workspace, engine.environment, [ds.dataset_id]).get(ds.dataset_id)
+    fork = None if head is None or head.born_in_env else head.fork_snapshot_id
+    sink = engine.driver.sink(ds.sink)
+    try:
+        done, snapshot_id = sink.compact_environment(ds, fork)  # type: ignore[attr-defined]
+    except Exception as exc:
+        err = _named(exc, ds.key)
+        if err is exc:
+            raise
+        raise err from exc
+    if snapshot_id is not None:  # crash before this: the head stays at the uncompacted version (same rows)
+        engine.control.move_env_head_snapshot(ds, ds.snapshot_id, snapshot_id)
+    log.info("trident maintain %s in environment %s: %s", ds.key, engine.environment, done)
+    return done
 
 
 def _named(exc: Exception, key: str) -> Exception:

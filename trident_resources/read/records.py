@@ -8,7 +8,7 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
-from ..control.plane import LedgerEntry
+from ..control.plane import LedgerEntry, entry_environment
 from ..core import arguments
 from ..core.errors import DatasetNotFoundError
 from ..core.keys import validate_key
@@ -111,9 +111,11 @@ def staged_versions(engine: Engine, key: str | None = None) -> list[tuple[str, L
         entries = engine.control.staged_entries_by_key(engine.workspace, validate_key(key))
         if entries is None:
             raise DatasetNotFoundError(key, engine.workspace)
-        return [(key, entry) for entry in entries]
+        return [(key, entry) for entry in entries if entry_environment(entry) == engine.environment]
     out = []
     for entry in engine.control.staged_entries():
+        if entry_environment(entry) != engine.environment:  # another environment's (or production's)
+            continue
         ds = engine.control.dataset_by_id(entry.dataset_id)
         if ds is not None and ds.workspace == engine.workspace:
             out.append((ds.key, entry))

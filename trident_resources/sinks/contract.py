@@ -106,6 +106,9 @@ class Maintenance:
     cleaned_txns: int = 0  # aborted transactions whose pending storage cleanup ran now
     cleanup_pending: int = 0  # ... and those whose cleanup still cannot run (storage unreachable)
     skipped: str | None = None  # why nothing was done: a write of the dataset was open (the next run does it)
+    # iceberg_native, production's maintenance: each environment's own small files compacted on its
+    # branch (environment -> files rewritten), docs/environments.md#maintenance
+    environment_compacted_files: dict[str, int] = field(default_factory=dict)
     expiry_refused: str | None = None  # the catalog refuses snapshot expiry over its REST API (its own maintenance expires)
 
 

@@ -13,6 +13,7 @@ import textwrap
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 
 import pyarrow as pa
@@ -524,3 +525,128 @@ def test_write_audit_publish_inside_an_environment(trident: Trident, settings: T
         assert _ids(env, "env/wapnew") == [5] and not prod.exists("env/wapnew")
         assert prod.environments.promote("pr-wap").promoted == {"env/wap": "fast", "env/wapnew": "fast"}
         assert _ids(prod, "env/wap") == [1, 2] and _ids(prod, "env/wapnew") == [5]
+
+
+def test_production_sees_nothing_of_an_environments_staged_versions(trident: Trident, settings: TridentSettings) -> None:
+    """An environment's staged versions are its own: production's ``staged()`` (all, and of one
+    key: what ``trident staged`` and ``trident check --fail-on-staged`` list) never lists them,
+    nor reads, publishes or discards them by id; the environment's ``staged()`` lists its own only."""
+    from trident_resources.core.errors import InvalidReadError
+
+    prod = trident
+    prod.write("env/st", pa.table({"id": [1]}))
+    mine = prod.write("env/st", pa.table({"id": [9]}), mode="append", stage=True)
+    with in_env(settings, "pr-st") as env, in_env(settings, "pr-other") as other:
+        theirs = env.write("env/st", pa.table({"id": [2]}), mode="append", stage=True)
+        born = env.write("env/stnew", pa.table({"id": [5]}), stage=True)
+        assert [e.txn_id for _, e in prod.staged()] == [mine.txn_id]
+        assert [e.txn_id for _, e in prod.staged("env/st")] == [mine.txn_id]
+        assert sorted(str(e.txn_id) for _, e in env.staged()) == sorted([str(theirs.txn_id), str(born.txn_id)])
+        assert [e.txn_id for _, e in env.staged("env/st")] == [theirs.txn_id]
+        assert other.staged() == []
+        with pytest.raises(InvalidReadError):
+            prod.read("env/st", staged=theirs.txn_id)
+        with pytest.raises(InvalidReadError):
+            other.read("env/st", staged=theirs.txn_id)
+        with pytest.raises(InvalidReadError):
+            prod.publish("env/st", theirs.txn_id)
+        with pytest.raises(InvalidReadError):
+            prod.read("env/st", as_of=theirs.txn_id)
+        assert "env/stnew" not in [d.key for d in prod.datasets()]
+        assert all(e.metadata.get("trident.environment") is None for e in prod.history("env/st"))
+        assert _ids(prod, "env/st") == [1] and _ids(env, "env/st") == [1]
+        env.publish("env/st", theirs.txn_id)
+        assert _ids(env, "env/st") == [1, 2] and _ids(prod, "env/st") == [1]
+        assert [e.txn_id for _, e in prod.staged()] == [mine.txn_id]
+
+
+def test_as_of_an_instant_in_an_environment_is_what_the_environment_saw_then(trident: Trident, settings: TridentSettings) -> None:
+    """``as_of=T`` in an environment: its own version at T where it had written the dataset by
+    then (never a production commit made after its fork), production's as of T before its first
+    write, for datasets it never wrote, and again once its head was promoted."""
+    import time
+    from datetime import UTC, datetime
+
+    def now() -> datetime:
+        time.sleep(0.01)
+        stamp = datetime.now(UTC)
+        time.sleep(0.01)
+        return stamp
+
+    prod = trident
+    prod.write("env/at", pa.table({"id": [1]}))
+    prod.write("env/untouched", pa.table({"id": [100]}))
+    before_fork = now()
+    with in_env(settings, "pr-at") as env:
+        env.write("env/at", pa.table({"id": [2]}), mode="append")
+        after_fork = now()
+        prod.write("env/at", pa.table({"id": [3]}), mode="append")
+        prod.write("env/untouched", pa.table({"id": [101]}), mode="append")
+        after_prod = now()
+        env.write("env/at", pa.table({"id": [4]}), mode="append")
+        after_second = now()
+
+        def at(key: str, when: datetime) -> list[int]:
+            return sorted(env.read(key, as_of=when).column("id").to_pylist())
+
+        assert at("env/at", before_fork) == [1]
+        assert at("env/at", after_fork) == [1, 2]
+        assert at("env/at", after_prod) == [1, 2]  # production's [3] came after the fork
+        assert at("env/at", after_second) == [1, 2, 4]
+        assert at("env/untouched", after_fork) == [100] and at("env/untouched", after_prod) == [100, 101]
+        assert sorted(prod.read("env/at", as_of=after_prod).column("id").to_pylist()) == [1, 3]
+        assert prod.environments.promote("pr-at").promoted == {"env/at": "append"}
+        after_promote = now()
+        assert at("env/at", after_promote) == sorted(_ids(prod, "env/at")) == [1, 2, 3, 4]
+        assert at("env/at", after_second) == [1, 2, 4]
+        env.write("env/at", pa.table({"id": [5]}), mode="append")  # never promoted: dropped below
+        assert at("env/at", now()) == [1, 2, 3, 4, 5]
+    prod.environments.drop("pr-at")
+    with in_env(settings, "pr-at") as again:  # a new environment of the same name: the old one's writes are not its past
+        again.write("env/untouched", pa.table({"id": [102]}), mode="append")
+        assert sorted(again.read("env/at", as_of=now()).column("id").to_pylist()) == [1, 2, 3, 4]
+
+
+def test_maintain_in_an_environment_compacts_its_own_files_on_its_branch_only(
+    trident: Trident, settings: TridentSettings
+) -> None:
+    """``maintain`` in an environment rewrites the environment's own small files into one on its
+    branch (the same rows, its head moves there): ``main`` does not move, no file production
+    reads is an input, and every ref reads in full afterwards, also after production's maintenance."""
+    prod = trident
+    for i in range(6):  # production's small files: never the environment's to rewrite
+        prod.write("env/cmp", pa.table({"id": [i]}), mode="append")
+    prod.flush("env/cmp")
+    prod.write("env/cmp_prod_only", pa.table({"id": [1]}))
+    main_before = prod.describe("env/cmp").snapshot_id
+    table = _tables(prod)["env/cmp"]
+    prod_files = {f.file_path for f in prod.engine.sink("iceberg_native").tables.data_files(table)}  # type: ignore[attr-defined]
+    with in_env(settings, "pr-cmp") as env:
+        for i in range(10, 16):
+            env.write("env/cmp", pa.table({"id": [i]}), mode="append")
+        expected = _ids(env, "env/cmp")
+        done = env.maintain("env/cmp")
+        assert done.skipped is None and done.compacted_files == 6 and done.compaction_files_written == 1, done
+        table = _tables(prod)["env/cmp"]
+        branch = table.metadata.refs[env_branch("pr-cmp")].snapshot_id  # type: ignore[attr-defined]
+        files = {f.file_path for f in env.engine.sink("iceberg_native").tables.data_files(table, branch)}  # type: ignore[attr-defined]
+        assert prod_files <= files and len(files - prod_files) == 1  # production's files kept as they were, its own in one
+        assert env.describe("env/cmp").snapshot_id == branch
+        assert _ids(env, "env/cmp") == expected and _ids(prod, "env/cmp") == list(range(6))
+        assert prod.describe("env/cmp").snapshot_id == main_before == table.current_snapshot().snapshot_id  # type: ignore[attr-defined]
+        assert env.maintain("env/cmp").compacted_files == 0  # nothing of its own left small enough to gain
+        assert env.maintain("env/cmp_prod_only").skipped is not None  # production's: not the environment's to maintain
+        env.write("env/cmp", pa.table({"id": [99]}), mode="append")  # builds on the compacted version
+        assert _ids(env, "env/cmp") == [*expected, 99]
+        with in_env(settings, "pr-cmp2") as other:  # production's maintenance compacts every environment's own files
+            for i in range(20, 26):
+                other.write("env/cmp", pa.table({"id": [i]}), mode="append")
+            done = prod.maintain("env/cmp", older_than=timedelta(0), retain_last=1)
+            assert done.environment_compacted_files == {"pr-cmp2": 6}, done
+            assert _ids(other, "env/cmp") == [*range(6), *range(20, 26)]
+            refs = _tables(prod)["env/cmp"].metadata.refs  # type: ignore[attr-defined]
+            assert other.describe("env/cmp").snapshot_id == refs[env_branch("pr-cmp2")].snapshot_id
+        assert _read_every_ref(prod)[("env/cmp", env_branch("pr-cmp"))] == len(expected) + 1
+        assert _ids(env, "env/cmp") == [*expected, 99]
+        assert prod.environments.promote("pr-cmp").promoted == {"env/cmp": "fast"}
+        assert _ids(prod, "env/cmp") == [*expected, 99]

@@ -28,13 +28,14 @@ from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.manifest import DataFile
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table, Transaction
+from pyiceberg.table.refs import MAIN_BRANCH
 from pyiceberg.table.snapshots import Operation
 from pyiceberg.types import LongType
 
 from ...core.errors import StorageUnavailableError, TransactionConflictError
 from ...core.failpoints import failpoint
 from ...core.identity import ROW_INDEX
-from ...core.pyiceberg_compat import transaction, transaction_io
+from ...core.pyiceberg_compat import transaction, transaction_io, use_schema_in
 from ...core.schemas import conform
 from .bounds_repair import checked_marker, files_with_missing_bounds, record_checked
 from .committer import commit_files
@@ -145,6 +146,93 @@ def compact(tables: IcebergTables, ds: DatasetRecord, table: Table, *, min_input
     )
 
 
+def compact_branch(
+    tables: IcebergTables,
+    ds: DatasetRecord,
+    table: Table,
+    branch: str,
+    head_snapshot_id: int,
+    fork_snapshot_id: int | None,
+    *,
+    min_input_files: int = MIN_INPUT_FILES,
+) -> Compaction:
+    """Rewrite an environment's own small data files on its branch ``branch`` (at
+    ``head_snapshot_id``, the environment's version) into target-size files: ONE snapshot on the
+    branch, its parent the head, identity unchanged. Its own: the files of the head that the
+    snapshot it forked from production (``fork_snapshot_id``; ``None`` for a dataset born in the
+    environment) does not hold, so a file production reads (or read at the fork) is never an input,
+    and ``main`` never moves. The inputs stay in the branch's earlier snapshots until maintenance
+    expires those. Nothing else of ``compact`` runs here (bounds repair and re-encoding rewrite
+    production's files, and belong to production's maintenance).
+
+    Raises:
+        TransactionConflictError: the branch moved while compacting (nothing changed).
+        StorageUnavailableError: storage could not be reached (nothing changed).
+    """
+    ref = table.metadata.refs.get(branch)
+    if ref is None or ref.snapshot_id != head_snapshot_id:  # not where the environment's version is
+        return Compaction(0, 0, 0, 0, None)
+    files = tables.data_files(table, head_snapshot_id)
+    theirs = {f.file_path for f in tables.data_files(table, fork_snapshot_id)} if fork_snapshot_id is not None else set()
+    limit = small_file_bytes(tables.settings.target_file_bytes)
+    own_small = [f for f in files if f.file_path not in theirs and f.file_size_in_bytes < limit]
+    groups = _groups(own_small, [], min_input_files)
+    if not groups:
+        return Compaction(len(files), len(files), 0, 0, None)
+    head = table.snapshot_by_id(head_snapshot_id)
+    txn = transaction(table)
+    if head is not None and head.schema_id is not None and head.schema_id != txn.table_metadata.current_schema_id:
+        use_schema_in(txn, head.schema_id)  # the environment's schema, not production's (nor another's)
+    meta = txn.table_metadata
+    stored = schema_to_pyarrow(meta.schema(), include_field_ids=False)
+    order = _row_index_order(meta.schema())
+    writers: list[DataFileWriter] = []
+    inputs: list[DataFile] = []
+    written: list[DataFile] = []
+    try:
+        for group in groups:
+            writer = DataFileWriter(
+                transaction_io(txn),
+                meta.location,
+                uuid.uuid4(),
+                meta.schema(),
+                dict(meta.properties),
+                spec_id=group[0].spec_id,
+                partition=group[0].partition,
+                target_file_bytes=tables.settings.target_file_bytes,
+                row_group_bytes=tables.settings.row_group_bytes,
+                parallelism=tables.settings.write_parallelism,
+                spread_last=False,
+            )
+            writers.append(writer)
+            for f in sorted(group, key=order):
+                for batch in tables.file_dataset(table, [f.file_path], stored).to_batches(batch_size=65_536):
+                    writer.write(conform(batch, writer.arrow_schema))
+            written += writer.close()
+            inputs += group
+        failpoint("compaction.before_commit")
+        _commit(txn, inputs, written, head_snapshot_id, data_version(table, head_snapshot_id), uuid.uuid4(), branch=branch)
+    except CommitFailedException as exc:
+        _discard(writers)
+        raise TransactionConflictError(
+            f"compaction of {ds.key!r} on branch {branch!r} conflicted with a concurrent change: {exc}. Nothing changed; run maintain again"
+        ) from exc
+    except OSError as exc:
+        _discard(writers)
+        raise StorageUnavailableError(f"compaction of {ds.key!r} could not reach storage: {exc}. Nothing changed") from exc
+    except BaseException:
+        _discard(writers)
+        raise
+    after = table.refresh().metadata.refs.get(branch)
+    return Compaction(
+        len(files),
+        len(files) - len(inputs) + len(written),
+        len(inputs),
+        len(written),
+        None if after is None else after.snapshot_id,
+    )
+
+
 def _groups(small: list[DataFile], broken: list[DataFile], min_input_files: int) -> list[list[DataFile]]:
     """The files to rewrite, one list per partition (spec id and partition values): a data file
     never mixes partitions, so each partition's files are compacted into files of that same
@@ -197,6 +285,8 @@ def _commit(
     parent: int,
     version: int | None,
     compaction_id: uuid.UUID,
+    *,
+    branch: str = MAIN_BRANCH,
 ) -> None:
     """One snapshot of ``txn`` that replaces ``inputs`` by ``outputs`` (written by ``DataFileWriter``:
     marked as having exact bounds, so ``bounds_repair`` never reads them), recording the data
@@ -211,8 +301,8 @@ def _commit(
         "trident.rewritten-files": str(len(inputs)),
     }
     # the same rows in other files: Iceberg's ``replace``, which streaming readers skip
-    commit_files(txn, txn.update_snapshot(snapshot_properties=props), inputs, outputs, operation=Operation.REPLACE)
+    commit_files(txn, txn.update_snapshot(snapshot_properties=props, branch=branch), inputs, outputs, operation=Operation.REPLACE)
     txn.commit_transaction()
 
 
-__all__ = ["MIN_INPUT_FILES", "Compaction", "compact", "small_file_bytes"]
+__all__ = ["MIN_INPUT_FILES", "Compaction", "compact", "compact_branch", "small_file_bytes"]

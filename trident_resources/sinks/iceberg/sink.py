@@ -819,6 +819,32 @@ class IcebergSink(Sink):
             data_files_after=done.files_after,
         )
 
+    def compact_environment(self, ds: DatasetRecord, fork_snapshot_id: int | None) -> tuple[Maintenance, int | None]:
+        """An environment's own small files (``ds``: its version, ``ds.environment`` set) rewritten
+        on its branch, one snapshot there; ``main`` and the files production reads untouched
+        (``compaction.compact_branch``). Returns the report and the branch's new snapshot (the
+        same rows: the environment's head moves to it), ``None`` when nothing was rewritten. The
+        caller holds the dataset's writer lock.
+
+        Raises:
+            TransactionConflictError: the branch moved meanwhile (nothing changed).
+            StorageUnavailableError: storage could not be reached (nothing changed).
+        """
+        from .compaction import compact_branch
+
+        assert ds.environment is not None and ds.snapshot_id is not None
+        table = self.tables.existing_table(ds)
+        done = compact_branch(self.tables, ds, table, env_branch(ds.environment), ds.snapshot_id, fork_snapshot_id)
+        return Maintenance(
+            key=ds.key,
+            expired_snapshots=0,
+            deleted_files=0,
+            compacted_files=done.rewritten,
+            compaction_files_written=done.written,
+            data_files_before=done.files_before,
+            data_files_after=done.files_after,
+        ), done.snapshot_id if done.rewritten else None
+
     def maintain(
         self, ds: DatasetRecord, *, older_than: datetime, retain_last: int, uploads_before: datetime | None = None
     ) -> Maintenance:
