@@ -50,6 +50,7 @@ def test_a_damaged_data_file_is_named_on_every_read_path(trident: Trident, how: 
     assert sorted(t.read("dmg/a", as_of=first.txn_id).column("k").to_pylist()) == [1, 2]
 
 
+@pytest.mark.usefixtures("iceberg_writes")  # each append its own small file, for compaction to read
 def test_compacting_a_damaged_small_file_is_named_and_changes_nothing(trident: Trident) -> None:
     t = trident
     for i in range(8):  # eight one-row appends: small files that maintain compacts

@@ -55,6 +55,7 @@ def _opened_manifests(monkeypatch: pytest.MonkeyPatch) -> list[ManifestFile]:
     return opened
 
 
+@pytest.mark.usefixtures("iceberg_writes")  # each append its own small file, for compaction to remove
 def test_a_compacted_table_reads_without_opening_the_manifest_of_removed_files(
     trident: Trident, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -81,6 +81,7 @@ def test_an_older_version_of_the_named_dataset_is_not_readable(trident: Trident)
         t.sql(f"select * from \"n/v\", read_parquet('{old[0]}')")
 
 
+@pytest.mark.usefixtures("iceberg_writes")  # about the data files each Iceberg commit leaves
 def test_schema_evolution_reads_added_columns_as_null_and_dropped_ones_gone(trident: Trident) -> None:
     t = trident
     t.write("n/evo", pa.table({"id": [1, 2], "a": ["p", "q"]}))

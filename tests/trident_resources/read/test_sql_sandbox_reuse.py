@@ -50,6 +50,7 @@ def test_a_sandbox_kept_for_two_datasets_is_not_used_for_one(trident: Trident) -
         t.sql(f"select * from \"r/a\", read_parquet('{b_file}')")
 
 
+@pytest.mark.usefixtures("iceberg_writes")  # about the files maintenance deletes under a reused sandbox
 def test_queries_after_maintenance_deleted_the_files_still_work(trident: Trident) -> None:
     t = trident
     t.write("r/m", pa.table({"a": [1]}))

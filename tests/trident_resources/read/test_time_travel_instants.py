@@ -10,6 +10,7 @@ import time
 from datetime import date, datetime, timedelta
 
 import pyarrow as pa
+import pytest
 from pyiceberg.table import Table
 
 from tests.support.helpers import iceberg_table
@@ -44,6 +45,7 @@ def _agree_around(t: Trident, key: str, instants: list[datetime]) -> None:
             assert _trident_ks(t, key, when) == _iceberg_ks(table, when), f"at {when.isoformat()}"
 
 
+@pytest.mark.usefixtures("iceberg_writes")  # compared with pyiceberg's snapshot log: every commit an Iceberg snapshot
 def test_as_of_agrees_with_pyiceberg_around_every_commit(any_trident: Trident) -> None:
     t = any_trident
     r1 = t.write("tt/plain", pa.table({"k": [1]}))
