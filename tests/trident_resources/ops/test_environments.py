@@ -105,6 +105,7 @@ def test_env_writes_are_isolated_and_env_reads_fall_back_to_production(trident: 
         assert table.metadata.refs[env_branch("pr-1")].snapshot_id == env.describe("env/a").snapshot_id  # type: ignore[attr-defined]
 
 
+@pytest.mark.usefixtures("iceberg_writes")  # counts data files: production's appends each their own file, no flush at the fork
 def test_the_first_env_write_copies_no_data_file(trident: Trident, settings: TridentSettings) -> None:
     prod = trident
     for i in range(3):
@@ -560,7 +561,21 @@ def test_production_sees_nothing_of_an_environments_staged_versions(trident: Tri
         assert [e.txn_id for _, e in prod.staged()] == [mine.txn_id]
 
 
+@pytest.mark.usefixtures("iceberg_writes")
 def test_as_of_an_instant_in_an_environment_is_what_the_environment_saw_then(trident: Trident, settings: TridentSettings) -> None:
+    _as_of_story(trident, settings)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known bug: with production's appends inlined, promote flushes them first and an environment's as_of an "
+    "instant before the promotion then reads the promoted version (see the issue 30 note)",
+)
+def test_as_of_in_an_environment_with_production_appends_inlined(trident: Trident, settings: TridentSettings) -> None:
+    _as_of_story(trident, settings)
+
+
+def _as_of_story(trident: Trident, settings: TridentSettings) -> None:
     """``as_of=T`` in an environment: its own version at T where it had written the dataset by
     then (never a production commit made after its fork), production's as of T before its first
     write, for datasets it never wrote, and again once its head was promoted."""
