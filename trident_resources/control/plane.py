@@ -531,21 +531,7 @@ class ControlPlane:
             marks = {k: v for k, v in marks.items() if k.endswith("|")}
             for source_id, part, mark, source_txn in watermarks:
                 marks[f"{source_id}|{part}"] = [mark.isoformat(), str(source_txn) if source_txn else None]
-        row = conn.execute(
-            q.COMMIT_LEDGER,
-            (
-                outcome.visible_at,
-                outcome.rows_written,
-                outcome.row_count,
-                outcome.skipped,
-                outcome.preserved,
-                outcome.snapshot_id,
-                version,
-                entry.txn_id,
-            ),
-        ).fetchone()
-        if row is None:
-            raise StorageUnavailableError(f"ledger row {entry.txn_id} was not open at COMMIT")
+        row = _commit_ledger(conn, entry, outcome, version)
         conn.execute(q.TOUCH_ENVIRONMENT, (ds["workspace"], environment))
         conn.execute(
             q.UPSERT_ENV_HEAD,
@@ -879,21 +865,7 @@ class ControlPlane:
             if ds["schema"] != outcome.schema:
                 version += 1
                 conn.execute(q.INSERT_SCHEMA_VERSION, (entry.dataset_id, version, json.dumps(outcome.schema), entry.txn_id))
-            row = conn.execute(
-                q.COMMIT_LEDGER,
-                (
-                    outcome.visible_at,
-                    outcome.rows_written,
-                    outcome.row_count,
-                    outcome.skipped,
-                    outcome.preserved,
-                    outcome.snapshot_id,
-                    version,
-                    entry.txn_id,
-                ),
-            ).fetchone()
-            if row is None:
-                raise StorageUnavailableError(f"ledger row {entry.txn_id} was not open at COMMIT")
+            row = _commit_ledger(conn, entry, outcome, version)
             conn.execute(
                 q.UPDATE_DATASET_STATS_PARTITION if reserved_indexes else q.UPDATE_DATASET_STATS,
                 (
@@ -1151,6 +1123,31 @@ def outcome_of_staged(entry: LedgerEntry, visible_at: datetime | None) -> Outcom
         deleted=int(saved.get("deleted") or 0),
         visible_at=visible_at,
     )
+
+
+def _commit_ledger(conn: psycopg.Connection[Any], entry: LedgerEntry, outcome: Outcome, version: int) -> DictRow:
+    """The ledger row's COMMIT (status, instant, counts, snapshot, schema version), inside the
+    caller's transaction: what every commit of a version records, in production or an environment.
+
+    Raises:
+        StorageUnavailableError: the row was not open (or staged) any more.
+    """
+    row = conn.execute(
+        q.COMMIT_LEDGER,
+        (
+            outcome.visible_at,
+            outcome.rows_written,
+            outcome.row_count,
+            outcome.skipped,
+            outcome.preserved,
+            outcome.snapshot_id,
+            version,
+            entry.txn_id,
+        ),
+    ).fetchone()
+    if row is None:
+        raise StorageUnavailableError(f"ledger row {entry.txn_id} was not open at COMMIT")
+    return row
 
 
 def _lock_lost(exc: psycopg.OperationalError) -> WriterLockLostError:
