@@ -20,7 +20,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pyiceberg.conversions import from_bytes
 from pyiceberg.exceptions import CommitFailedException
@@ -63,6 +63,44 @@ class Compaction:
     reencoded: int = 0  # of ``rewritten``: files rewritten because some readers cannot decode them
 
 
+def _rewrite(
+    tables: IcebergTables,
+    table: Table,
+    txn: Any,
+    groups: list[list[DataFile]],
+    order: Any,
+    stored: Any,
+    writers: list[DataFileWriter],
+    inputs: list[DataFile],
+    written: list[DataFile],
+) -> None:
+    """Rewrite each group (one partition's small files) into target-size files of ``txn``'s
+    table, in ``__row_index`` order: one partition, then one file, at a time (bounded memory).
+    Appends to ``writers`` as it opens them (the caller discards their files when anything
+    fails), to ``inputs`` the files rewritten and to ``written`` the files written."""
+    meta = txn.table_metadata
+    for group in groups:
+        writer = DataFileWriter(
+            transaction_io(txn),
+            meta.location,
+            uuid.uuid4(),  # names its files: a writer per partition, each numbering its own from 0
+            meta.schema(),
+            dict(meta.properties),
+            spec_id=group[0].spec_id,
+            partition=group[0].partition,
+            target_file_bytes=tables.settings.target_file_bytes,
+            row_group_bytes=tables.settings.row_group_bytes,
+            parallelism=tables.settings.write_parallelism,
+            spread_last=False,  # fewer files is the point: a small partition stays one file
+        )
+        writers.append(writer)
+        for f in sorted(group, key=order):
+            for batch in tables.file_dataset(table, [f.file_path], stored).to_batches(batch_size=65_536):
+                writer.write(conform(batch, writer.arrow_schema))
+        written += writer.close()
+        inputs += group
+
+
 def small_file_bytes(target_file_bytes: int) -> int:
     """A file is small below a quarter of the target: the target counts uncompressed Arrow bytes
     and zstd Parquet is typically 3-5x smaller, so a file of a full target is well above this."""
@@ -99,26 +137,7 @@ def compact(tables: IcebergTables, ds: DatasetRecord, table: Table, *, min_input
     inputs: list[DataFile] = []
     written: list[DataFile] = []
     try:
-        for group in groups:  # one partition, then one file, at a time: bounded memory
-            writer = DataFileWriter(
-                transaction_io(txn),
-                meta.location,
-                uuid.uuid4(),  # names its files: a writer per partition, each numbering its own from 0
-                meta.schema(),
-                dict(meta.properties),
-                spec_id=group[0].spec_id,
-                partition=group[0].partition,
-                target_file_bytes=tables.settings.target_file_bytes,
-                row_group_bytes=tables.settings.row_group_bytes,
-                parallelism=tables.settings.write_parallelism,
-                spread_last=False,  # fewer files is the point: a small partition stays one file
-            )
-            writers.append(writer)
-            for f in sorted(group, key=order):
-                for batch in tables.file_dataset(table, [f.file_path], stored).to_batches(batch_size=65_536):
-                    writer.write(conform(batch, writer.arrow_schema))
-            written += writer.close()
-            inputs += group
+        _rewrite(tables, table, txn, groups, order, stored, writers, inputs, written)
         failpoint("compaction.before_commit")
         record_checked(txn, checked)
         _commit(txn, inputs, written, current.snapshot_id, data_version(table, current.snapshot_id), compaction_id)
@@ -190,26 +209,7 @@ def compact_branch(
     inputs: list[DataFile] = []
     written: list[DataFile] = []
     try:
-        for group in groups:
-            writer = DataFileWriter(
-                transaction_io(txn),
-                meta.location,
-                uuid.uuid4(),
-                meta.schema(),
-                dict(meta.properties),
-                spec_id=group[0].spec_id,
-                partition=group[0].partition,
-                target_file_bytes=tables.settings.target_file_bytes,
-                row_group_bytes=tables.settings.row_group_bytes,
-                parallelism=tables.settings.write_parallelism,
-                spread_last=False,
-            )
-            writers.append(writer)
-            for f in sorted(group, key=order):
-                for batch in tables.file_dataset(table, [f.file_path], stored).to_batches(batch_size=65_536):
-                    writer.write(conform(batch, writer.arrow_schema))
-            written += writer.close()
-            inputs += group
+        _rewrite(tables, table, txn, groups, order, stored, writers, inputs, written)
         failpoint("compaction.before_commit")
         _commit(txn, inputs, written, head_snapshot_id, data_version(table, head_snapshot_id), uuid.uuid4(), branch=branch)
     except CommitFailedException as exc:
