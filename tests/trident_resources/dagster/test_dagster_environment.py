@@ -47,6 +47,7 @@ def test_a_production_run_carries_no_environment(settings: TridentSettings, trid
     r = TridentResource.from_settings(settings)
     instance = dg.DagsterInstance.ephemeral()
     result = dg.materialize([up], resources={"trident": r, "io_manager": TridentIOManager(trident=r)}, instance=instance)
+    assert result.success
     run = instance.get_run_by_id(result.run_id)
     assert run is not None and "trident/environment" not in run.tags
     [event] = result.get_asset_materialization_events()
