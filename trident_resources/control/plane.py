@@ -983,17 +983,7 @@ class ControlPlane:
         with self._single_on(conn) as c:
             row = c.execute(
                 q.STAGE_LEDGER,
-                (
-                    outcome.rows_written,
-                    outcome.row_count,
-                    outcome.skipped,
-                    outcome.preserved,
-                    outcome.snapshot_id,
-                    base_snapshot_id,
-                    json.dumps(staged_outcome(outcome)),
-                    group_of(entry),
-                    entry.txn_id,
-                ),
+                (*_staged_values(outcome, base_snapshot_id), group_of(entry), entry.txn_id),
             ).fetchone()
         if row is None:
             raise StorageUnavailableError(f"ledger row {entry.txn_id} was not open when staging")
@@ -1009,16 +999,7 @@ class ControlPlane:
         with self.connection() as conn:
             row = conn.execute(
                 q.RESTAGE_LEDGER,
-                (
-                    outcome.rows_written,
-                    outcome.row_count,
-                    outcome.skipped,
-                    outcome.preserved,
-                    outcome.snapshot_id,
-                    base_snapshot_id,
-                    json.dumps(staged_outcome(outcome)),
-                    entry.txn_id,
-                ),
+                (*_staged_values(outcome, base_snapshot_id), entry.txn_id),
             ).fetchone()
         if row is None:
             raise StagedVersionConflictError(f"transaction {entry.txn_id} is no longer staged: it cannot be re-based")
@@ -1122,6 +1103,20 @@ def outcome_of_staged(entry: LedgerEntry, visible_at: datetime | None) -> Outcom
         preserved=entry.preserved or 0,
         deleted=int(saved.get("deleted") or 0),
         visible_at=visible_at,
+    )
+
+
+def _staged_values(outcome: Outcome, base_snapshot_id: int | None) -> tuple[Any, ...]:
+    """What a staged version's ledger row records of it (``STAGE_LEDGER``/``RESTAGE_LEDGER``'s
+    leading parameters): its counts, snapshot, base and the outcome its publish records."""
+    return (
+        outcome.rows_written,
+        outcome.row_count,
+        outcome.skipped,
+        outcome.preserved,
+        outcome.snapshot_id,
+        base_snapshot_id,
+        json.dumps(staged_outcome(outcome)),
     )
 
 
