@@ -1,12 +1,12 @@
-"""The pg sink's read cache: row blocks (Arrow IPC, zstd) next to the jsonb rows, which stay the truth.
+"""The pg sink's read cache: row blocks (Arrow IPC) next to the jsonb rows, which stay the truth.
 
 Why (measured on 200k lineitem rows): Postgres renders each jsonb member a read asks
 for at ~0.035 s of server CPU per member per 200k rows, whatever the query shape, so a full read
 of a 16-column dataset cannot reach 5x a row-by-row cursor read from jsonb. A batch written by a
 replace or an append has contiguous ascending ``__row_index``; it is also stored as ONE Arrow IPC
-stream (identity + user columns, zstd buffers) in ``trident_row_blocks``, in the same Postgres
-transaction as its rows. A read takes each block's rows from the block (one TOAST fetch and a
-zstd decode) and only the rows between blocks from jsonb.
+stream (identity + user columns; zstd buffers from 64 KiB) in ``trident_row_blocks``, in the
+same Postgres transaction as its rows. A read takes each block's rows from the block (one TOAST
+fetch and a decode) and only the rows between blocks from jsonb.
 
 Correctness rests on one invariant (``control/migrations/0007_pg_row_blocks.sql``): every row of the
 generation whose row index lies in a block's [first, last] is exactly that block's row. A block
@@ -41,6 +41,11 @@ from ...core.schemas import conform
 MIN_REBUILD_ROWS = 1_024
 BLOCK_ROWS = 65_536  # rows per block: a larger write batch is cut, so a block (and a read's look-ahead) stays bounded
 _WRITE = ipc.IpcWriteOptions(compression="zstd")
+_WRITE_SMALL = ipc.IpcWriteOptions()
+# Below this many bytes a block is stored uncompressed: zstd's set-up alone costs ~0.25 ms a block
+# (25x the IPC encoding of a 10-row batch), the whole budget of a small inlined commit, and saves
+# next to nothing on a few hundred bytes. A reader decodes either (IPC records it per message).
+COMPRESS_FROM_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -65,7 +70,8 @@ def block_slices(batch: pa.RecordBatch) -> Iterator[tuple[int, int, bytes]]:
     for start in range(0, n, BLOCK_ROWS):
         part = batch.slice(start, BLOCK_ROWS)
         sink = pa.BufferOutputStream()
-        with ipc.new_stream(sink, part.schema, options=_WRITE) as out:
+        options = _WRITE if part.nbytes >= COMPRESS_FROM_BYTES else _WRITE_SMALL
+        with ipc.new_stream(sink, part.schema, options=options) as out:
             out.write_batch(part)
         yield int(index[start]), int(index[start + part.num_rows - 1]), sink.getvalue().to_pybytes()
 

@@ -18,7 +18,7 @@ Why this shape (measured on the lineitem bench):
 - All aggregates of one group see the rows in the same order, so the fields line up; the rows are
   sorted by ``__row_index`` on the client (a bitmap scan returns heap order).
 - Row blocks (``blocks.py``), listed in the same snapshot, replace the ranges they cover: a
-  block is one fetch of its IPC bytes and a zstd decode, no jsonb rendering at all.
+  block is one fetch of its IPC bytes and a decode (zstd for large blocks), no jsonb rendering at all.
 - A range is sized from the plan (row count, index span, stored bytes) so that one COPY row stays
   around ``CHUNK_BYTES``; ranges are fetched at most ``connections + 1`` ahead of the consumer,
   so memory stays bounded whatever the dataset's size.
