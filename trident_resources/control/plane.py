@@ -199,9 +199,21 @@ class InlineState:
     """A dataset's inlined tail as a writer sees it (``ControlPlane.inline_state``)."""
 
     rows: int  # rows inlined and not flushed yet
-    last_seq: int | None  # the newest unflushed block (what a flush started now moves)
     staged: bool  # a staged version waits for publish
     age_s: float | None = None  # seconds since the oldest unflushed block was inlined
+
+
+@dataclass(frozen=True)
+class InlineCommit:
+    """What ``ControlPlane.commit_inline`` did: ``committed`` (``entry``, the tail after it, the
+    block's seq), or why nothing was written: ``busy`` (another writer holds the lock), ``stale``
+    (the dataset moved since the record the rows were stamped from), ``waiting`` (an open, staged
+    or ref-pending transaction), ``exists`` (the txn id is taken)."""
+
+    outcome: str
+    entry: LedgerEntry | None = None
+    tail: InlineState | None = None
+    block_seq: int | None = None
 
 
 @dataclass(frozen=True)
@@ -904,17 +916,36 @@ class ControlPlane:
 
     # -- the inlined tail -------------------------------------------------------------------
     def inline_state(self, dataset_id: uuid.UUID) -> InlineState:
-        """The tail's unflushed rows and newest block, and whether a staged version waits."""
-        with self.pool.connection() as conn:
-            row = cast(DictRow, conn.execute(q.INLINE_STATE, (dataset_id, dataset_id)).fetchone())
-        return InlineState(rows=int(row["rows"]), last_seq=row["last_seq"], staged=bool(row["staged"]), age_s=row["age_s"])
+        """The tail's unflushed rows and age, and whether a staged version waits."""
+        with self.connection() as conn:
+            row = cast(DictRow, conn.execute(q.INLINE_STATE, {"ds": dataset_id}).fetchone())
+        return InlineState(rows=int(row["rows"]), staged=bool(row["staged"]), age_s=row["age_s"])
+
+    def inline_rows(self, dataset_id: uuid.UUID) -> int:
+        """How many rows are inlined and not flushed (counted block by block: what ``describe`` shows)."""
+        with self.connection() as conn:
+            return int(cast(DictRow, conn.execute(q.INLINE_ROWS, (dataset_id,)).fetchone())["rows"])
 
     def commit_inline(
-        self, entry: LedgerEntry, outcome: Outcome, block: InlineBlock | None, conn: psycopg.Connection[Any] | None = None
-    ) -> LedgerEntry | None:
-        """An inlined write in ONE statement: its ledger row born ``committed`` with ``entry``'s τ,
-        the dataset's stats, the sync log and the rows (``block``). ``conn`` is the writer lock's
-        session: committing on it fences a writer whose lock died. ``None``: the txn id exists."""
+        self,
+        entry: LedgerEntry,
+        outcome: Outcome,
+        block: InlineBlock | None,
+        expect: DatasetRecord,
+        conn: psycopg.Connection[Any] | None = None,
+    ) -> InlineCommit:
+        """An inlined write in ONE call: its ledger row born ``committed`` with ``entry``'s τ, the
+        dataset's stats, the sync log and the rows (``block``), provided the dataset is still as
+        ``expect`` (the record its rows were stamped from) and no other writer holds its lock.
+        ``conn``: the session of a writer lock this process holds (the call then proceeds under
+        it, and committing on it fences a writer whose lock died); without one, the call takes
+        the lock for its own transaction. ``InlineCommit.outcome`` says what happened.
+
+        Raises:
+            ControlPlaneUnavailableError: the control plane failed.
+            WriterLockLostError: ``conn``'s session died (and the lock with it).
+        """
+        pid, host = os.getpid(), socket.gethostname()
         params = {
             "txn": entry.txn_id,
             "ds": entry.dataset_id,
@@ -932,14 +963,31 @@ class ControlPlane:
             "version": entry.schema_version,
             "refs": json.dumps(entry.source_refs),
             "meta": json.dumps(entry.metadata, default=str),
-            "pid": os.getpid(),
-            "host": socket.gethostname(),
+            "pid": pid,
+            "host": host,
             "first": None if block is None else block.first_row_index,
             "ipc": None if block is None else block.ipc,
+            "expect_next": expect.next_row_index,
+            "expect_last": expect.last_txn_id,
         }
         with self._single_on(conn) as c:
-            row = c.execute(q.INLINE_COMMIT, params).fetchone()
-        return LedgerEntry(**row) if row else None
+            row = cast(DictRow, c.execute(q.INLINE_COMMIT, params).fetchone())
+        if row["outcome"] != "committed":
+            return InlineCommit(row["outcome"])
+        done = replace(
+            entry,
+            committed_at=row["committed_at"],
+            ended_at=row["ended_at"],
+            rows_written=outcome.rows_written,
+            row_count=outcome.row_count,
+            skipped=0,
+            preserved=0,
+            snapshot_id=outcome.snapshot_id,
+            pid=pid,
+            host=host,
+        )
+        tail = InlineState(rows=int(row["tail_rows"]), staged=False, age_s=row["tail_age_s"])
+        return InlineCommit("committed", done, tail, row["block_seq"])
 
     def inline_tail(self, dataset_id: uuid.UUID) -> InlineTail:
         """The current version's tail and the snapshot it sits on, read in ONE statement, so a

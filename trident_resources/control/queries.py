@@ -178,7 +178,8 @@ PG_INSERT_COMMIT = """INSERT INTO trident_pg_commits (seq, dataset_id, txn_id, g
 PG_DELETE_COMMIT = "DELETE FROM trident_pg_commits WHERE txn_id = %s"
 # Settled history is purged at the start of the next write (its writer lock proves every earlier
 # transaction has committed or been undone): old generations and the undo log.
-PG_PURGE_OLD_GENS = "DELETE FROM trident_rows WHERE dataset_id = %s AND gen <> %s"
+# (two ranges, not gen <> g: that walks every row of the dataset in the index, on every write)
+PG_PURGE_OLD_GENS = "DELETE FROM trident_rows WHERE dataset_id = %(ds)s AND (gen < %(gen)s OR gen > %(gen)s)"
 PG_PURGE_UNDO = "DELETE FROM trident_rows_undo WHERE dataset_id = %s"
 PG_COPY_ROWS = "COPY trident_rows (dataset_id, gen, row_id, row_index, created_at, txn_id, data) FROM STDIN"
 PG_CREATE_GONE = "CREATE TEMP TABLE trident_gone (row_id uuid PRIMARY KEY) ON COMMIT DROP"
@@ -223,7 +224,7 @@ PG_LIST_BLOCKS = """SELECT first_row_index, last_row_index, n_rows FROM trident_
 PG_ROW_INDEX_SPAN = """SELECT min(row_index) AS lo, max(row_index) AS hi FROM trident_rows
     WHERE dataset_id = %s AND gen = %s"""
 PG_BLOCK_IPC = "SELECT n_rows, ipc FROM trident_row_blocks WHERE dataset_id = %s AND gen = %s AND first_row_index = %s"
-PG_PURGE_OLD_BLOCKS = "DELETE FROM trident_row_blocks WHERE dataset_id = %s AND gen <> %s"
+PG_PURGE_OLD_BLOCKS = "DELETE FROM trident_row_blocks WHERE dataset_id = %(ds)s AND (gen < %(gen)s OR gen > %(gen)s)"
 PG_UNDO_DELETE_BLOCKS = "DELETE FROM trident_row_blocks WHERE dataset_id = %s AND txn_id = %s"
 PG_DROP_BLOCKS = "DELETE FROM trident_row_blocks WHERE dataset_id = %s"
 # Maintenance's block rebuild: the runs of consecutive row indexes of the generation that no block
@@ -307,12 +308,25 @@ SET_INLINE_FLUSHED = "UPDATE trident_datasets SET inline_flushed = GREATEST(inli
 # (blocks committed later have a higher seq; blocks flushed later are still stored).
 INLINE_TAIL_RANGE = """SELECT seq, n_rows, ipc FROM trident_inline_tail
     WHERE dataset_id = %s AND seq > %s AND seq <= %s ORDER BY seq"""
-# What a writer of the dataset asks before inlining: rows and last block of the tail, and whether a
-# staged version waits (its publish would replace main: an inlined write then takes the Iceberg path).
-INLINE_STATE = """SELECT coalesce(sum(n_rows), 0)::bigint AS rows, max(seq) AS last_seq,
-    extract(epoch FROM now() - min(created_at))::float8 AS age_s,
-    EXISTS (SELECT 1 FROM trident_ledger l WHERE l.dataset_id = %s AND l.status = 'staged') AS staged
-    FROM trident_inline_tail WHERE dataset_id = %s AND flushed_by IS NULL"""
+# The tail as a writer sees it, from its oldest unflushed block: the unflushed rows are the
+# dataset's last ones (every write that is not inlined flushes the tail first), so they are
+# next_row_index minus that block's first index, read through the live index without summing a
+# tail that grows with every write (at least 1 while a block is unflushed).
+_TAIL_FROM_OLDEST = """CASE WHEN o.tail_first IS NULL THEN 0 ELSE GREATEST(d.next_row_index - o.tail_first, 1) END AS rows,
+    extract(epoch FROM now() - o.tail_since)::float8 AS age_s"""
+# (the dataset id is the statement's parameter, not the outer row's: correlated, Postgres may walk
+# every dataset's blocks in seq order through the primary key)
+_OLDEST_UNFLUSHED = """LEFT JOIN LATERAL (SELECT t.first_row_index AS tail_first, t.created_at AS tail_since
+        FROM trident_inline_tail t WHERE t.dataset_id = %(ds)s AND t.flushed_by IS NULL ORDER BY t.seq LIMIT 1) o ON true"""
+# What a writer of the dataset asks before inlining: the tail, and whether a staged version waits
+# (its publish would replace main: an inlined write then takes the Iceberg path).
+INLINE_STATE = f"""SELECT {_TAIL_FROM_OLDEST},
+    EXISTS (SELECT 1 FROM trident_ledger l WHERE l.dataset_id = d.dataset_id AND l.status = 'staged') AS staged
+    FROM trident_datasets d {_OLDEST_UNFLUSHED} WHERE d.dataset_id = %(ds)s"""
+# describe's "inlined rows": the exact count, block by block
+INLINE_ROWS = (
+    "SELECT coalesce(sum(n_rows), 0)::bigint AS rows FROM trident_inline_tail WHERE dataset_id = %s AND flushed_by IS NULL"
+)
 # The current version as readers see it, in ONE statement (one Postgres snapshot): the dataset's
 # recorded Iceberg snapshot and the tail not yet flushed into it (no block: one row of NULLs).
 INLINE_TAIL = """SELECT d.snapshot_id, t.seq, t.n_rows, t.ipc FROM trident_datasets d
@@ -332,35 +346,13 @@ MARK_INLINE_FLUSHED = """UPDATE trident_inline_tail SET flushed_by = %s
 # maintain: flushed blocks are kept for time travel as long as the snapshots of their age.
 PURGE_FLUSHED_INLINE = """DELETE FROM trident_inline_tail t USING trident_ledger f
     WHERE t.dataset_id = %s AND f.txn_id = t.flushed_by AND f.committed_at < %s"""
-# An inlined write as ONE statement (atomic on its own, one round trip): the ledger row born
-# committed (its rows never leave Postgres, so there is nothing an INTENT row would let the
-# reconciler find), the dataset's stats, the sync log and the rows. No row when the txn id exists.
-# committed_at is this clock at COMMIT, never before τ (taken by the writer just before).
-INLINE_COMMIT = f"""
-WITH led AS (
-    INSERT INTO trident_ledger (txn_id, dataset_id, status, mode, writer, sink, requested_sink, clamped, route_reason,
-        started_at, committed_at, ended_at, rows_written, row_count, skipped, preserved, snapshot_id, schema_version,
-        source_refs, metadata, pid, host)
-    VALUES (%(txn)s, %(ds)s, 'committed', %(mode)s, %(writer)s, %(sink)s, %(requested)s, %(clamped)s, %(reason)s,
-        %(tau)s, GREATEST(date_trunc('microseconds', clock_timestamp()), %(tau)s), clock_timestamp(), %(n)s, %(rows)s,
-        0, 0, %(snapshot)s, %(version)s, %(refs)s::jsonb, %(meta)s::jsonb, %(pid)s, %(host)s)
-    ON CONFLICT (txn_id) DO NOTHING
-    RETURNING {_LEDGER_COLS}
-), tail AS (
-    INSERT INTO trident_inline_tail (dataset_id, txn_id, first_row_index, n_rows, ipc)
-    SELECT %(ds)s, %(txn)s, %(first)s, %(n)s, %(ipc)s FROM led WHERE %(ipc)s::bytea IS NOT NULL
-    RETURNING seq
-), stats AS (
-    UPDATE trident_datasets SET row_count = %(rows)s, next_row_index = %(next)s, last_txn_id = %(txn)s,
-        committed_at = (SELECT committed_at FROM led), updated_at = now(),
-        inline_through = coalesce((SELECT seq FROM tail), inline_through)
-    WHERE dataset_id = %(ds)s AND EXISTS (SELECT 1 FROM led)
-    RETURNING 1
-), sync AS (
-    INSERT INTO trident_sync_log (dataset_id, txn_id, sink, snapshot_id, has_identity, rows_written, row_count)
-    SELECT %(ds)s, %(txn)s, %(sink)s, %(snapshot)s, true, %(n)s, %(rows)s FROM led
-)
-SELECT * FROM led"""
+# An inlined write as ONE call (migrations/0012_inline_commit.sql has why a function): the lock,
+# the compare-and-set on the record the writer stamped from, the ledger row born committed, the
+# rows, the stats and the sync log; one row saying what happened.
+INLINE_COMMIT = """SELECT outcome, committed_at, ended_at, block_seq, tail_rows, tail_age_s FROM trident_inline_commit(
+    %(txn)s, %(ds)s, %(mode)s, %(writer)s, %(sink)s, %(requested)s, %(clamped)s, %(reason)s, %(tau)s, %(n)s, %(rows)s,
+    %(next)s, %(snapshot)s, %(version)s, %(refs)s::jsonb, %(meta)s::jsonb, %(pid)s, %(host)s, %(first)s, %(ipc)s::bytea,
+    %(expect_next)s, %(expect_last)s)"""
 
 
 # -- environments (migrations/0010_environments.sql; ops/environments.py) ------------------------

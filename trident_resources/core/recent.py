@@ -38,3 +38,7 @@ class Recent(Generic[K, V]):
             self._entries.move_to_end(key)
             while len(self._entries) > self.size:
                 self._entries.popitem(last=False)
+
+    def discard(self, key: K) -> None:
+        with self._lock:
+            self._entries.pop(key, None)

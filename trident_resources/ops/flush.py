@@ -49,3 +49,14 @@ def flush_after(engine: Engine, ds: DatasetRecord) -> None:
         inline.flush(engine.driver, fresh)
     except TridentError as exc:
         log.warning("trident flush %s after an inlined write failed (%s); the next write or maintain retries", ds.key, exc)
+
+
+def flush_locking(engine: Engine, ds: DatasetRecord) -> None:
+    """``flush_after`` for a caller that does not hold the lock (an inlined write committed in
+    one call): taken here. A flush that cannot run now is logged and left to the next write,
+    ``maintain`` or ``trident flush``, never the write's error."""
+    try:
+        with engine.driver.locked(ds) as now:
+            flush_after(engine, now)
+    except TridentError as exc:
+        log.warning("trident flush %s after an inlined write did not run (%s); the next write or maintain retries", ds.key, exc)

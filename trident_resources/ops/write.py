@@ -31,7 +31,7 @@ from ..transaction import inline
 from ..transaction.driver import PARTITION_META, STAGED_META, WATERMARK_META, Intent, watermark_meta
 from . import commit_records
 from . import env_writes as environments
-from .flush import flush_after, flushed_first
+from .flush import flush_after, flush_locking, flushed_first
 
 log = logging.getLogger("trident")
 
@@ -76,6 +76,13 @@ def write(
     txn = arguments.txn_id(txn_id) or uuid.uuid4()
     marks = commit_records.watermark_rows(engine, watermarks, marked)
     in_env = engine.environment != PRODUCTION
+    plain = (
+        mode == "append" and not (key_cols or stage or marks) and all(x is None for x in (partition, group, txn_id, provenance))
+    )
+    if plain and allow_inline and not in_env and reader is not None and engine.settings.inline_max_rows:
+        fast, reader = _inline_now(engine, key, writer, reader, txn, refs, metadata)
+        if fast is not None:
+            return fast
     if in_env:  # refused before anything is touched (no dataset record, no ledger row)
         environments.refuse_write(engine, key, stage=stage, partition=partition, group=group)
     existing = engine.control.dataset(engine.workspace, key)
@@ -141,6 +148,54 @@ def write(
             return commit_records.write_result(ds.key, transaction.stage(outcome), outcome, route, staged=True)
         done = transaction.commit(outcome, provenance=provenance, watermarks=marks)
         return commit_records.write_result(ds.key, done, outcome, route)
+
+
+def _inline_now(
+    engine: Engine,
+    key: str,
+    writer: str,
+    reader: pa.RecordBatchReader,
+    txn: uuid.UUID,
+    refs: list[str],
+    metadata: Mapping[str, Any],
+) -> tuple[WriteResult | None, pa.RecordBatchReader | None]:
+    """A plain small append (no txn id, provenance, watermarks, keys, stage, partition or group)
+    of an existing ``iceberg_native`` dataset, inlined in ONE round trip: its rows are stamped
+    from the record this process's last write of it left (else read now), and the commit takes
+    the writer lock for its own Postgres transaction and checks that record is still the
+    dataset's (``inline.commit_at_once``): the path of a stream of small writes. ``None`` and the
+    input, unconsumed, when the write is not inlined or the lock is taken or something waits on
+    the dataset: nothing was written, and ``write`` goes on through the normal door, which waits,
+    settles and decides."""
+    heads = engine.driver.heads
+    ds = heads.get((engine.workspace, key)) or engine.control.dataset(engine.workspace, key)
+    for _ in range(2):  # a stale record is read again once
+        if ds is None:
+            return None, reader
+        route = engine.route(key, writer, ds)
+        if route.sink != inline.INLINE_SINK or ds.sink != route.sink or not ds.exists:
+            return None, reader
+        if ds.schema:
+            refuse_case_clash((c["name"] for c in ds.schema), reader.schema)
+        small, reader = _inlinable(engine, ds, "append", (), False, None, reader, False)
+        if small is None or reader is None:
+            return None, reader
+        schema = inline.target(engine.driver, ds).schema
+        assert schema is not None  # (``_inlinable`` checked)
+        intent = Intent(txn, "append", writer, route.sink, route, refs, dict(metadata))
+        done = inline.commit_at_once(engine.driver, ds, intent, small, schema)
+        if isinstance(done, inline.Inlined):
+            log.info("trident write %s mode=append writer=%s sink=%s (inlined)", key, writer, route.describe())
+            after = inline.advanced(ds, done)
+            heads.put((engine.workspace, key), after)
+            if _flush_due(engine, done.tail.rows, done.tail.age_s):
+                flush_locking(engine, after)
+            return commit_records.write_result(ds.key, done.entry, done.outcome, route), reader
+        if done != "stale":
+            break
+        ds = engine.control.dataset(engine.workspace, key)
+    heads.discard((engine.workspace, key))
+    return None, reader
 
 
 def _inlinable(

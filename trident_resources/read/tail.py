@@ -78,7 +78,7 @@ def rows_count(engine: Engine, ds: DatasetRecord) -> int:
     """How many of the dataset's rows are inlined (not in Iceberg yet): what ``describe`` shows."""
     if ds.sink != INLINE_SINK or ds.environment is not None:
         return 0
-    return engine.control.inline_state(ds.dataset_id).rows
+    return engine.control.inline_rows(ds.dataset_id)
 
 
 def appended(reader: pa.RecordBatchReader, rows: pa.Table) -> pa.RecordBatchReader:

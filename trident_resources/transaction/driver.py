@@ -60,6 +60,7 @@ from ..core.errors import (
 )
 from ..core.failpoints import failpoint
 from ..core.partitions import PartitionFilter
+from ..core.recent import Recent
 from ..core.results import ReconcileReport
 from ..core.settings import TridentSettings
 from ..core.write_modes import WriteMode
@@ -133,6 +134,9 @@ class TransactionDriver:
         self.settings = settings
         self.planner = WritePlanner(settings)
         self._locks: dict[uuid.UUID, psycopg.Connection[Any]] = {}  # dataset -> its writer lock's session
+        # (workspace, key) -> the record this process's last inlined write of it left: what the next
+        # small append stamps its rows from (the commit checks it is still the dataset's)
+        self.heads: Recent[tuple[str, str], DatasetRecord] = Recent(1024)
         self._shared: set[uuid.UUID] = set()  # datasets written under partition locks (partition_locked)
 
     def lock_session(self, ds: DatasetRecord) -> psycopg.Connection[Any] | None:

@@ -39,9 +39,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..control.plane import INLINE_FLUSH_META, DatasetRecord, InlineBlock, LedgerEntry, Outcome, WatermarkRow
+from ..control.plane import INLINE_FLUSH_META, DatasetRecord, InlineBlock, InlineState, LedgerEntry, Outcome, WatermarkRow
 from ..control.router import RouteDecision
-from ..core.errors import InvalidWriteError, SchemaMismatchError, TridentError
+from ..core.errors import InvalidWriteError, SchemaMismatchError, TridentError, WriterLockLostError
 from ..core.failpoints import failpoint
 from ..core.identity import ROW_ID, stamp
 from ..core.recent import Recent
@@ -103,11 +103,7 @@ def fits(rows: pa.Table, schema: pa.Schema) -> pa.RecordBatch | None:
     schema change (a new column, a widened type: the Iceberg path decides those) or they do not
     cast (the Iceberg path then names the error)."""
     stored = user_fields(schema)
-    try:
-        planned = plan_schema(schema, user_fields(rows.schema), replace=False)
-    except TridentError:
-        return None
-    if not planned.equals(stored):
+    if not _stores_as_is(schema, rows.schema):
         return None
     batch = rows.combine_chunks().to_batches()
     if not batch:
@@ -116,6 +112,23 @@ def fits(rows: pa.Table, schema: pa.Schema) -> pa.RecordBatch | None:
         return conform(batch[0], stored)
     except SchemaMismatchError:
         return None
+
+
+# (table schema, input schema) -> does the input store without a schema change? Planning converts
+# both through pyiceberg's schema (~0.5 ms, the largest Python cost of a 10-row commit), and a
+# writer of many small writes sends the same schema each time.
+_AS_IS: Recent[tuple[pa.Schema, pa.Schema], bool] = Recent(256)
+
+
+def _stores_as_is(schema: pa.Schema, incoming: pa.Schema) -> bool:
+    found = _AS_IS.get((schema, incoming))
+    if found is None:
+        try:
+            found = plan_schema(schema, user_fields(incoming), replace=False).equals(user_fields(schema))
+        except TridentError:
+            found = False
+        _AS_IS.put((schema, incoming), found)
+    return found
 
 
 def commit(
@@ -137,7 +150,10 @@ def commit(
     nothing beyond the rows is recorded (no provenance, no watermarks): then INTENT and COMMIT
     are ONE statement (``commit_at_once``), the path of a stream of small writes."""
     if fresh and provenance is None and not watermarks:
-        return commit_at_once(driver, ds, intent, batch, schema)
+        done = commit_at_once(driver, ds, intent, batch, schema)
+        if isinstance(done, str):  # not under the lock this process holds: it died with its session
+            raise WriterLockLostError(f"dataset {ds.key!r}: the inlined write found the dataset {done} under its writer lock")
+        return done.entry, done.outcome
     txn = driver.open(ds, replace(intent, metadata={**intent.metadata, INLINE_META: True}))
     if txn is None:
         return None
@@ -162,15 +178,35 @@ def commit(
     return entry, outcome
 
 
+@dataclass(frozen=True)
+class Inlined:
+    """A committed inlined write: its ledger entry and outcome, and the tail after it."""
+
+    entry: LedgerEntry
+    outcome: Outcome
+    tail: InlineState
+    block_seq: int | None
+
+
 def commit_at_once(
     driver: TransactionDriver, ds: DatasetRecord, intent: Intent, batch: pa.RecordBatch, schema: pa.Schema
-) -> tuple[LedgerEntry, Outcome]:
-    """An inlined write whose ledger row is born committed, in ONE statement with the dataset's
-    stats and its rows (``ControlPlane.commit_inline``): the floor is one round trip. Its rows never
-    leave Postgres, so there is no step a crash could leave half done: killed before the statement
-    the write left nothing, after it the write is committed. τ is this process's clock (there is
-    no INTENT row to take Postgres' from); ``committed_at`` is never earlier. A failure is recorded
-    as an aborted ledger row when the control plane still answers."""
+) -> Inlined | str:
+    """An inlined write whose ledger row is born committed, in ONE call with the dataset's stats
+    and its rows (``ControlPlane.commit_inline``): the floor is one round trip. Its rows are
+    stamped from ``ds``; the call commits them only if the dataset is still as ``ds`` says and
+    its lock is free (or held by this process: ``locked``), else it writes nothing and the
+    answer is why (``busy``, ``stale``, ``waiting``: the caller takes the normal door, or reads
+    the record again). Its rows never leave Postgres, so there is no step a crash could leave
+    half done: killed before the call the write left nothing, after it the write is committed.
+    τ is this process's clock (there is no INTENT row to take Postgres' from); ``committed_at``
+    is never earlier. A failure is recorded as an aborted ledger row when the control plane
+    still answers.
+
+    Raises:
+        InvalidWriteError: the txn id names an earlier write.
+        ControlPlaneUnavailableError: the control plane failed (the write is recorded aborted
+            when it answers again in time).
+    """
     tau = datetime.now(UTC)  # microseconds: what every part of the trident stores
     try:
         failpoint("intent.after")
@@ -201,14 +237,28 @@ def commit_at_once(
         )
         block = InlineBlock(ds.next_row_index, n, blocks[0][2]) if blocks else None
         failpoint("commit.before_ledger")
-        done = driver.control.commit_inline(entry, outcome, block, conn=driver.lock_session(ds))
-        if done is None:
+        done = driver.control.commit_inline(entry, outcome, block, ds, conn=driver.lock_session(ds))
+        if done.outcome == "exists":
             raise InvalidWriteError(f"transaction id {intent.txn_id} already exists; a txn id names one write")
     except Exception as exc:
         _record_abort(driver, ds, intent, exc)
         raise
+    if done.entry is None or done.tail is None:
+        return done.outcome
     failpoint("inline.committed")
-    return done, outcome
+    return Inlined(done.entry, outcome, done.tail, done.block_seq)
+
+
+def advanced(ds: DatasetRecord, done: Inlined) -> DatasetRecord:
+    """``ds`` as the inlined write ``done`` left it (what the next small append stamps from)."""
+    return replace(
+        ds,
+        row_count=done.outcome.row_count,
+        next_row_index=done.outcome.next_row_index,
+        last_txn_id=done.entry.txn_id,
+        committed_at=done.entry.committed_at,
+        inline_through=done.block_seq if done.block_seq is not None else ds.inline_through,
+    )
 
 
 def _record_abort(driver: TransactionDriver, ds: DatasetRecord, intent: Intent, exc: BaseException) -> None:

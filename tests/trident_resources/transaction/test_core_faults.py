@@ -115,34 +115,35 @@ def _slow(batches: int, delay: float, started: threading.Event | None = None) ->
 
 
 def test_a_writer_whose_lock_session_dies_fails_named_and_commits_nothing(trident: Trident, pg_dsn: str) -> None:
-    t = trident
-    t.write("lk/a", table(k=[-1]))
-    before = t.describe("lk/a")
-    started = threading.Event()
-    errors: list[BaseException] = []
+    # not inlined: a write that may be inlined reads its first rows before it takes the lock
+    with Trident(trident.settings.model_copy(update={"inline_max_rows": 0})) as t:
+        t.write("lk/a", table(k=[-1]))
+        before = t.describe("lk/a")
+        started = threading.Event()
+        errors: list[BaseException] = []
 
-    def run() -> None:
-        try:
-            reader = pa.RecordBatchReader.from_batches(pa.schema([("k", pa.int64())]), _slow(6, 0.3, started))
-            t.write("lk/a", reader, mode="append")
-        except BaseException as exc:
-            errors.append(exc)
+        def run() -> None:
+            try:
+                reader = pa.RecordBatchReader.from_batches(pa.schema([("k", pa.int64())]), _slow(6, 0.3, started))
+                t.write("lk/a", reader, mode="append")
+            except BaseException as exc:
+                errors.append(exc)
 
-    th = threading.Thread(target=run)
-    th.start()
-    assert started.wait(20)
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        killed = conn.execute(
-            "select pg_terminate_backend(pid) from pg_locks where locktype = 'advisory' and granted and pid <> pg_backend_pid()"
-        ).fetchall()
-    assert killed, "the writer's lock session was not found"
-    th.join(60)
-    assert errors, "the write committed although its lock session died"
-    assert isinstance(errors[0], TridentError), f"raw error: {type(errors[0]).__name__}: {errors[0]}"
-    t.reconcile()
-    after = t.describe("lk/a")
-    assert (after.row_count, after.snapshot_id) == (before.row_count, before.snapshot_id)
-    assert t.read("lk/a").column("k").to_pylist() == [-1]
+        th = threading.Thread(target=run)
+        th.start()
+        assert started.wait(20)
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            killed = conn.execute(
+                "select pg_terminate_backend(pid) from pg_locks where locktype = 'advisory' and granted and pid <> pg_backend_pid()"
+            ).fetchall()
+        assert killed, "the writer's lock session was not found"
+        th.join(60)
+        assert errors, "the write committed although its lock session died"
+        assert isinstance(errors[0], TridentError), f"raw error: {type(errors[0]).__name__}: {errors[0]}"
+        t.reconcile()
+        after = t.describe("lk/a")
+        assert (after.row_count, after.snapshot_id) == (before.row_count, before.snapshot_id)
+        assert t.read("lk/a").column("k").to_pylist() == [-1]
 
 
 # -- issue 15.1: after the lock, the routing decision is made again --------------------------------

@@ -159,7 +159,9 @@ def test_reconcile_leaves_live_writers_alone(trident: Trident) -> None:
 
 
 def test_a_second_writer_waits_then_fails_clearly(trident_home: Path, pg_dsn: str) -> None:
-    settings = make_settings(trident_home, pg_dsn, writer_wait_seconds=0.5)
+    # not inlined: a plain small append reads its input before it takes the lock (and commits in
+    # one call), so only a write that holds the lock while it reads keeps the second one waiting
+    settings = make_settings(trident_home, pg_dsn, writer_wait_seconds=0.5).model_copy(update={"inline_max_rows": 0})
     with Trident(settings) as t:
         t.write("c/x", table(k=[0]))
         gate, started = threading.Event(), threading.Event()
@@ -180,8 +182,6 @@ def test_a_second_writer_waits_then_fails_clearly(trident_home: Path, pg_dsn: st
         worker.start()
         try:
             assert started.wait(30)
-            # an inlined append reads its (small) input under the lock before it records anything,
-            # so the waiting writer may only know that another writer holds it
             with pytest.raises(ConcurrentWriteError, match=r"being written by (transaction|another writer).* waited"):
                 t.write("c/x", table(k=[9]), mode="append")
         finally:
@@ -194,7 +194,12 @@ def test_a_second_writer_waits_then_fails_clearly(trident_home: Path, pg_dsn: st
         assert statuses == ["committed", "committed", "committed"]  # the refused writer never opened a row
 
 
-def test_waiting_writer_proceeds_when_the_first_finishes(trident: Trident) -> None:
+def test_waiting_writer_proceeds_when_the_first_finishes(settings: TridentSettings) -> None:
+    with Trident(settings.model_copy(update={"inline_max_rows": 0})) as trident:  # (see the test above)
+        _waits_then_proceeds(trident)
+
+
+def _waits_then_proceeds(trident: Trident) -> None:
     trident.write("c/y", table(k=[0]))
     gate, started = threading.Event(), threading.Event()
 
