@@ -20,7 +20,7 @@ from itertools import chain
 import pyarrow as pa
 import pyarrow.dataset as pads
 
-from ..control.plane import DatasetRecord, InlineTail
+from ..control.plane import PRODUCTION, DatasetRecord, InlineTail, entry_environment
 from ..core.filters import arrow_filter, check_columns, filter_schema
 from ..core.identity import public
 from ..core.schemas import conform
@@ -70,6 +70,8 @@ def of(engine: Engine, ds: DatasetRecord, as_of: AsOf = None) -> Tail | None:
     else:
         entry = versions.entry_at(engine, ds, as_of)
         assert entry is not None and entry.committed_at is not None
+        if entry_environment(entry) != PRODUCTION:  # an environment's version, read through production's
+            return None  # record once promoted: its branch snapshot is all of it (production's tail is not)
         found = engine.control.inline_tail_at(ds.dataset_id, entry.snapshot_id, entry.committed_at)
     return Tail(found.snapshot_id, found.blocks) if found.blocks else None
 

@@ -566,11 +566,6 @@ def test_as_of_an_instant_in_an_environment_is_what_the_environment_saw_then(tri
     _as_of_story(trident, settings)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug: with production's appends inlined, promote flushes them first and an environment's as_of an "
-    "instant before the promotion then reads the promoted version (see the issue 30 note)",
-)
 def test_as_of_in_an_environment_with_production_appends_inlined(trident: Trident, settings: TridentSettings) -> None:
     _as_of_story(trident, settings)
 
