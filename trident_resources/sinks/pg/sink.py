@@ -119,8 +119,9 @@ class PgWrite(SinkWrite):
                 self._stack.enter_context(self.conn.transaction())
                 prior, ds_id = version.prior, req.dataset.dataset_id
                 if prior is not None:  # every earlier transaction is settled: we hold the writer lock
-                    self.conn.execute(q.PG_PURGE_OLD_BLOCKS, (ds_id, prior.gen))  # first: the rows' trigger then finds none
-                    self.conn.execute(q.PG_PURGE_OLD_GENS, (ds_id, prior.gen))
+                    kept = {"ds": ds_id, "gen": prior.gen}
+                    self.conn.execute(q.PG_PURGE_OLD_BLOCKS, kept)  # first: the rows' trigger then finds none
+                    self.conn.execute(q.PG_PURGE_OLD_GENS, kept)
                     self.conn.execute(q.PG_PURGE_UNDO, (ds_id,))
                 self.seq: int = cast(DictRow, self.conn.execute(q.PG_NEXT_SEQ).fetchone())["seq"]
         except BaseException as exc:
