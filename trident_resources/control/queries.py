@@ -178,8 +178,10 @@ PG_INSERT_COMMIT = """INSERT INTO trident_pg_commits (seq, dataset_id, txn_id, g
 PG_DELETE_COMMIT = "DELETE FROM trident_pg_commits WHERE txn_id = %s"
 # Settled history is purged at the start of the next write (its writer lock proves every earlier
 # transaction has committed or been undone): old generations and the undo log.
-# (two ranges, not gen <> g: that walks every row of the dataset in the index, on every write)
-PG_PURGE_OLD_GENS = "DELETE FROM trident_rows WHERE dataset_id = %(ds)s AND (gen < %(gen)s OR gen > %(gen)s)"
+# Older generations only (gen < g: an index range; gen <> g walked every row of the dataset in the
+# index, on every write). No row of a later generation exists: a generation's rows commit with
+# its pg commit marker, and the latest marker names the current one.
+PG_PURGE_OLD_GENS = "DELETE FROM trident_rows WHERE dataset_id = %(ds)s AND gen < %(gen)s::bigint"
 PG_PURGE_UNDO = "DELETE FROM trident_rows_undo WHERE dataset_id = %s"
 PG_COPY_ROWS = "COPY trident_rows (dataset_id, gen, row_id, row_index, created_at, txn_id, data) FROM STDIN"
 PG_CREATE_GONE = "CREATE TEMP TABLE trident_gone (row_id uuid PRIMARY KEY) ON COMMIT DROP"
@@ -224,7 +226,7 @@ PG_LIST_BLOCKS = """SELECT first_row_index, last_row_index, n_rows FROM trident_
 PG_ROW_INDEX_SPAN = """SELECT min(row_index) AS lo, max(row_index) AS hi FROM trident_rows
     WHERE dataset_id = %s AND gen = %s"""
 PG_BLOCK_IPC = "SELECT n_rows, ipc FROM trident_row_blocks WHERE dataset_id = %s AND gen = %s AND first_row_index = %s"
-PG_PURGE_OLD_BLOCKS = "DELETE FROM trident_row_blocks WHERE dataset_id = %(ds)s AND (gen < %(gen)s OR gen > %(gen)s)"
+PG_PURGE_OLD_BLOCKS = "DELETE FROM trident_row_blocks WHERE dataset_id = %(ds)s AND gen < %(gen)s::bigint"
 PG_UNDO_DELETE_BLOCKS = "DELETE FROM trident_row_blocks WHERE dataset_id = %s AND txn_id = %s"
 PG_DROP_BLOCKS = "DELETE FROM trident_row_blocks WHERE dataset_id = %s"
 # Maintenance's block rebuild: the runs of consecutive row indexes of the generation that no block

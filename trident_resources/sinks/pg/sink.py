@@ -46,6 +46,7 @@ from ...core.failpoints import failpoint
 from ...core.filters import arrow_filter, check_columns
 from ...core.identity import CREATED_AT, ROW_ID, ROW_ID_TEXT, ROW_INDEX
 from ...core.partitions import PartitionFilter
+from ...core.recent import Recent
 from ...core.schemas import conform, describe_schema, to_iceberg, with_identity
 from ...core.settings import TridentSettings
 from ..contract import AsOf, Discarded, Maintenance, Removal, Sink, SinkWrite, StoredVersion, WriteCounts, WriteRequest
@@ -64,10 +65,19 @@ class PgCommit:
     txn_id: uuid.UUID
 
 
+# user schema -> its storage schema: the conversion goes through pyiceberg's schema (~1 ms), and a
+# write and a read each ask for it, for a schema that changes only with a replace or a new column
+_STORAGE: Recent[pa.Schema, pa.Schema] = Recent(256)
+
+
 def storage_schema(user_schema: pa.Schema) -> pa.Schema:
     """Identity + user columns exactly as the lakehouse would describe them (same canonical types)."""
-    full = schema_to_pyarrow(to_iceberg(with_identity(user_schema, ROW_ID_TEXT)), include_field_ids=False)
-    return pa.schema([pa.field(f.name, f.type, f.nullable) for f in full])
+    found = _STORAGE.get(user_schema)
+    if found is None:
+        full = schema_to_pyarrow(to_iceberg(with_identity(user_schema, ROW_ID_TEXT)), include_field_ids=False)
+        found = pa.schema([pa.field(f.name, f.type, f.nullable) for f in full])
+        _STORAGE.put(user_schema, found)
+    return found
 
 
 def _schema_bytes(schema: pa.Schema) -> bytes:
