@@ -66,9 +66,8 @@ BEGIN
     -- the tail from its oldest unflushed block (queries.py, _TAIL_FROM_OLDEST: the tail's rows are
     -- the dataset's last ones), for the writer's flush-when-due
     RETURN QUERY SELECT 'committed'::text, v_at, v_at, v_seq,
-        coalesce((SELECT GREATEST(p_next - t.first_row_index, 1) FROM trident_inline_tail t
-            WHERE t.dataset_id = p_ds AND t.flushed_by IS NULL ORDER BY t.seq LIMIT 1), 0)::bigint,
-        (SELECT extract(epoch FROM now() - t.created_at)::float8 FROM trident_inline_tail t
-            WHERE t.dataset_id = p_ds AND t.flushed_by IS NULL ORDER BY t.seq LIMIT 1);
+        coalesce(GREATEST(p_next - o.first_row_index, 1), 0)::bigint, extract(epoch FROM now() - o.created_at)::float8
+    FROM (SELECT 1) one LEFT JOIN LATERAL (SELECT t.first_row_index, t.created_at FROM trident_inline_tail t
+        WHERE t.dataset_id = p_ds AND t.flushed_by IS NULL ORDER BY t.seq LIMIT 1) o ON true;
 END
 $$;
