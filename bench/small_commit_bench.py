@@ -188,7 +188,7 @@ def child(args: argparse.Namespace) -> None:
     elif scenario == "inline":
         out = run_trident(home, args.commits, inline=1000)
     elif scenario == "pg":
-        out = run_trident(home, args.pg_commits, inline=0, pinned="pg")
+        out = run_trident(home, args.pg_commits, inline=1000, pinned="pg")
     elif scenario == "read":
         out = run_read(home, args.read_rows, 10_000)
     elif scenario == "flush":

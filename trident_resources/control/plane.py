@@ -24,6 +24,7 @@ from psycopg_pool import ConnectionPool
 from ..core.errors import (
     ConcurrentWriteError,
     ControlPlaneUnavailableError,
+    SchemaMismatchError,
     StagedVersionConflictError,
     StorageUnavailableError,
     TridentClosedError,
@@ -201,6 +202,29 @@ class InlineState:
     rows: int  # rows inlined and not flushed yet
     staged: bool  # a staged version waits for publish
     age_s: float | None = None  # seconds since the oldest unflushed block was inlined
+
+
+@dataclass(frozen=True)
+class PgAppendRows:
+    """The rows of a one-call pg append (``ControlPlane.commit_pg_append``): their generation,
+    row ids (text) and user columns (jsonb text) in row order, their row block, and the Arrow
+    user schema the commit marker records."""
+
+    gen: int
+    ids: list[str]
+    data: list[str]
+    block: bytes | None
+    schema: bytes
+
+
+@dataclass(frozen=True)
+class PgAppend:
+    """What ``ControlPlane.commit_pg_append`` did (the answers of ``InlineCommit``), and the new
+    commit's seq (the dataset's snapshot id)."""
+
+    outcome: str
+    entry: LedgerEntry | None = None
+    seq: int | None = None
 
 
 @dataclass(frozen=True)
@@ -945,49 +969,56 @@ class ControlPlane:
             ControlPlaneUnavailableError: the control plane failed.
             WriterLockLostError: ``conn``'s session died (and the lock with it).
         """
-        pid, host = os.getpid(), socket.gethostname()
         params = {
-            "txn": entry.txn_id,
-            "ds": entry.dataset_id,
-            "mode": entry.mode,
-            "writer": entry.writer,
-            "sink": entry.sink,
-            "requested": entry.requested_sink,
-            "clamped": entry.clamped,
-            "reason": entry.route_reason,
-            "tau": entry.started_at,
+            **_small_commit_params(entry, outcome, expect),
             "n": outcome.rows_written,
-            "rows": outcome.row_count,
+            "sink": entry.sink,
             "next": outcome.next_row_index,
             "snapshot": outcome.snapshot_id,
-            "version": entry.schema_version,
-            "refs": json.dumps(entry.source_refs),
-            "meta": json.dumps(entry.metadata, default=str),
-            "pid": pid,
-            "host": host,
             "first": None if block is None else block.first_row_index,
             "ipc": None if block is None else block.ipc,
-            "expect_next": expect.next_row_index,
-            "expect_last": expect.last_txn_id,
         }
         with self._single_on(conn) as c:
             row = cast(DictRow, c.execute(q.INLINE_COMMIT, params).fetchone())
         if row["outcome"] != "committed":
             return InlineCommit(row["outcome"])
-        done = replace(
-            entry,
-            committed_at=row["committed_at"],
-            ended_at=row["ended_at"],
-            rows_written=outcome.rows_written,
-            row_count=outcome.row_count,
-            skipped=0,
-            preserved=0,
-            snapshot_id=outcome.snapshot_id,
-            pid=pid,
-            host=host,
-        )
+        done = _small_committed(entry, outcome, row["committed_at"], outcome.snapshot_id)
         tail = InlineState(rows=int(row["tail_rows"]), staged=False, age_s=row["tail_age_s"])
         return InlineCommit("committed", done, tail, row["block_seq"])
+
+    def commit_pg_append(self, entry: LedgerEntry, outcome: Outcome, expect: DatasetRecord, rows: PgAppendRows) -> PgAppend:
+        """A small append to a pg-sink dataset in ONE call (migrations/0014_pg_append.sql): its
+        rows into the dataset's generation, their row block, the commit marker, the ledger row
+        born ``committed``, the stats and the sync log, provided the dataset is still as ``expect``
+        (the record the rows were stamped from, its latest commit at ``expect.snapshot_id``) and no
+        other writer holds its lock. The call takes the lock for its own transaction.
+        ``PgAppend.outcome`` says what happened (``InlineCommit``'s answers).
+
+        Raises:
+            SchemaMismatchError: Postgres refused a value (jsonb cannot hold it).
+            ControlPlaneUnavailableError: the control plane failed.
+        """
+        params = {
+            **_small_commit_params(entry, outcome, expect),
+            "rows": outcome.row_count,
+            "gen": rows.gen,
+            "ids": rows.ids,
+            "data": rows.data,
+            "block": rows.block,
+            "schema": rows.schema,
+            "outcome": json.dumps(outcome.__dict__),
+        }
+        try:
+            with self.connection() as c:
+                row = cast(DictRow, c.execute(q.PG_APPEND, params).fetchone())
+        except ControlPlaneUnavailableError as exc:
+            if isinstance(exc.__cause__, (psycopg.errors.DataError, psycopg.errors.UntranslatableCharacter)):
+                raise SchemaMismatchError(f"Postgres refused a value of the input: {exc.__cause__}") from exc.__cause__
+            raise
+        if row["outcome"] != "committed":
+            return PgAppend(row["outcome"])
+        seq = int(row["seq"])
+        return PgAppend("committed", _small_committed(entry, replace(outcome, snapshot_id=seq), row["committed_at"], seq), seq)
 
     def inline_tail(self, dataset_id: uuid.UUID) -> InlineTail:
         """The current version's tail and the snapshot it sits on, read in ONE statement, so a
@@ -1191,6 +1222,46 @@ def _commit_ledger(conn: psycopg.Connection[Any], entry: LedgerEntry, outcome: O
     if row is None:
         raise StorageUnavailableError(f"ledger row {entry.txn_id} was not open at COMMIT")
     return row
+
+
+def _small_commit_params(entry: LedgerEntry, outcome: Outcome, expect: DatasetRecord) -> dict[str, Any]:
+    """The parameters both one-call writes (inlined, pg append) share: the ledger row's, and the
+    record the rows were stamped from."""
+    return {
+        "txn": entry.txn_id,
+        "ds": entry.dataset_id,
+        "mode": entry.mode,
+        "writer": entry.writer,
+        "requested": entry.requested_sink,
+        "clamped": entry.clamped,
+        "reason": entry.route_reason,
+        "tau": entry.started_at,
+        "rows": outcome.row_count,
+        "version": entry.schema_version,
+        "refs": json.dumps(entry.source_refs),
+        "meta": json.dumps(entry.metadata, default=str),
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "expect_next": expect.next_row_index,
+        "expect_last": expect.last_txn_id,
+        "snapshot": expect.snapshot_id,
+    }
+
+
+def _small_committed(entry: LedgerEntry, outcome: Outcome, at: datetime, snapshot_id: int | None) -> LedgerEntry:
+    """``entry`` as a one-call write committed it at ``at``."""
+    return replace(
+        entry,
+        committed_at=at,
+        ended_at=at,
+        rows_written=outcome.rows_written,
+        row_count=outcome.row_count,
+        skipped=0,
+        preserved=0,
+        snapshot_id=snapshot_id,
+        pid=os.getpid(),
+        host=socket.gethostname(),
+    )
 
 
 def _lock_lost(exc: psycopg.OperationalError) -> WriterLockLostError:

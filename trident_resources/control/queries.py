@@ -355,6 +355,11 @@ INLINE_COMMIT = """SELECT outcome, committed_at, ended_at, block_seq, tail_rows,
     %(txn)s, %(ds)s, %(mode)s, %(writer)s, %(sink)s, %(requested)s, %(clamped)s, %(reason)s, %(tau)s, %(n)s, %(rows)s,
     %(next)s, %(snapshot)s, %(version)s, %(refs)s::jsonb, %(meta)s::jsonb, %(pid)s, %(host)s, %(first)s, %(ipc)s::bytea,
     %(expect_next)s, %(expect_last)s)"""
+# A pg-sink small append as ONE call (migrations/0014_pg_append.sql)
+PG_APPEND = """SELECT outcome, committed_at, seq FROM trident_pg_append(
+    %(txn)s, %(ds)s, %(mode)s, %(writer)s, %(requested)s, %(clamped)s, %(reason)s, %(tau)s, %(rows)s, %(snapshot)s,
+    %(version)s, %(refs)s::jsonb, %(meta)s::jsonb, %(pid)s, %(host)s, %(expect_next)s, %(expect_last)s, %(gen)s,
+    %(ids)s::text[], %(data)s::jsonb[], %(block)s::bytea, %(schema)s::bytea, %(outcome)s::jsonb)"""
 
 
 # -- environments (migrations/0010_environments.sql; ops/environments.py) ------------------------

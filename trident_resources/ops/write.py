@@ -27,7 +27,7 @@ from ..core.results import WriteResult
 from ..core.write_modes import WriteMode
 from ..engine import Engine
 from ..planning.inputs import to_reader
-from ..transaction import inline
+from ..transaction import inline, pg_append
 from ..transaction.driver import PARTITION_META, STAGED_META, WATERMARK_META, Intent, watermark_meta
 from . import commit_records
 from . import env_writes as environments
@@ -160,37 +160,49 @@ def _inline_now(
     metadata: Mapping[str, Any],
 ) -> tuple[WriteResult | None, pa.RecordBatchReader | None]:
     """A plain small append (no txn id, provenance, watermarks, keys, stage, partition or group)
-    of an existing ``iceberg_native`` dataset, inlined in ONE round trip: its rows are stamped
-    from the record this process's last write of it left (else read now), and the commit takes
-    the writer lock for its own Postgres transaction and checks that record is still the
-    dataset's (``inline.commit_at_once``): the path of a stream of small writes. ``None`` and the
-    input, unconsumed, when the write is not inlined or the lock is taken or something waits on
-    the dataset: nothing was written, and ``write`` goes on through the normal door, which waits,
-    settles and decides."""
+    of an existing ``iceberg_native`` or ``pg`` dataset in ONE round trip: inlined
+    (``inline.commit_at_once``) or straight into the pg sink's rows (``pg_append``). Its rows are
+    stamped from the record this process's last write of it left (else read now), and the call
+    takes the writer lock for its own Postgres transaction and checks that record is still the
+    dataset's: the path of a stream of small writes. ``None`` and the input, unconsumed, when
+    the write is not taken this way or the lock is taken or something waits on the dataset:
+    nothing was written, and ``write`` goes on through the normal door, which waits, settles and
+    decides."""
     heads = engine.driver.heads
     ds = heads.get((engine.workspace, key)) or engine.control.dataset(engine.workspace, key)
     for _ in range(2):  # a stale record is read again once
         if ds is None:
             return None, reader
         route = engine.route(key, writer, ds)
-        if route.sink != inline.INLINE_SINK or ds.sink != route.sink or not ds.exists:
+        if route.sink not in (inline.INLINE_SINK, pg_append.PG_SINK) or ds.sink != route.sink or not ds.exists:
             return None, reader
         if ds.schema:
             refuse_case_clash((c["name"] for c in ds.schema), reader.schema)
-        small, reader = _inlinable(engine, ds, "append", (), False, None, reader, False)
-        if small is None or reader is None:
-            return None, reader
-        schema = inline.target(engine.driver, ds).schema
-        assert schema is not None  # (``_inlinable`` checked)
         intent = Intent(txn, "append", writer, route.sink, route, refs, dict(metadata))
-        done = inline.commit_at_once(engine.driver, ds, intent, small, schema)
-        if isinstance(done, inline.Inlined):
-            log.info("trident write %s mode=append writer=%s sink=%s (inlined)", key, writer, route.describe())
-            after = inline.advanced(ds, done)
-            heads.put((engine.workspace, key), after)
-            if _flush_due(engine, done.tail.rows, done.tail.age_s):
-                flush_locking(engine, after)
-            return commit_records.write_result(ds.key, done.entry, done.outcome, route), reader
+        if route.sink == pg_append.PG_SINK:
+            rows, reader = inline.take_small(reader, engine.settings.inline_max_rows)
+            if rows is None:
+                return None, reader
+            appended = pg_append.commit_at_once(engine.driver, ds, intent, rows)
+            if isinstance(appended, pg_append.Appended):
+                log.info("trident write %s mode=append writer=%s sink=%s (one call)", key, writer, route.describe())
+                heads.put((engine.workspace, key), pg_append.advanced(ds, appended))
+                return commit_records.write_result(ds.key, appended.entry, appended.outcome, route), reader
+            done: inline.Inlined | str = appended
+        else:
+            small, reader = _inlinable(engine, ds, "append", (), False, None, reader, False)
+            if small is None or reader is None:
+                return None, reader
+            schema = inline.target(engine.driver, ds).schema
+            assert schema is not None  # (``_inlinable`` checked)
+            done = inline.commit_at_once(engine.driver, ds, intent, small, schema)
+            if isinstance(done, inline.Inlined):
+                log.info("trident write %s mode=append writer=%s sink=%s (inlined)", key, writer, route.describe())
+                after = inline.advanced(ds, done)
+                heads.put((engine.workspace, key), after)
+                if _flush_due(engine, done.tail.rows, done.tail.age_s):
+                    flush_locking(engine, after)
+                return commit_records.write_result(ds.key, done.entry, done.outcome, route), reader
         if done != "stale":
             break
         ds = engine.control.dataset(engine.workspace, key)

@@ -241,7 +241,7 @@ def commit_at_once(
         if done.outcome == "exists":
             raise InvalidWriteError(f"transaction id {intent.txn_id} already exists; a txn id names one write")
     except Exception as exc:
-        _record_abort(driver, ds, intent, exc)
+        record_abort(driver, ds, intent, exc)
         raise
     if done.entry is None or done.tail is None:
         return done.outcome
@@ -261,7 +261,7 @@ def advanced(ds: DatasetRecord, done: Inlined) -> DatasetRecord:
     )
 
 
-def _record_abort(driver: TransactionDriver, ds: DatasetRecord, intent: Intent, exc: BaseException) -> None:
+def record_abort(driver: TransactionDriver, ds: DatasetRecord, intent: Intent, exc: BaseException) -> None:
     """The failed write in the ledger as ``aborted`` (nothing to clean: it wrote no file). Never
     raises: when the control plane itself failed, there is nothing to record it in."""
     try:

@@ -11,6 +11,8 @@ added) reads as null, as in Iceberg.
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import threading
 import uuid
@@ -71,6 +73,55 @@ def _floats_as_json(expr: str, t: pa.DataType, depth: int = 0) -> str | None:
         entries = f"list_transform(map_entries({expr}), lambda {e}: struct_pack(key := {e}.key, value := {inner}))"
         return f"CASE WHEN {expr} IS NULL THEN NULL ELSE map_from_entries({entries}) END"
     return None  # the rest: as they are
+
+
+PY_ENCODE_ROWS = 10_000  # up to this many rows of flat columns are encoded in Python (``row_json``)
+
+
+def _py_encodes(t: pa.DataType) -> bool:
+    """Does Python's json encode this type's values exactly as the DuckDB encoding does? Integers,
+    booleans, text and doubles (whose finite values ``repr`` writes in shortest round-trip form,
+    the rest as the strings DuckDB writes: "nan", "inf", "-inf", "-0.0")."""
+    return (
+        pa.types.is_integer(t)
+        or pa.types.is_boolean(t)
+        or pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+        or pa.types.is_float64(t)
+    )
+
+
+def _py_float(v: float | None) -> float | str | None:
+    if v is None or (math.isfinite(v) and not (v == 0.0 and math.copysign(1.0, v) < 0)):
+        return v
+    return str(v)  # nan, inf, -inf, -0.0
+
+
+def _py_row_json(rows: pa.RecordBatch, schema: pa.Schema) -> list[str]:
+    columns = []
+    for f in schema:
+        values = rows.column(rows.schema.get_field_index(f.name)).to_pylist()
+        columns.append([_py_float(v) for v in values] if pa.types.is_float64(f.type) else values)
+    names = schema.names
+    dumps = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
+    return (
+        [dumps(dict(zip(names, row, strict=True))) for row in zip(*columns, strict=True)] if columns else ["{}"] * rows.num_rows
+    )
+
+
+def row_json(rows: pa.RecordBatch, user_schema: pa.Schema) -> list[str]:
+    """Each row's user columns (``rows`` holds them typed as ``user_schema``) as the jsonb text
+    ``JsonCodec.copy_payload`` writes, in row order: for a small batch of flat columns built in
+    Python (a DuckDB query costs ~3 ms, more than the whole of a 10-row one-call append), else
+    in DuckDB."""
+    fields = user_fields(user_schema)
+    if rows.num_rows <= PY_ENCODE_ROWS and all(_py_encodes(f.type) for f in fields):
+        return _py_row_json(rows, fields)
+    codec = JsonCodec(user_schema)
+    try:
+        return codec.duck_row_json(rows)
+    finally:
+        codec.close()
 
 
 _DATABASE: tuple[int, duckdb.DuckDBPyConnection] | None = None
@@ -144,6 +195,15 @@ class JsonCodec:
         width = np.int64 if pa.types.is_large_string(col.type) else np.int32
         offsets = np.frombuffer(col.buffers()[1], dtype=width)[col.offset : col.offset + len(col) + 1]
         return memoryview(col.buffers()[2])[int(offsets[0]) : int(offsets[-1])]
+
+    def duck_row_json(self, rows: pa.RecordBatch) -> list[str]:
+        """Each row's user columns as the jsonb text ``copy_payload`` writes, in row order."""
+        batch = rows  # noqa: F841 - DuckDB replacement scan
+        try:
+            table = self.con.sql(f"SELECT ({self.row_json_sql()})::VARCHAR FROM batch").to_arrow_table()
+        except duckdb.Error as exc:
+            raise SchemaMismatchError(f"cannot encode rows as JSON for the pg sink: {exc}") from exc
+        return [str(v) for v in table.column(0).to_pylist()]
 
     # -- decode -----------------------------------------------------------------------------
     def reader(self, target: pa.Schema, *, blocks: bool = True) -> RangeQuery:

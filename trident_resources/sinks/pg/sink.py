@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import uuid
@@ -68,6 +69,10 @@ class PgCommit:
 # user schema -> its storage schema: the conversion goes through pyiceberg's schema (~1 ms), and a
 # write and a read each ask for it, for a schema that changes only with a replace or a new column
 _STORAGE: Recent[pa.Schema, pa.Schema] = Recent(256)
+
+
+# (dataset, seq) -> that commit: a commit never changes, only which one is the latest (``commit_at``)
+_COMMITS: Recent[tuple[uuid.UUID, int | None], PgCommit] = Recent(512)
 
 
 def storage_schema(user_schema: pa.Schema) -> pa.Schema:
@@ -230,6 +235,26 @@ class PgSink(Sink):
     def current_commit(self, ds: DatasetRecord) -> PgCommit | None:
         with self.control.connection() as conn:
             return self._latest(conn, ds.dataset_id)
+
+    def commit_at(self, ds: DatasetRecord) -> PgCommit | None:
+        """The dataset's latest commit if it is the one ``ds`` records (its ``snapshot_id``), else
+        ``None``; remembered per (dataset, seq), so a stream of small appends reads it once."""
+        key = (ds.dataset_id, ds.snapshot_id)
+        found = _COMMITS.get(key)
+        if found is None:
+            found = self.current_commit(ds)
+            if found is None or found.seq != ds.snapshot_id:
+                return None
+            _COMMITS.put(key, found)
+        return found
+
+    @staticmethod
+    def appended(ds: DatasetRecord, prior: PgCommit, seq: int, txn_id: uuid.UUID) -> PgCommit:
+        """The commit an append ``txn_id`` (seq ``seq``) made on top of ``prior``, remembered as the
+        dataset's latest: an append keeps the generation and the schema."""
+        after = dataclasses.replace(prior, seq=seq, txn_id=txn_id)
+        _COMMITS.put((ds.dataset_id, seq), after)
+        return after
 
     def _existing(self, ds: DatasetRecord) -> PgCommit:
         state = self.current_commit(ds)

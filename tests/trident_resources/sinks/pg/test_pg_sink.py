@@ -151,13 +151,16 @@ def test_commit_failure_undoes_the_pg_write_exactly(trident: Trident, mode: Writ
     assert r.row_count == 5 and t.read("undo/x").num_rows == 5
 
 
-def _child(settings: TridentSettings, failpoint: str, script: str) -> subprocess.CompletedProcess[str]:
+def _child(settings: TridentSettings, failpoint: str, script: str, *, one_call: bool = False) -> subprocess.CompletedProcess[str]:
+    """``script`` in a child process with ``failpoint`` armed; its small appends take the normal
+    door (two transactions) unless ``one_call`` (``transaction/pg_append.py``)."""
     env = {
         **os.environ,
         "TRIDENT_FAILPOINTS": failpoint,
         "TRIDENT_HOME": str(settings.home),
         "TRIDENT_PG_DSN": settings.pg_dsn.get_secret_value(),  # type: ignore[union-attr]
         "TRIDENT_WORKSPACE": settings.workspace,
+        "TRIDENT_INLINE_MAX_ROWS": "1000" if one_call else "0",
     }
     return subprocess.run([sys.executable, "-c", script], env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
 
@@ -186,6 +189,28 @@ def test_killed_pg_writer_is_reconciled(trident: Trident, settings: TridentSetti
     rows = sorted(t.read("crash/x").column("k").to_pylist())
     assert rows == ([1] if expect == "aborted" else [1, 7, 8])
     assert t.describe("crash/x").row_count == len(rows)
+
+
+@pytest.mark.parametrize("point", ["intent.after=exit", "commit.before_ledger=exit", "pg.appended=exit"])
+def test_a_killed_one_call_append_left_nothing_or_everything(trident: Trident, settings: TridentSettings, point: str) -> None:
+    """A small append's one call is one Postgres transaction: killed before it, the write left no
+    row and no ledger entry; killed after it, the write is committed whole. Nothing to reconcile."""
+    t = trident
+    t.router.set_pin("crash/x", "pg")
+    t.write("crash/x", pa.table({"k": [1], "v": ["a"]}))
+    t.write("crash/x", pa.table({"k": [2], "v": ["b"]}), mode="append")
+    before = t.history("crash/x")
+    proc = _child(settings, point, WRITE, one_call=True)
+    assert proc.returncode == 137, proc.stderr
+    done = point.startswith("pg.appended")
+    history = t.history("crash/x")
+    assert len(history) == len(before) + done and all(e.status == "committed" for e in history)
+    report = t.reconcile()
+    assert not (report.aborted or report.rolled_forward)
+    rows = t.read("crash/x")
+    assert sorted(rows.column("k").to_pylist()) == ([1, 2, 7, 8] if done else [1, 2])
+    assert sorted(rows.column("__row_index").to_pylist()) == list(range(rows.num_rows))
+    assert t.describe("crash/x").row_count == rows.num_rows
 
 
 def test_copy_out_reads_back_awkward_text_exactly(trident: Trident) -> None:
