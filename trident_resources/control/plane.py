@@ -207,10 +207,11 @@ class InlineState:
 @dataclass(frozen=True)
 class PgAppendRows:
     """The rows of a one-call pg append (``ControlPlane.commit_pg_append``): their generation,
-    row ids (text) and user columns (jsonb text) in row order, their row block, and the Arrow
+    whether settled history may need purging, row ids (text) and user columns (jsonb text) in row order, their row block, and the Arrow
     user schema the commit marker records."""
 
     gen: int
+    purge: bool  # False: nothing of an older generation or undo log can be left (see pg_append)
     ids: list[str]
     data: list[str]
     block: bytes | None
@@ -1002,8 +1003,9 @@ class ControlPlane:
             **_small_commit_params(entry, outcome, expect),
             "rows": outcome.row_count,
             "gen": rows.gen,
-            "ids": rows.ids,
-            "data": rows.data,
+            "purge": rows.purge,
+            "ids": "{" + ",".join(rows.ids) + "}",  # uuids: an array literal needs no quoting (a list's dumper escapes each)
+            "data": "[" + ",".join(rows.data) + "]",
             "block": rows.block,
             "schema": rows.schema,
             "outcome": json.dumps(outcome.__dict__),

@@ -234,6 +234,8 @@ PG_DROP_BLOCKS = "DELETE FROM trident_row_blocks WHERE dataset_id = %s"
 # Each row's covering block is the one with the greatest first index at or below it (one backward
 # index probe, blocks never overlap). FOR SHARE holds those rows until the blocks built from them
 # commit: a DELETE or UPDATE by hand waits, then its trigger sees the new blocks and drops them.
+PG_DROP_SMALL_BLOCKS = """DELETE FROM trident_row_blocks WHERE dataset_id = %(ds)s AND gen = %(gen)s
+    AND n_rows < %(min_rows)s"""
 PG_UNCOVERED_RUNS = """WITH uncovered AS (
         SELECT r.row_index FROM trident_rows r
         WHERE r.dataset_id = %(ds)s AND r.gen = %(gen)s AND NOT EXISTS (
@@ -359,7 +361,7 @@ INLINE_COMMIT = """SELECT outcome, committed_at, ended_at, block_seq, tail_rows,
 PG_APPEND = """SELECT outcome, committed_at, seq FROM trident_pg_append(
     %(txn)s, %(ds)s, %(mode)s, %(writer)s, %(requested)s, %(clamped)s, %(reason)s, %(tau)s, %(rows)s, %(snapshot)s,
     %(version)s, %(refs)s::jsonb, %(meta)s::jsonb, %(pid)s, %(host)s, %(expect_next)s, %(expect_last)s, %(gen)s,
-    %(ids)s::text[], %(data)s::jsonb[], %(block)s::bytea, %(schema)s::bytea, %(outcome)s::jsonb)"""
+    %(purge)s, %(ids)s::uuid[], %(data)s::jsonb, %(block)s::bytea, %(schema)s::bytea, %(outcome)s::jsonb)"""
 
 
 # -- environments (migrations/0010_environments.sql; ops/environments.py) ------------------------

@@ -17,6 +17,7 @@ done: the call is one Postgres transaction, and a process killed before it left 
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import cast
@@ -26,8 +27,10 @@ import pyarrow as pa
 from ..control.plane import DatasetRecord, LedgerEntry, Outcome, PgAppendRows
 from ..core.errors import InvalidWriteError
 from ..core.failpoints import failpoint
-from ..core.identity import ROW_ID, ROW_ID_TEXT, stamp
+from ..core.identity import ROW_ID, ROW_ID_TEXT, row_ids, stamp
+from ..core.recent import Recent
 from ..core.schemas import conform, describe_schema, user_fields, with_identity
+from ..sinks.pg import blocks as block_cache
 from ..sinks.pg.blocks import BLOCK_ROWS, block_slices
 from ..sinks.pg.codec import row_json
 from ..sinks.pg.sink import PgSink, storage_schema
@@ -35,6 +38,11 @@ from . import inline
 from .driver import Intent, TransactionDriver
 
 PG_SINK = "pg"
+
+# (dataset, seq) of the commits this process's one-call appends made: each purged the dataset's
+# settled history (older generations, the undo log), and any later write moves the latest commit,
+# so an append on top of one of them has nothing to purge (two index probes less per call).
+_PURGED: Recent[tuple[uuid.UUID, int], bool] = Recent(512)
 
 
 @dataclass(frozen=True)
@@ -69,14 +77,17 @@ def commit_at_once(driver: TransactionDriver, ds: DatasetRecord, intent: Intent,
     tau = datetime.now(UTC)
     try:
         failpoint("intent.after")
-        stamped = conform(
-            stamp(batch, intent.txn_id, 0, ds.next_row_index, tau, ROW_ID_TEXT), with_identity(user_schema, ROW_ID_TEXT)
-        )
-        block = next(block_slices(stamped), None) if driver.settings.pg_row_blocks else None
-        n = stamped.num_rows
+        n = batch.num_rows
+        ids = row_ids(intent.txn_id, 0, n, ROW_ID_TEXT)
+        block = None
+        if driver.settings.pg_row_blocks and n >= block_cache.MIN_BLOCK_ROWS:  # a small write has none (blocks.py)
+            stamped = stamp(batch, intent.txn_id, 0, ds.next_row_index, tau, ROW_ID_TEXT)
+            stamped = stamped.set_column(stamped.schema.get_field_index(ROW_ID), ROW_ID, ids)  # the ids the rows get
+            block = next(block_slices(conform(stamped, with_identity(user_schema, ROW_ID_TEXT))), None)
         payload = PgAppendRows(
             gen=prior.gen,
-            ids=cast(list[str], stamped.column(ROW_ID).to_pylist()),
+            purge=_PURGED.get((ds.dataset_id, prior.seq)) is None,
+            ids=cast(list[str], ids.to_pylist()),
             data=row_json(batch, user_schema),
             block=None if block is None else block[2],
             schema=user_schema.serialize().to_pybytes(),
@@ -114,6 +125,7 @@ def commit_at_once(driver: TransactionDriver, ds: DatasetRecord, intent: Intent,
         return done.outcome
     failpoint("pg.appended")
     sink.appended(ds, prior, done.seq, intent.txn_id)
+    _PURGED.put((ds.dataset_id, done.seq), True)
     return Appended(done.entry, replace(outcome, snapshot_id=done.seq))
 
 

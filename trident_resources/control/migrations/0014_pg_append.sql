@@ -101,16 +101,16 @@ BEGIN
 END
 $$;
 
--- A pg-sink append: rows p_ids/p_data (row ids as text, user columns as jsonb, encoded by the pg
--- sink's codec) numbered from p_first, into generation p_gen, which the dataset's latest commit
--- (seq p_snapshot, checked here) holds; p_block, when given, is their row block (0007). Settled
+-- A pg-sink append: rows p_ids/p_data (row ids, and a jsonb array of each row's user columns as the
+-- pg sink's codec encodes them) numbered from p_first, into generation p_gen, which the dataset's latest commit
+-- (seq p_snapshot) holds; p_block, when given, is their row block (0007). Settled
 -- history is purged first, as every pg write does (the lock proves every earlier write settled).
 -- p_outcome is the commit marker's outcome; its snapshot_id is the new commit's seq, known here.
 CREATE OR REPLACE FUNCTION trident_pg_append(
     p_txn uuid, p_ds uuid, p_mode text, p_writer text, p_requested text, p_clamped boolean,
     p_reason text, p_tau timestamptz, p_rows bigint, p_snapshot bigint, p_version integer, p_refs jsonb,
     p_meta jsonb, p_pid integer, p_host text, p_expect_next bigint, p_expect_last uuid,
-    p_gen bigint, p_ids text[], p_data jsonb[], p_block bytea, p_schema bytea, p_outcome jsonb)
+    p_gen bigint, p_purge boolean, p_ids uuid[], p_data jsonb, p_block bytea, p_schema bytea, p_outcome jsonb)
 RETURNS TABLE (outcome text, committed_at timestamptz, seq bigint)
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
@@ -119,10 +119,6 @@ DECLARE
     v_seq bigint;
     v_at timestamptz;
 BEGIN
-    IF v_gate = 'ok' AND (SELECT c.seq FROM trident_pg_commits c WHERE c.dataset_id = p_ds ORDER BY c.seq DESC LIMIT 1)
-            IS DISTINCT FROM p_snapshot THEN
-        v_gate := 'stale';
-    END IF;
     IF v_gate = 'ok' THEN
         v_seq := nextval(pg_get_serial_sequence('trident_pg_commits', 'seq'));
         v_at := trident_small_commit_ledger(p_txn, p_ds, p_mode, p_writer, 'pg', p_requested, p_clamped, p_reason,
@@ -133,17 +129,18 @@ BEGIN
         RETURN QUERY SELECT v_gate, NULL::timestamptz, NULL::bigint;
         RETURN;
     END IF;
-    -- each purge only when it has something to delete: a DELETE fires the rows' statement trigger
-    IF EXISTS (SELECT 1 FROM trident_rows r WHERE r.dataset_id = p_ds AND r.gen < p_gen) THEN
+    -- each purge only when it has something to delete: a DELETE fires the rows' statement trigger.
+    -- NOT p_purge: the writer's previous one-call append, the dataset's latest commit, purged.
+    IF p_purge AND EXISTS (SELECT 1 FROM trident_rows r WHERE r.dataset_id = p_ds AND r.gen < p_gen) THEN
         DELETE FROM trident_row_blocks b WHERE b.dataset_id = p_ds AND b.gen < p_gen;
         DELETE FROM trident_rows r WHERE r.dataset_id = p_ds AND r.gen < p_gen;
     END IF;
-    IF EXISTS (SELECT 1 FROM trident_rows_undo u WHERE u.dataset_id = p_ds) THEN
+    IF p_purge AND EXISTS (SELECT 1 FROM trident_rows_undo u WHERE u.dataset_id = p_ds) THEN
         DELETE FROM trident_rows_undo u WHERE u.dataset_id = p_ds;
     END IF;
     INSERT INTO trident_rows (dataset_id, gen, row_id, row_index, created_at, txn_id, data)
-    SELECT p_ds, p_gen, x.id::uuid, p_expect_next + x.ord - 1, p_tau, p_txn, x.d
-    FROM unnest(p_ids, p_data) WITH ORDINALITY AS x(id, d, ord);
+    SELECT p_ds, p_gen, x.id, p_expect_next + x.ord - 1, p_tau, p_txn, x.d
+    FROM ROWS FROM (unnest(p_ids), jsonb_array_elements(p_data)) WITH ORDINALITY AS x(id, d, ord);
     IF p_block IS NOT NULL THEN
         INSERT INTO trident_row_blocks (dataset_id, gen, first_row_index, last_row_index, txn_id, n_rows, ipc)
         VALUES (p_ds, p_gen, p_expect_next, p_expect_next + v_n - 1, p_txn, v_n, p_block);

@@ -36,9 +36,12 @@ from ...core.errors import StorageUnavailableError
 from ...core.identity import ROW_INDEX
 from ...core.schemas import conform
 
-# ``maintain`` rebuilds blocks only over runs of at least this many consecutive row indexes: a
-# shorter run (between rows a delete removed) reads from jsonb about as fast as from a block.
-MIN_REBUILD_ROWS = 1_024
+# A block holds at least this many rows: a write batch of fewer writes none, and ``maintain``
+# drops smaller blocks and rebuilds blocks over runs of at least this many consecutive row indexes
+# no block holds. A short run reads from jsonb about as fast as from a block, and many tiny blocks
+# read far slower: 30,010 rows written by 3,000 10-row appends read in 1.99 s from their 3,000
+# blocks, in 0.07 s from jsonb.
+MIN_BLOCK_ROWS = 1_024
 BLOCK_ROWS = 65_536  # rows per block: a larger write batch is cut, so a block (and a read's look-ahead) stays bounded
 _WRITE = ipc.IpcWriteOptions(compression="zstd")
 _WRITE_SMALL = ipc.IpcWriteOptions()

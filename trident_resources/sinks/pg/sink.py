@@ -288,7 +288,7 @@ class PgSink(Sink):
                 continue
             with conn.cursor().copy(q.PG_COPY_ROWS) as copy:
                 copy.write(codec.copy_payload(batch, ds.dataset_id, gen, txn))
-            if blocks:
+            if blocks and batch.num_rows >= block_cache.MIN_BLOCK_ROWS:
                 for first, last, data in block_slices(batch):
                     conn.execute(q.PG_INSERT_BLOCK, (ds.dataset_id, gen, first, last, txn, last - first + 1, data))
             n += batch.num_rows
@@ -417,7 +417,9 @@ class PgSink(Sink):
     def compact(self, ds: DatasetRecord) -> Maintenance:
         """Rebuild the row blocks (the read cache, ``blocks.py``) over the current rows no block
         holds: keyed writes drop the blocks they touch and write none, so an upserted dataset read
-        at jsonb speed until its next replace. There are no files or past versions to compact or
+        at jsonb speed until its next replace, and small writes write none. Blocks smaller than
+        ``MIN_BLOCK_ROWS`` (left by earlier versions, one per small append) are dropped first, so
+        their rows are rebuilt into full blocks. There are no files or past versions to compact or
         expire. The caller (``maintain``) holds the writer lock, so no commit lands meanwhile; the
         blocks are encoded from the rows read in the same transaction that inserts them, which
         holds those rows (``PG_UNCOVERED_RUNS``), so they are exactly what a jsonb read returns."""
@@ -431,7 +433,8 @@ class PgSink(Sink):
             # the raw pool: this sink names its own faults (``_translated``)
             with _translated(), self.control.pool.connection() as conn, conn.transaction():
                 conn.execute("SET LOCAL client_encoding TO 'UTF8'")  # the reader parses raw bytes
-                params = {"ds": ds.dataset_id, "gen": state.gen, "min_rows": block_cache.MIN_REBUILD_ROWS}
+                params = {"ds": ds.dataset_id, "gen": state.gen, "min_rows": block_cache.MIN_BLOCK_ROWS}
+                conn.execute(q.PG_DROP_SMALL_BLOCKS, params)  # their rows join the runs rebuilt below
                 for run in conn.execute(q.PG_UNCOVERED_RUNS, params).fetchall():
                     first, last = (run["first"], run["last"]) if isinstance(run, dict) else run
                     for lo in range(first, last + 1, block_cache.BLOCK_ROWS):
@@ -439,6 +442,8 @@ class PgSink(Sink):
                             conn, ds.dataset_id, state.gen, (lo, min(lo + block_cache.BLOCK_ROWS, last + 1)), query
                         )
                         for a, z, data in block_slices(batch) if batch is not None else ():
+                            if z - a + 1 < block_cache.MIN_BLOCK_ROWS:  # a run's short end stays in jsonb
+                                continue
                             conn.execute(q.PG_INSERT_BLOCK, (ds.dataset_id, state.gen, a, z, state.txn_id, z - a + 1, data))
                             written += 1
                 failpoint("pg.blocks_rebuilt")  # the blocks inserted, their rows still held

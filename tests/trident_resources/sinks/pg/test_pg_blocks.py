@@ -27,7 +27,7 @@ from .test_pg_sink import _child
 
 
 @pytest.fixture
-def small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+def small_blocks(monkeypatch: pytest.MonkeyPatch, every_write_blocked: None) -> None:
     monkeypatch.setattr(blocks, "BLOCK_ROWS", 10)
 
 
@@ -181,11 +181,11 @@ WRITE = """
 import pyarrow as pa
 from trident_resources import Trident
 t = Trident.from_env()
-t.write("crash/x", pa.table({"k": list(range(7, 40)), "v": ["n"] * 33}), mode="append")
+t.write("crash/x", pa.table({"k": list(range(7, 1207)), "v": ["n"] * 1200}), mode="append")
 """
 
 
-def test_a_replace_purges_old_generation_blocks_and_drop_removes_all(trident: Trident) -> None:
+def test_a_replace_purges_old_generation_blocks_and_drop_removes_all(trident: Trident, every_write_blocked: None) -> None:
     t = trident
     t.router.set_pin("blk/g", "pg")
     for lo in (0, 100, 200):
@@ -213,7 +213,7 @@ def test_blocks_are_bounded_and_cover_a_large_write(trident: Trident, jsonb_only
     )
 
 
-def test_truncate_of_the_rows_drops_every_block(trident: Trident) -> None:
+def test_truncate_of_the_rows_drops_every_block(trident: Trident, every_write_blocked: None) -> None:
     """TRUNCATE fires no row trigger: a statement trigger empties the blocks with it (checked
     inside a transaction that is rolled back, so the other tests' rows stay)."""
     t = trident
@@ -234,7 +234,7 @@ def test_maintain_rebuilds_the_blocks_keyed_writes_dropped(
     """Keyed writes write no block and drop the ones they touch, so an upserted dataset read from
     jsonb until its next replace; ``maintain`` rebuilds blocks over every long enough run of
     consecutive row indexes no block holds, from the rows themselves, and reads stay the truth."""
-    monkeypatch.setattr(blocks, "MIN_REBUILD_ROWS", 3)
+    monkeypatch.setattr(blocks, "MIN_BLOCK_ROWS", 3)
     t = trident
     t.router.set_pin("blk/m", "pg")
     _keyed_edits(t, "blk/m")
@@ -263,6 +263,36 @@ def test_maintain_rebuilds_the_blocks_keyed_writes_dropped(
     assert set(t.read("blk/m", row_filter="k >= 20 and k < 30").column("v").to_pylist()) == {"forged"}
 
 
+def test_small_writes_write_no_block_and_maintain_gathers_them_into_full_ones(
+    trident: Trident, jsonb_only: Trident, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A block per small write made a dataset fed by small appends read from thousands of tiny
+    blocks, ~28x slower than from jsonb. Writes of fewer than ``MIN_BLOCK_ROWS`` rows (through
+    the normal door and in one call) write none; ``maintain`` drops the tiny blocks an earlier
+    rule wrote and rebuilds full blocks over the runs."""
+    monkeypatch.setattr(blocks, "MIN_BLOCK_ROWS", 40)
+    t = trident
+    t.router.set_pin("blk/small", "pg")
+    t.write("blk/small", _data(0, 50))
+    assert [(b["first_row_index"], b["n_rows"]) for b in _blocks(t, "blk/small")] == [(0, 50)]
+    slow = Trident(t.settings.model_copy(update={"inline_max_rows": 0}))  # the normal door
+    try:
+        for i in range(5):
+            (t if i % 2 else slow).write("blk/small", _data(50 + 10 * i, 60 + 10 * i), mode="append")
+    finally:
+        slow.close()
+    assert len(_blocks(t, "blk/small")) == 1
+    monkeypatch.setattr(blocks, "MIN_BLOCK_ROWS", 1)  # as before the rule: a block per write
+    for i in range(5):
+        t.write("blk/small", _data(100 + 10 * i, 110 + 10 * i), mode="append")
+    assert len(_blocks(t, "blk/small")) == 6
+    monkeypatch.setattr(blocks, "MIN_BLOCK_ROWS", 40)
+    assert t.maintain("blk/small").rebuilt_blocks == 1
+    assert [(b["first_row_index"], b["n_rows"]) for b in _blocks(t, "blk/small")] == [(0, 50), (50, 100)]
+    assert comparable(t.read("blk/small")) == comparable(jsonb_only.read("blk/small"))
+    assert t.maintain("blk/small").rebuilt_blocks == 0
+
+
 def test_maintain_rebuilds_nothing_with_the_cache_off_or_nothing_dropped(trident: Trident, jsonb_only: Trident) -> None:
     t = trident
     t.router.set_pin("blk/n", "pg")
@@ -281,7 +311,7 @@ def test_a_change_by_hand_during_the_rebuild_waits_and_then_drops_the_block(
     meanwhile waits, and its trigger then finds the new block and drops it. Without the hold the
     UPDATE's trigger would run first, find no block, and the block committed after it would keep
     the old row."""
-    monkeypatch.setattr(blocks, "MIN_REBUILD_ROWS", 3)
+    monkeypatch.setattr(blocks, "MIN_BLOCK_ROWS", 3)
     t = trident
     t.router.set_pin("blk/r", "pg")
     t.write("blk/r", _data(0, 10))

@@ -144,6 +144,20 @@ def test_a_dataset_replaced_by_another_process_is_appended_to_as_it_is_now(pair:
     b.write("pg1/replaced", pa.table({"id": [3], "v": ["again"]}), mode="upsert", keys=["id"])  # keyed: the undo log
     a.write("pg1/replaced", rows(8, 2), mode="append")
     whole(a, "pg1/replaced", 10)
+    assert settled(a, "pg1/replaced") == (1, 0)  # the older generation and the upsert's undo log purged
+
+
+def settled(t: Trident, key: str) -> tuple[int, int]:
+    """The generations the dataset's rows are in, and its undo log's rows."""
+    ds = t.control.dataset(t.workspace, key)
+    assert ds is not None
+    with t.control.connection() as conn:
+        gens = conn.execute(
+            "SELECT count(DISTINCT gen) AS n FROM trident_rows WHERE dataset_id = %s", (ds.dataset_id,)
+        ).fetchone()
+        undo = conn.execute("SELECT count(*) AS n FROM trident_rows_undo WHERE dataset_id = %s", (ds.dataset_id,)).fetchone()
+    assert gens is not None and undo is not None
+    return int(gens["n"]), int(undo["n"])
     assert a.read("pg1/replaced", row_filter="id = 3").column("v").to_pylist() == ["again"]
 
 

@@ -171,7 +171,11 @@ _STEP = st.tuples(
 @given(first=st.lists(_ROW, min_size=1, max_size=8), steps=st.lists(_STEP, min_size=1, max_size=5))
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_pg_reads_match_iceberg_over_write_sequences(
-    trident: Trident, jsonb_only: Trident, first: list[dict[str, Any]], steps: list[tuple[str, list[dict[str, Any]], int]]
+    trident: Trident,
+    jsonb_only: Trident,
+    every_write_blocked: None,
+    first: list[dict[str, Any]],
+    steps: list[tuple[str, list[dict[str, Any]], int]],
 ) -> None:
     """Issue 12.3: random sequences of replace / append / upsert / update_rows / delete_rows on
     both sinks; after every step the pg read (through its row blocks, which keyed writes and
