@@ -145,6 +145,7 @@ def test_a_dataset_replaced_by_another_process_is_appended_to_as_it_is_now(pair:
     a.write("pg1/replaced", rows(8, 2), mode="append")
     whole(a, "pg1/replaced", 10)
     assert settled(a, "pg1/replaced") == (1, 0)  # the older generation and the upsert's undo log purged
+    assert a.read("pg1/replaced", row_filter="id = 3").column("v").to_pylist() == ["again"]
 
 
 def settled(t: Trident, key: str) -> tuple[int, int]:
@@ -158,7 +159,6 @@ def settled(t: Trident, key: str) -> tuple[int, int]:
         undo = conn.execute("SELECT count(*) AS n FROM trident_rows_undo WHERE dataset_id = %s", (ds.dataset_id,)).fetchone()
     assert gens is not None and undo is not None
     return int(gens["n"]), int(undo["n"])
-    assert a.read("pg1/replaced", row_filter="id = 3").column("v").to_pylist() == ["again"]
 
 
 def test_a_new_column_takes_the_normal_door(pair: tuple[Trident, Trident], calls: pytest.LogCaptureFixture) -> None:
