@@ -564,8 +564,10 @@ class ControlPlane:
                 ]
                 for r in conn.execute(q.ALL_WATERMARKS, (entry.dataset_id,))
             }
-        if watermarks:  # an environment write is a whole-dataset write: partition marks are stale
-            marks = {k: v for k, v in marks.items() if k.endswith("|")}
+        if watermarks:  # as production's (commit_txn): a partition write's marks replace the whole
+            # dataset's, a whole-dataset write's replace every partition's
+            partitioned = any(part for _, part, _, _ in watermarks)
+            marks = {k: v for k, v in marks.items() if k.endswith("|") != partitioned}
             for source_id, part, mark, source_txn in watermarks:
                 marks[f"{source_id}|{part}"] = [mark.isoformat(), str(source_txn) if source_txn else None]
         row = _commit_ledger(conn, entry, outcome, version)

@@ -19,19 +19,37 @@ from .flush import flushed_first
 KEYS_META = "trident.keys"  # an environment write's key columns (what diff and promote match rows by)
 
 
-def refuse_write(engine: Engine, key: str, *, stage: bool, partition: PartitionFilter | None, group: uuid.UUID | None) -> None:
+def refuse_write(engine: Engine, key: str, *, group: uuid.UUID | None) -> None:
     """Refuse, before anything is touched, a write an environment cannot take yet.
 
     Raises:
-        EnvironmentUnsupportedError: a partition write or a transaction group's write in an
-            environment (a staged write is staged in the environment: see publish_in_environment).
+        EnvironmentUnsupportedError: a transaction group's write in an environment (a staged
+            write is staged in the environment: see publish_in_environment).
     """
-    what = "a transaction group's write" if group is not None else "a partition write" if partition is not None else None
-    if what is not None:
+    if group is not None:
         raise EnvironmentUnsupportedError(
-            f"{what} of {key!r} in environment {engine.environment!r} is not supported: an environment is "
-            "itself the staging area (write the whole dataset there, check it, then `trident env promote "
+            f"a transaction group's write of {key!r} in environment {engine.environment!r} is not supported: an "
+            "environment is itself the staging area (write the datasets there, check them, then `trident env promote "
             f"{engine.environment}`)"
+        )
+
+
+def refuse_repartition(engine: Engine, ds: DatasetRecord, partition: PartitionFilter) -> None:
+    """Refuse an environment's partition write that would change the table's partitioning: a
+    partition spec is the table's, shared by production and every branch.
+
+    Raises:
+        EnvironmentUnsupportedError: the dataset exists and is not partitioned as ``partition`` says.
+    """
+    if not ds.exists:
+        return
+    have = engine.sink(ds.sink).partitioning(ds)
+    if have is None or set(have) != set(partition.spec):
+        raise EnvironmentUnsupportedError(
+            f"a partition write of {ds.key!r} by {partition.describe()} in environment {engine.environment!r} would "
+            f"partition the table anew ({'partitioned by ' + ', '.join(f'{t}({c})' for c, t in have) if have else 'unpartitioned'} "
+            "now), and a table's partitioning is shared by production and every environment: make that first "
+            "partitioned write in production"
         )
 
 

@@ -84,7 +84,7 @@ def write(
         if fast is not None:
             return fast
     if in_env:  # refused before anything is touched (no dataset record, no ledger row)
-        environments.refuse_write(engine, key, stage=stage, partition=partition, group=group)
+        environments.refuse_write(engine, key, group=group)
     existing = engine.control.dataset(engine.workspace, key)
     if mode == "delete" and (existing is None or not existing.exists):
         raise DatasetNotFoundError(key, engine.workspace)
@@ -117,6 +117,8 @@ def write(
         if in_env:  # the environment's version of the dataset (its branch), never production's
             environments.refuse_sink(engine, key, route.sink)
             ds, fork = environments.fork_point(engine, ds)
+            if partition is not None:
+                environments.refuse_repartition(engine, ds, partition)
             meta.update(environments.write_meta(engine, fork, key_cols))
         intent = Intent(txn_id=txn, mode=mode, writer=writer, sink=route.sink, route=route, source_refs=refs, metadata=meta)
         sink = engine.sink(route.sink)

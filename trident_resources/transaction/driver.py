@@ -688,7 +688,9 @@ class Transaction:
                     fence=self._fence,
                     stage=stage,
                     partition=partition,
-                    reserve_rows=self._reserve if partition is not None else None,
+                    # partition writers side by side reserve their row indexes in production's
+                    # record; an environment's write holds its dataset's whole lock and numbers from its head
+                    reserve_rows=self._reserve if partition is not None and self.ds.environment is None else None,
                 ),
             )
         except BaseException as exc:

@@ -27,6 +27,7 @@ from trident_resources.core.errors import (
     InvalidEnvironmentNameError,
     InvalidSettingsError,
 )
+from trident_resources.core.partitions import PartitionFilter
 from trident_resources.core.settings import settings_from_env
 from trident_resources.sinks.iceberg.snapshots import ENV_BRANCH_PREFIX, env_branch
 
@@ -424,6 +425,75 @@ def test_env_writes_that_cannot_be_isolated_are_refused_up_front(trident: Triden
         with pytest.raises(EnvironmentUnsupportedError, match="from production"):
             env.environments.promote("pr-pg")
     assert _ids(prod, "env/ice") == [1]
+
+
+def test_partition_writes_in_an_environment_change_its_branch_only(trident: Trident, settings: TridentSettings) -> None:
+    """A partitioned asset's run in a pull request's environment replaces its partitions in the
+    environment's branch: production's partitions and record (its next row index too) stay
+    as they were, the environment reads its partition and production's others, and promotion
+    lands it. A write that would partition a table anew is refused: the spec is the table's."""
+    prod = trident
+
+    def part(region: str, ids: list[int]) -> pa.Table:
+        return pa.table({"region": [region] * len(ids), "id": ids})
+
+    for region, ids in (("eu", [1, 2]), ("us", [3]), ("ap", [4, 5])):
+        prod.write("env/parts", part(region, ids), mode="replace", partition=PartitionFilter.of_values("region", region))
+    prod.write("env/flat", part("eu", [1]))
+    before = prod.control.dataset(prod.workspace, "env/parts")
+    assert before is not None
+    with in_env(settings, "pr-part") as env:
+        eu = PartitionFilter.of_values("region", "eu")
+        r = env.write("env/parts", part("eu", [10, 11, 12]), mode="replace", partition=eu)
+        assert r.row_count == 6
+        env.write("env/parts", part("us", [13]), mode="append", partition=PartitionFilter.of_values("region", "us"))
+        got = env.read("env/parts")
+        assert sorted(got.column("id").to_pylist()) == [3, 4, 5, 10, 11, 12, 13]
+        assert len(set(got.column("__row_index").to_pylist())) == got.num_rows
+        assert _ids(prod, "env/parts") == [1, 2, 3, 4, 5]
+        after = prod.control.dataset(prod.workspace, "env/parts")
+        assert after is not None and (after.next_row_index, after.last_txn_id) == (before.next_row_index, before.last_txn_id)
+        with pytest.raises(EnvironmentUnsupportedError, match="in production"):
+            env.write("env/flat", part("eu", [2]), mode="replace", partition=eu)
+        ap = PartitionFilter.of_values("region", "ap")  # staged, audited, published: in the branch
+        staged = env.write("env/parts", part("ap", [14]), mode="replace", partition=ap, stage=True)
+        assert sorted(env.read("env/parts", staged=staged.txn_id).column("id").to_pylist()) == [3, 10, 11, 12, 13, 14]
+        env.publish("env/parts", staged.txn_id)
+        env.write("env/bornparts", part("eu", [7]), mode="replace", partition=eu)  # born in the environment
+        assert _ids(env, "env/bornparts") == [7] and prod.control.dataset(prod.workspace, "env/bornparts") is not None
+        with pytest.raises(DatasetNotFoundError):
+            prod.read("env/bornparts")
+        diff = {d.key: d for d in prod.environments.diff("pr-part").datasets}
+        d = diff["env/parts"]
+        assert (d.rows_added, d.rows_removed, d.production_moved) == (5, 4, False)
+        prod.environments.promote("pr-part")
+        assert _ids(prod, "env/parts") == [3, 10, 11, 12, 13, 14]
+        assert _ids(prod, "env/bornparts") == [7]
+        assert _ids(prod, "env/flat") == [1]
+        _read_every_ref(prod)
+
+
+def test_production_partition_writes_beside_an_environments_leave_each_its_own(
+    trident: Trident, settings: TridentSettings
+) -> None:
+    """Production keeps writing partitions while an environment writes its own: neither sees the
+    other's, and a promotion over a production that moved refuses (a partition replace on either
+    side is a replace: docs/environments.md)."""
+    prod = trident
+    eu, us = PartitionFilter.of_values("region", "eu"), PartitionFilter.of_values("region", "us")
+    prod.write("env/pside", pa.table({"region": ["eu"], "id": [1]}), mode="replace", partition=eu)
+    with in_env(settings, "pr-pside") as env:
+        env.write("env/pside", pa.table({"region": ["eu"], "id": [10]}), mode="replace", partition=eu)
+        prod.write("env/pside", pa.table({"region": ["us"], "id": [2]}), mode="replace", partition=us)
+        env.write("env/pside", pa.table({"region": ["us"], "id": [11]}), mode="append", partition=us)
+        prod.write("env/pside", pa.table({"region": ["us"], "id": [3]}), mode="append", partition=us)
+        assert _ids(env, "env/pside") == [10, 11] and _ids(prod, "env/pside") == [1, 2, 3]
+        [d] = prod.environments.diff("pr-pside").datasets
+        assert d.production_moved
+        with pytest.raises(EnvironmentConflictError, match="env/pside"):
+            prod.environments.promote("pr-pside")
+        assert _ids(env, "env/pside") == [10, 11] and _ids(prod, "env/pside") == [1, 2, 3]
+        _read_every_ref(prod)
 
 
 def test_environment_names_are_validated(settings: TridentSettings, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -77,7 +77,9 @@ def commit_snapshot(
     try:
         if req.partition is not None:
             req.fence()
-            txn = _rebased(tables, req, txn, to_delete, base_snapshot_id)
+            if req.dataset.environment is None:  # an environment's write holds its whole lock: its
+                # base is its branch's version, which nobody else moves (main is production's)
+                txn = _rebased(tables, req, txn, to_delete, base_snapshot_id)
         branch: str | None = MAIN_BRANCH
         branch_after: str | None = None
         if req.dataset.environment is not None and req.stage:  # staged in an environment: an audit branch
