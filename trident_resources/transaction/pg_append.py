@@ -20,7 +20,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import cast
+from typing import Any, cast
 
 import pyarrow as pa
 
@@ -43,6 +43,31 @@ PG_SINK = "pg"
 # settled history (older generations, the undo log), and any later write moves the latest commit,
 # so an append on top of one of them has nothing to purge (two index probes less per call).
 _PURGED: Recent[tuple[uuid.UUID, int], bool] = Recent(512)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What a commit's user schema stores as: the storage schema, its user columns (what the
+    marker records), their description (the dataset record's ``schema``) and serialized form."""
+
+    stored: pa.Schema
+    user_schema: pa.Schema
+    described: list[dict[str, Any]]
+    schema_bytes: bytes
+
+
+# a commit's user schema -> its Layout: the same for every append until a schema change
+_LAYOUTS: Recent[pa.Schema, Layout] = Recent(256)
+
+
+def _layout(user_schema: pa.Schema) -> Layout:
+    found = _LAYOUTS.get(user_schema)
+    if found is None:
+        stored = storage_schema(user_schema)
+        fields = user_fields(stored)
+        found = Layout(stored, fields, describe_schema(stored), fields.serialize().to_pybytes())
+        _LAYOUTS.put(user_schema, found)
+    return found
 
 
 @dataclass(frozen=True)
@@ -69,11 +94,11 @@ def commit_at_once(driver: TransactionDriver, ds: DatasetRecord, intent: Intent,
     prior = sink.commit_at(ds)
     if prior is None:
         return "stale"
-    stored = storage_schema(prior.user_schema)
-    batch = inline.fits(rows, stored) if rows.num_rows <= BLOCK_ROWS else None
-    if batch is None or describe_schema(stored) != ds.schema:
+    layout = _layout(prior.user_schema)
+    batch = inline.fits(rows, layout.stored) if rows.num_rows <= BLOCK_ROWS else None
+    if batch is None or layout.described != ds.schema:
         return "unfit"
-    user_schema = user_fields(stored)
+    user_schema = layout.user_schema
     tau = datetime.now(UTC)
     try:
         failpoint("intent.after")
@@ -90,7 +115,7 @@ def commit_at_once(driver: TransactionDriver, ds: DatasetRecord, intent: Intent,
             ids=cast(list[str], ids.to_pylist()),
             data=row_json(batch, user_schema),
             block=None if block is None else block[2],
-            schema=user_schema.serialize().to_pybytes(),
+            schema=layout.schema_bytes,
         )
         outcome = Outcome(
             rows_written=n,

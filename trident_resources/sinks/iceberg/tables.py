@@ -40,6 +40,14 @@ OWNER_PROPERTY = "trident.dataset-id"
 # Scans of this format (ours, or DuckDB's through arrow_source) read one row group at a time:
 # pre-buffering would hold whole files' compressed bytes in memory.
 PARQUET_FORMAT = pads.ParquetFileFormat(default_fragment_scan_options=pads.ParquetFragmentScanOptions(pre_buffer=False))
+# ... except on object storage, where each column chunk read on its own is a request of its own:
+# there the chunks a row group's scan reads are fetched together, coalesced into few ranged GETs,
+# when the scan reaches that row group (lazy: still about one row group in memory, not a file).
+REMOTE_PARQUET_FORMAT = pads.ParquetFileFormat(
+    default_fragment_scan_options=pads.ParquetFragmentScanOptions(
+        pre_buffer=True, cache_options=pa.CacheOptions(lazy=True, prefetch_limit=1)
+    )
+)
 
 
 SNAPSHOT_FILES_CACHED = 256  # snapshots whose data file lists scan_plan remembers (immutable, so never stale)
@@ -151,6 +159,8 @@ class IcebergTables:
         if not paths:
             return pads.dataset(pa.Table.from_batches([], schema=schema))
         fs, _ = filesystem_for(table.io, paths[0])
+        if fmt is PARQUET_FORMAT and not paths[0].startswith(("file:", "/")):
+            fmt = REMOTE_PARQUET_FORMAT
         return pads.dataset([filesystem_for(table.io, p)[1] for p in paths], schema=schema, filesystem=fs, format=fmt)
 
     def table_to_read(self, ds: DatasetRecord) -> Table:

@@ -97,13 +97,15 @@ def _py_float(v: float | None) -> float | str | None:
     return str(v)  # nan, inf, -inf, -0.0
 
 
+_JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
 def _py_row_json(rows: pa.RecordBatch, schema: pa.Schema) -> list[str]:
     columns = []
     for f in schema:
         values = rows.column(rows.schema.get_field_index(f.name)).to_pylist()
         columns.append([_py_float(v) for v in values] if pa.types.is_float64(f.type) else values)
-    names = schema.names
-    dumps = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
+    names, dumps = schema.names, _JSON.encode
     return (
         [dumps(dict(zip(names, row, strict=True))) for row in zip(*columns, strict=True)] if columns else ["{}"] * rows.num_rows
     )
