@@ -3,7 +3,7 @@ row born committed, in the one Postgres transaction that takes the writer lock
 (``ControlPlane.commit_pg_append``).
 
 Why: the normal door costs a pg append two Postgres transactions and ~17 statements (INTENT, the
-rows' transaction, COMMIT, lock and unlock) plus a DuckDB query to encode its rows, ~13 ms for 10
+rows' transaction, COMMIT, lock and unlock) plus a DuckDB query to encode its rows, ~15 ms for 10
 rows, where an inlined write to an Iceberg dataset takes one call. A pg dataset's rows live in the
 control plane's Postgres already, so its small append can be the same one call.
 
