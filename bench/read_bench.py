@@ -109,6 +109,51 @@ def header(title: str) -> None:
     print(f"\n{title}\n{'what':<44}{'trident':>10}{'baseline':>11}{'ratio':>9}")
 
 
+# -- one-shot SQL from the command line ------------------------------------------------------------
+_LAUNCH = (
+    "import json, resource, subprocess, sys, time\n"
+    "t0 = time.perf_counter()\n"
+    "done = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)\n"
+    "wall = time.perf_counter() - t0\n"
+    "print(json.dumps({'rc': done.returncode, 'wall': wall, 'err': done.stderr.decode()[-2000:],\n"
+    "                  'rss': resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))"
+)
+
+
+def _timed_process(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """Wall seconds and peak RSS (MiB) of one process, run by a small launcher: a child's
+    ``ru_maxrss`` starts from its parent's high-water mark, and this bench's process is large."""
+    out = subprocess.run([sys.executable, "-c", _LAUNCH, *cmd], env=env, capture_output=True, text=True, check=True)
+    got = json.loads(out.stdout)
+    if got["rc"] != 0:
+        raise SystemExit(f"{cmd[0]} failed: {got['err']}")
+    return float(got["wall"]), float(got["rss"])
+
+
+def one_shot_cli(t: Trident, ours_sql: str, direct_sql: str, repeat: int) -> None:
+    """``trident sql`` of Q1 in a fresh process (start-up, catalog look-up and all) against
+    Python DuckDB in a fresh process on the very same data files (issue 34 item 2), alternating."""
+    trident_cli = str(Path(sys.executable).with_name("trident"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRIDENT_")}
+    env |= {"TRIDENT_HOME": str(t.settings.home), "TRIDENT_WORKSPACE": t.workspace}
+    env["TRIDENT_PG_DSN"] = t.settings.pg_dsn.get_secret_value() if t.settings.pg_dsn else ""
+    ours_cmd = [trident_cli, "sql", ours_sql, "--format", "csv"]
+    duck_cmd = [sys.executable, "-c", f"import duckdb; duckdb.sql({direct_sql!r}).fetchall()"]
+    ours, duck = [], []
+    for _ in range(repeat):
+        ours.append(_timed_process(ours_cmd, env))
+        duck.append(_timed_process(duck_cmd, env))
+    (o_wall, o_rss), (d_wall, d_rss) = (sorted(ours)[len(ours) // 2], sorted(duck)[len(duck) // 2])
+    print(
+        row(
+            "Q1, one shot: `trident sql` vs python+duckdb",
+            o_wall,
+            d_wall,
+            f"fresh processes, medians; RSS {o_rss:.0f} vs {d_rss:.0f} MiB",
+        )
+    )
+
+
 # -- the stream() RSS child ----------------------------------------------------------------------
 def stream_child(home: str, dsn: str, workspace: str, key: str) -> None:
     settings = TridentSettings(home=home, pg_dsn=dsn, workspace=workspace)
@@ -179,6 +224,7 @@ def main() -> None:
             t.sql('select count(*), sum(l_quantity) from "b/li"')
             print(row("count(*), first call (fresh sandbox)", time.perf_counter() - t0, base))
             con.close()
+            one_shot_cli(t, Q1.format(src='"b/li"'), Q1.format(src=direct), args.repeat)
 
         if "read" not in skip:
             user = [c for c in t.schema("b/li").names if c not in IDENTITY_COLUMNS]
