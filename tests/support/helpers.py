@@ -6,6 +6,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -95,3 +97,35 @@ def settings_env(settings: TridentSettings) -> dict[str, str]:
             value = value.get_secret_value()
         env[f"TRIDENT_{name.upper()}"] = json.dumps(value) if isinstance(value, (dict, list, bool)) else str(value)
     return env
+
+
+def append_waits_for_held_lock(a: Trident, b: Trident, key: str, data: pa.Table) -> None:
+    """``b`` holds ``key``'s writer lock while ``a`` appends ``data``: ``a``'s one call answers
+    'busy', and the write waits at the normal door until the lock is released."""
+    ds = b.control.dataset(b.workspace, key)
+    assert ds is not None
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with b.driver.locked(ds):
+            held.set()
+            release.wait(10)
+
+    th = threading.Thread(target=hold)
+    th.start()
+    assert held.wait(10)
+    done: list[float] = []
+
+    def append() -> None:
+        a.write(key, data, mode="append")
+        done.append(time.monotonic())
+
+    writer = threading.Thread(target=append)
+    writer.start()
+    time.sleep(0.5)
+    assert not done  # the one call answered 'busy': the write waits at the normal door
+    released = time.monotonic()
+    release.set()
+    th.join()
+    writer.join(20)
+    assert done and done[0] >= released

@@ -220,21 +220,7 @@ def commit_at_once(
             snapshot_id=ds.snapshot_id,
             schema=ds.schema or [],
         )
-        entry = LedgerEntry(
-            txn_id=intent.txn_id,
-            dataset_id=ds.dataset_id,
-            status="committed",
-            mode=intent.mode,
-            writer=intent.writer,
-            sink=intent.sink,
-            started_at=tau,
-            requested_sink=intent.route.requested,
-            clamped=intent.route.clamped,
-            route_reason=intent.route.reason,
-            schema_version=ds.schema_version,
-            source_refs=list(intent.source_refs),
-            metadata={**intent.metadata, INLINE_META: True},
-        )
+        entry = one_call_entry(ds, intent, "committed", tau)
         block = InlineBlock(ds.next_row_index, n, blocks[0][2]) if blocks else None
         failpoint("commit.before_ledger")
         done = driver.control.commit_inline(entry, outcome, block, ds, conn=driver.lock_session(ds))
@@ -265,27 +251,32 @@ def record_abort(driver: TransactionDriver, ds: DatasetRecord, intent: Intent, e
     """The failed write in the ledger as ``aborted`` (nothing to clean: it wrote no file). Never
     raises: when the control plane itself failed, there is nothing to record it in."""
     try:
-        if driver.control.open_txn(_open_entry(ds, intent)) is not None:
+        if driver.control.open_txn(one_call_entry(ds, intent, "open", datetime.now(UTC))) is not None:
             driver.control.abort_txn(intent.txn_id, f"{type(exc).__name__}: {exc}")
             driver.control.cleanup_done(intent.txn_id)
     except Exception as record_exc:
         log.warning("could not record the failed inlined write %s of %s (%s)", intent.txn_id, ds.key, record_exc)
 
 
-def _open_entry(ds: DatasetRecord, intent: Intent) -> LedgerEntry:
+def one_call_entry(ds: DatasetRecord, intent: Intent, status: str, started_at: datetime) -> LedgerEntry:
+    """The ledger row of a one-call write (inlined, or a pg append: ``transaction/pg_append.py``):
+    born ``committed`` at its τ, or ``open`` to record its abort. Only an inlined write's says so
+    (``INLINE_META``): its rows are in the tail, not in the table."""
+    meta = {**intent.metadata, INLINE_META: True} if intent.sink == INLINE_SINK else dict(intent.metadata)
     return LedgerEntry(
         txn_id=intent.txn_id,
         dataset_id=ds.dataset_id,
-        status="open",
+        status=status,
         mode=intent.mode,
         writer=intent.writer,
         sink=intent.sink,
-        started_at=datetime.now(UTC),
+        started_at=started_at,
         requested_sink=intent.route.requested,
         clamped=intent.route.clamped,
         route_reason=intent.route.reason,
+        schema_version=ds.schema_version,
         source_refs=list(intent.source_refs),
-        metadata={**intent.metadata, INLINE_META: True},
+        metadata=meta,
     )
 
 

@@ -124,21 +124,7 @@ def commit_at_once(driver: TransactionDriver, ds: DatasetRecord, intent: Intent,
             snapshot_id=None,  # the new commit's seq, given by the call
             schema=ds.schema or [],
         )
-        entry = LedgerEntry(
-            txn_id=intent.txn_id,
-            dataset_id=ds.dataset_id,
-            status="committed",
-            mode=intent.mode,
-            writer=intent.writer,
-            sink=PG_SINK,
-            started_at=tau,
-            requested_sink=intent.route.requested,
-            clamped=intent.route.clamped,
-            route_reason=intent.route.reason,
-            schema_version=ds.schema_version,
-            source_refs=list(intent.source_refs),
-            metadata=dict(intent.metadata),
-        )
+        entry = inline.one_call_entry(ds, intent, "committed", tau)
         failpoint("commit.before_ledger")
         done = driver.control.commit_pg_append(entry, outcome, ds, payload)
         if done.outcome == "exists":

@@ -6,13 +6,12 @@ lands once with dense identity."""
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterator
 
 import pyarrow as pa
 import pytest
 
+from tests.support.helpers import append_waits_for_held_lock
 from trident_resources import Trident, TridentSettings
 
 
@@ -67,33 +66,7 @@ def test_an_append_while_another_writer_holds_the_lock_waits_for_it(pair: tuple[
     a, b = pair
     a.write("one/held", rows(0, 10), mode="replace")
     a.write("one/held", rows(10, 5), mode="append")
-    ds = b.control.dataset(b.workspace, "one/held")
-    assert ds is not None
-    held, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with b.driver.locked(ds):
-            held.set()
-            release.wait(10)
-
-    th = threading.Thread(target=hold)
-    th.start()
-    assert held.wait(10)
-    done: list[float] = []
-
-    def append() -> None:
-        a.write("one/held", rows(15, 5), mode="append")
-        done.append(time.monotonic())
-
-    writer = threading.Thread(target=append)
-    writer.start()
-    time.sleep(0.5)
-    assert not done  # the one call answered 'busy': the write waits at the normal door
-    released = time.monotonic()
-    release.set()
-    th.join()
-    writer.join(20)
-    assert done and done[0] >= released
+    append_waits_for_held_lock(a, b, "one/held", rows(15, 5))
     whole(a, "one/held", 20)
     assert a.describe("one/held").inlined_rows == 10
 

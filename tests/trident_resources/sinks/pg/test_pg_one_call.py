@@ -14,8 +14,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,8 +21,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from tests.support.helpers import settings_env
-from trident_resources import Trident, TridentSettings
+from tests.support.helpers import append_waits_for_held_lock, settings_env
+from trident_resources import SchemaMismatchError, Trident, TridentSettings
 
 REPO = Path(__file__).resolve().parents[4]
 
@@ -176,33 +174,7 @@ def test_an_append_while_another_writer_holds_the_lock_waits_for_it(pair: tuple[
     a, b = pair
     start(a, "pg1/held", rows(0, 10))
     a.write("pg1/held", rows(10, 5), mode="append")
-    ds = b.control.dataset(b.workspace, "pg1/held")
-    assert ds is not None
-    held, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with b.driver.locked(ds):
-            held.set()
-            release.wait(10)
-
-    th = threading.Thread(target=hold)
-    th.start()
-    assert held.wait(10)
-    done: list[float] = []
-
-    def append() -> None:
-        a.write("pg1/held", rows(15, 5), mode="append")
-        done.append(time.monotonic())
-
-    writer = threading.Thread(target=append)
-    writer.start()
-    time.sleep(0.5)
-    assert not done  # the one call answered 'busy': the write waits at the normal door
-    released = time.monotonic()
-    release.set()
-    th.join()
-    writer.join(20)
-    assert done and done[0] >= released
+    append_waits_for_held_lock(a, b, "pg1/held", rows(15, 5))
     whole(a, "pg1/held", 20)
 
 
@@ -249,3 +221,18 @@ def test_eight_processes_appending_lose_and_double_nothing(settings: TridentSett
         assert sorted(pairs) == sorted([(-1, 0)] + [(w, n) for w, k in written.items() for n in range(k)])
         assert sorted(got.column("__row_index").to_pylist()) == list(range(total))
         assert len(set(got.column("__row_id").to_pylist())) == total
+
+
+def test_a_value_jsonb_refuses_fails_the_one_call_by_name_and_loses_nothing(
+    pair: tuple[Trident, Trident], calls: pytest.LogCaptureFixture
+) -> None:
+    a, _ = pair
+    start(a, "pg1/nul", rows(0, 3))
+    with pytest.raises(SchemaMismatchError, match="Postgres refused"):
+        a.write("pg1/nul", pa.table({"id": [3], "v": ["a\x00b"]}), mode="append")
+    whole(a, "pg1/nul", 3)
+    [failed, *_] = a.history("pg1/nul")
+    assert failed.status == "aborted" and failed.sink == "pg" and "trident.inlined" not in failed.metadata
+    a.write("pg1/nul", rows(3, 2), mode="append")
+    assert one_calls(calls, "pg1/nul") == 1
+    whole(a, "pg1/nul", 5)
