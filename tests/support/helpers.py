@@ -129,3 +129,17 @@ def append_waits_for_held_lock(a: Trident, b: Trident, key: str, data: pa.Table)
     th.join()
     writer.join(20)
     assert done and done[0] >= released
+
+
+def writers_take_turns(a: Trident, b: Trident, key: str, first: int, turns: int = 20, n: int = 5) -> int:
+    """``a`` and ``b`` append ``n`` rows each in turn to ``key`` (holding ``first`` rows), so each
+    one's remembered record is stale at every write: each commit's count and snapshot are the
+    dataset's. Returns the rows the dataset then holds."""
+    total = first
+    for i in range(turns):
+        w = a if i % 2 else b
+        ids = range(total, total + n)
+        r = w.write(key, pa.table({"id": pa.array(ids, pa.int64()), "v": [f"r{i}" for i in ids]}), mode="append")
+        total += n
+        assert r.row_count == total and r.snapshot_id == a.describe(key, storage=False).snapshot_id
+    return total

@@ -188,7 +188,7 @@ def _inline_now(
             appended = pg_append.commit_at_once(engine.driver, ds, intent, rows)
             if isinstance(appended, pg_append.Appended):
                 log.info("trident write %s mode=append writer=%s sink=%s (one call)", key, writer, route.describe())
-                heads.put((engine.workspace, key), pg_append.advanced(ds, appended))
+                heads.put((engine.workspace, key), inline.advanced(ds, appended.entry, appended.outcome))
                 return commit_records.write_result(ds.key, appended.entry, appended.outcome, route), reader
             done: inline.Inlined | str = appended
         else:
@@ -200,7 +200,7 @@ def _inline_now(
             done = inline.commit_at_once(engine.driver, ds, intent, small, schema)
             if isinstance(done, inline.Inlined):
                 log.info("trident write %s mode=append writer=%s sink=%s (inlined)", key, writer, route.describe())
-                after = inline.advanced(ds, done)
+                after = inline.advanced(ds, done.entry, done.outcome, done.block_seq)
                 heads.put((engine.workspace, key), after)
                 if _flush_due(engine, done.tail.rows, done.tail.age_s):
                     flush_locking(engine, after)

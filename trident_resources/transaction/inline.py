@@ -235,15 +235,17 @@ def commit_at_once(
     return Inlined(done.entry, outcome, done.tail, done.block_seq)
 
 
-def advanced(ds: DatasetRecord, done: Inlined) -> DatasetRecord:
-    """``ds`` as the inlined write ``done`` left it (what the next small append stamps from)."""
+def advanced(ds: DatasetRecord, entry: LedgerEntry, outcome: Outcome, block_seq: int | None = None) -> DatasetRecord:
+    """``ds`` as a one-call write (inlined, with its tail block ``block_seq``, or a pg append)
+    left it: what the next small append stamps from."""
     return replace(
         ds,
-        row_count=done.outcome.row_count,
-        next_row_index=done.outcome.next_row_index,
-        last_txn_id=done.entry.txn_id,
-        committed_at=done.entry.committed_at,
-        inline_through=done.block_seq if done.block_seq is not None else ds.inline_through,
+        row_count=outcome.row_count,
+        next_row_index=outcome.next_row_index,
+        snapshot_id=outcome.snapshot_id,
+        last_txn_id=entry.txn_id,
+        committed_at=entry.committed_at,
+        inline_through=block_seq if block_seq is not None else ds.inline_through,
     )
 
 

@@ -138,15 +138,3 @@ def commit_at_once(driver: TransactionDriver, ds: DatasetRecord, intent: Intent,
     sink.appended(ds, prior, done.seq, intent.txn_id)
     _PURGED.put((ds.dataset_id, done.seq), True)
     return Appended(done.entry, replace(outcome, snapshot_id=done.seq))
-
-
-def advanced(ds: DatasetRecord, done: Appended) -> DatasetRecord:
-    """``ds`` as the append ``done`` left it (what the next small append stamps from)."""
-    return replace(
-        ds,
-        row_count=done.outcome.row_count,
-        next_row_index=done.outcome.next_row_index,
-        snapshot_id=done.outcome.snapshot_id,
-        last_txn_id=done.entry.txn_id,
-        committed_at=done.entry.committed_at,
-    )

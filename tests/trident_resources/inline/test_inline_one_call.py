@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pyarrow as pa
 import pytest
 
-from tests.support.helpers import append_waits_for_held_lock
+from tests.support.helpers import append_waits_for_held_lock, writers_take_turns
 from trident_resources import Trident, TridentSettings
 
 
@@ -38,12 +38,7 @@ def whole(t: Trident, key: str, n: int) -> None:
 def test_writers_taking_turns_restamp_from_the_dataset_as_it_is(pair: tuple[Trident, Trident]) -> None:
     a, b = pair
     a.write("one/turns", rows(0, 10), mode="replace")
-    n = 10
-    for i in range(20):  # each writer's remembered record is stale after the other's write
-        w = a if i % 2 else b
-        r = w.write("one/turns", rows(n, 5), mode="append")
-        n += 5
-        assert r.row_count == n and r.snapshot_id == a.describe("one/turns", storage=False).snapshot_id
+    n = writers_take_turns(a, b, "one/turns", 10)
     assert a.describe("one/turns").inlined_rows == 100
     whole(a, "one/turns", n)
     whole(b, "one/turns", n)

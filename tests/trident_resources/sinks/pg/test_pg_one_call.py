@@ -21,7 +21,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from tests.support.helpers import append_waits_for_held_lock, settings_env
+from tests.support.helpers import append_waits_for_held_lock, settings_env, writers_take_turns
 from trident_resources import SchemaMismatchError, Trident, TridentSettings
 
 REPO = Path(__file__).resolve().parents[4]
@@ -119,12 +119,7 @@ def test_writers_taking_turns_restamp_from_the_dataset_as_it_is(
 ) -> None:
     a, b = pair
     start(a, "pg1/turns", rows(0, 10))
-    n = 10
-    for i in range(20):  # each writer's remembered record is stale after the other's write
-        w = a if i % 2 else b
-        r = w.write("pg1/turns", rows(n, 5), mode="append")
-        n += 5
-        assert r.row_count == n and r.snapshot_id == a.describe("pg1/turns", storage=False).snapshot_id
+    n = writers_take_turns(a, b, "pg1/turns", 10)
     assert one_calls(calls, "pg1/turns") == 20
     whole(a, "pg1/turns", n)
     whole(b, "pg1/turns", n)
