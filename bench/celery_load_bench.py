@@ -69,16 +69,33 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def bench_postgres(data_dir: Path, max_connections: int) -> str:
+    """The bench's embedded Postgres, restarted once with ``max_connections`` raised when it is
+    lower: a fleet of workers, run workers and their step processes needs more than the default 100
+    (the deployment docs' connection budget), and a bench that fails on it measures nothing."""
+    import psycopg
+
+    from trident_resources.control.embedded_pg import ensure_embedded_postgres, stop_embedded_postgres
+
+    dsn = ensure_embedded_postgres(data_dir)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("show max_connections").fetchone()
+        if row is not None and int(row[0]) >= max_connections:
+            return dsn
+        conn.execute(f"alter system set max_connections = {int(max_connections)}")
+    stop_embedded_postgres(data_dir)
+    return ensure_embedded_postgres(data_dir)
+
+
 @contextmanager
-def services(home: Path, work: Path, sf: str) -> Iterator[Any]:
+def services(home: Path, work: Path, sf: str, max_connections: int) -> Iterator[Any]:
     """Postgres (embedded, under ``home``, kept between runs), moto S3, lakana REST catalog (in
     ``work``): the settings every process gets."""
     from tests.support.rest_catalog import rest_catalog_server
     from tests.support.s3_server import s3_server
     from trident_resources import TridentSettings
-    from trident_resources.control.embedded_pg import ensure_embedded_postgres
 
-    dsn = ensure_embedded_postgres(home / "pg")
+    dsn = bench_postgres(home / "pg", max_connections)
     with s3_server() as s3, rest_catalog_server(work / "lakana", s3=s3) as rest:
         yield TridentSettings(
             home=work / "unused-home",
@@ -360,6 +377,9 @@ def main() -> None:
     ap.add_argument("--sf", default="0.01")
     ap.add_argument("--first-day", default="1995-01-01")
     ap.add_argument("--home", default="/tmp/trident-celery-bench", help="where the embedded Postgres lives")
+    ap.add_argument(
+        "--max-connections", type=int, default=400, help="the bench Postgres's max_connections (raised with a restart)"
+    )
     ap.add_argument("--keep", action="store_true", help="keep the work folder (logs of every process)")
     args = ap.parse_args()
 
@@ -374,7 +394,7 @@ def main() -> None:
     base_days = [first + timedelta(days=args.partitions + i) for i in range(args.baseline)]
     load_before = os.getloadavg()
     try:
-        with services(Path(args.home), work, args.sf) as settings:
+        with services(Path(args.home), work, args.sf, args.max_connections) as settings:
             t0 = time.monotonic()
             defs = build_definitions(TridentResource.from_settings(settings))
             assert defs.resolve_job_def("tpch_pipeline").execute_in_process().success

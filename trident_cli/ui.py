@@ -46,10 +46,15 @@ INSTANCE_YAML = f"""\
 # Runs, event logs (materializations, check results), schedule and sensor state: Postgres.
 # `trident ui` sets {URL_VARIABLE} (the embedded server's `dagster` database by default);
 # a deployment sets it to its own Postgres.
+# dagster-postgres's storage, with its first claim of a pool safe when runs race for it
+# (trident_resources/dagster/instance_storage.py).
 storage:
-  postgres:
-    postgres_url:
-      env: {URL_VARIABLE}
+  custom:
+    module: trident_resources.dagster.instance_storage
+    class: TridentPostgresStorage
+    config:
+      postgres_url:
+        env: {URL_VARIABLE}
 
 # Runs go through Dagster's run queue (the default QueuedRunCoordinator, run by the daemon).
 concurrency:

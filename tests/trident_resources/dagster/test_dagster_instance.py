@@ -5,8 +5,10 @@ and per-dataset pools are what the yaml says, and the example assets name their 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 import psycopg
@@ -101,3 +103,42 @@ def test_storage_url_defaults_to_a_dagster_database_on_the_control_plane_server(
     url, origin = instance_storage_url(settings, environ={URL_VARIABLE: "postgresql://u:p@db:5432/dagster"})
     assert (url, origin) == (f"{DRIVER}://u:p@db:5432/dagster", URL_VARIABLE)
     assert dagster_home(settings) == (trident_home / "dagster").resolve()
+
+
+def _first_claims_at_once(storage: Any, keys: list[str], racers: int) -> list[BaseException]:
+    """``racers`` threads initialising each of ``keys`` at the same moment (a barrier per key), as
+    runs started together claim a pool no run has claimed yet; the errors they raised."""
+    errors: list[BaseException] = []
+    for key in keys:
+        barrier = threading.Barrier(racers)
+
+        def claim(key: str = key, barrier: threading.Barrier = barrier) -> None:
+            barrier.wait()
+            try:
+                storage.initialize_concurrency_limit_to_default(key)
+            except Exception as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=claim) for _ in range(racers)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    return errors
+
+
+def test_runs_racing_for_a_new_pool_all_claim_it_and_it_keeps_one_slot(instance_dir: Path) -> None:
+    """Runs started together whose steps claim a pool no run has claimed yet: every claim
+    succeeds (dagster-io/dagster#33552 failed all but one with InFailedSqlTransaction on
+    Postgres) and the pool has exactly its one slot."""
+    from trident_resources.dagster.instance_storage import TridentPostgresEventLogStorage
+
+    with dg.DagsterInstance.from_config(str(instance_dir)) as instance:
+        storage = instance.event_log_storage
+        assert isinstance(storage, TridentPostgresEventLogStorage)
+        keys = [f"trident/race/d{i}" for i in range(12)]
+        errors = _first_claims_at_once(storage, keys, racers=6)
+        assert errors == []
+        for key in keys:
+            info = storage.get_concurrency_info(key)
+            assert (info.limit, info.slot_count, info.using_default_limit) == (1, 1, True), key
