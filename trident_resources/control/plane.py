@@ -937,7 +937,7 @@ class ControlPlane:
                 conn.execute(q.SET_INLINE_THROUGH, (block["seq"], entry.dataset_id))
             through = entry.metadata.get(INLINE_FLUSH_META)
             if through is not None:
-                conn.execute(q.MARK_INLINE_FLUSHED, (entry.txn_id, entry.dataset_id, int(through)))
+                conn.execute(q.MARK_INLINE_FLUSHED, {"flush": entry.txn_id, "ds": entry.dataset_id, "through": int(through)})
                 conn.execute(q.SET_INLINE_FLUSHED, (int(through), entry.dataset_id))
         return LedgerEntry(**row)
 
@@ -1041,7 +1041,9 @@ class ControlPlane:
         if ds.inline_through <= ds.inline_flushed:
             return InlineTail(ds.snapshot_id, [], None)
         with self.pool.connection() as conn:
-            rows = conn.execute(q.INLINE_TAIL_RANGE, (ds.dataset_id, ds.inline_flushed, ds.inline_through)).fetchall()
+            rows = conn.execute(
+                q.INLINE_TAIL_RANGE, {"ds": ds.dataset_id, "after": ds.inline_flushed, "through": ds.inline_through}
+            ).fetchall()
         last = max((r["seq"] for r in rows), default=None)
         return InlineTail(ds.snapshot_id, [(int(r["n_rows"]), bytes(r["ipc"])) for r in rows], last)
 

@@ -310,18 +310,19 @@ SET_INLINE_THROUGH = "UPDATE trident_datasets SET inline_through = %s WHERE data
 SET_INLINE_FLUSHED = "UPDATE trident_datasets SET inline_flushed = GREATEST(inline_flushed, %s) WHERE dataset_id = %s"
 # The tail a dataset's record names: read after the record, it still shows that record's moment
 # (blocks committed later have a higher seq; blocks flushed later are still stored).
+# (as a row comparison over (dataset_id, seq): only the dataset's index can serve it, so no plan
+# walks other datasets' blocks in seq order; see migrations/0015_tail_in_its_range.sql)
 INLINE_TAIL_RANGE = """SELECT seq, n_rows, ipc FROM trident_inline_tail
-    WHERE dataset_id = %s AND seq > %s AND seq <= %s ORDER BY seq"""
+    WHERE (dataset_id, seq) > (%(ds)s, %(after)s) AND (dataset_id, seq) <= (%(ds)s, %(through)s)
+    ORDER BY dataset_id, seq"""
 # The tail as a writer sees it, from its oldest unflushed block: the unflushed rows are the
 # dataset's last ones (every write that is not inlined flushes the tail first), so they are
 # next_row_index minus that block's first index, read through the live index without summing a
 # tail that grows with every write (at least 1 while a block is unflushed).
-_TAIL_FROM_OLDEST = """CASE WHEN o.tail_first IS NULL THEN 0 ELSE GREATEST(d.next_row_index - o.tail_first, 1) END AS rows,
-    extract(epoch FROM now() - o.tail_since)::float8 AS age_s"""
-# (the dataset id is the statement's parameter, not the outer row's: correlated, Postgres may walk
-# every dataset's blocks in seq order through the primary key)
-_OLDEST_UNFLUSHED = """LEFT JOIN LATERAL (SELECT t.first_row_index AS tail_first, t.created_at AS tail_since
-        FROM trident_inline_tail t WHERE t.dataset_id = %(ds)s AND t.flushed_by IS NULL ORDER BY t.seq LIMIT 1) o ON true"""
+_TAIL_FROM_OLDEST = """CASE WHEN o.first_row_index IS NULL THEN 0 ELSE GREATEST(d.next_row_index - o.first_row_index, 1) END
+    AS rows, extract(epoch FROM now() - o.created_at)::float8 AS age_s"""
+# (in the dataset's own index range whatever the plan: migrations/0015_tail_in_its_range.sql)
+_OLDEST_UNFLUSHED = "LEFT JOIN trident_oldest_unflushed(%(ds)s) o ON true"
 # What a writer of the dataset asks before inlining: the tail, and whether a staged version waits
 # (its publish would replace main: an inlined write then takes the Iceberg path).
 INLINE_STATE = f"""SELECT {_TAIL_FROM_OLDEST},
@@ -345,8 +346,8 @@ INLINE_TAIL_AT = """SELECT t.seq, t.n_rows, t.ipc FROM trident_inline_tail t
       AND (t.flushed_by IS NULL OR f.committed_at IS NULL OR f.committed_at > %s)
     ORDER BY t.seq"""
 # A flush's COMMIT: the blocks it moved into Iceberg leave the current version.
-MARK_INLINE_FLUSHED = """UPDATE trident_inline_tail SET flushed_by = %s
-    WHERE dataset_id = %s AND flushed_by IS NULL AND seq <= %s"""
+MARK_INLINE_FLUSHED = """UPDATE trident_inline_tail SET flushed_by = %(flush)s
+    WHERE dataset_id >= %(ds)s AND (dataset_id, seq) <= (%(ds)s, %(through)s) AND flushed_by IS NULL"""
 # maintain: flushed blocks are kept for time travel as long as the snapshots of their age.
 PURGE_FLUSHED_INLINE = """DELETE FROM trident_inline_tail t USING trident_ledger f
     WHERE t.dataset_id = %s AND f.txn_id = t.flushed_by AND f.committed_at < %s"""
