@@ -207,13 +207,14 @@ class InlineState:
 @dataclass(frozen=True)
 class PgAppendRows:
     """The rows of a one-call pg append (``ControlPlane.commit_pg_append``): their generation,
-    whether settled history may need purging, row ids (text) and user columns (jsonb text) in row order, their row block, and the Arrow
-    user schema the commit marker records."""
+    whether settled history may need purging, their row ids (text) and user columns (one jsonb
+    array's text) in row order, their row block, and the Arrow user schema the commit marker
+    records."""
 
     gen: int
     purge: bool  # False: nothing of an older generation or undo log can be left (see pg_append)
     ids: list[str]
-    data: list[str]
+    data: str
     block: bytes | None
     schema: bytes
 
@@ -1007,7 +1008,7 @@ class ControlPlane:
             "gen": rows.gen,
             "purge": rows.purge,
             "ids": "{" + ",".join(rows.ids) + "}",  # uuids: an array literal needs no quoting (a list's dumper escapes each)
-            "data": "[" + ",".join(rows.data) + "]",
+            "data": rows.data,
             "block": rows.block,
             "schema": rows.schema,
             "outcome": json.dumps(outcome.__dict__),

@@ -186,6 +186,14 @@ class RowIdBlock:
         offsets = np.arange(0, 36 * (n + 1), 36, dtype=np.int64)
         return pa.LargeStringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(out))
 
+    def texts(self, first_seq: int, n: int) -> list[str]:
+        """The same ids as ``arrow`` as Python strings, for a few rows (a small append sends them
+        to Postgres as text): formatting ten of them costs less than building the array."""
+        if first_seq < 0 or first_seq + n > 1 << SEQ_BITS:
+            raise ValueError(f"row-id sequence {first_seq}+{n} exceeds {SEQ_BITS} bits; mint another block")
+        head, base = self.head, self.low + first_seq
+        return [f"{head}{base + i:012x}" for i in range(n)]
+
     def uuid16(self, first_seq: int, n: int) -> pa.Array:
         """The same ids as ``arrow`` as 16-byte ``pa.uuid()`` values: two big-endian uint64 per
         row, the block's constant first half and a counting second half (``low + seq`` under the

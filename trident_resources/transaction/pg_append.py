@@ -27,12 +27,12 @@ import pyarrow as pa
 from ..control.plane import DatasetRecord, LedgerEntry, Outcome, PgAppendRows
 from ..core.errors import InvalidWriteError
 from ..core.failpoints import failpoint
-from ..core.identity import ROW_ID, ROW_ID_TEXT, row_ids, stamp
+from ..core.identity import ROW_ID, ROW_ID_TEXT, RowIdBlock, stamp
 from ..core.recent import Recent
 from ..core.schemas import conform, describe_schema, user_fields, with_identity
 from ..sinks.pg import blocks as block_cache
 from ..sinks.pg.blocks import BLOCK_ROWS, block_slices
-from ..sinks.pg.codec import row_json
+from ..sinks.pg.codec import rows_json
 from ..sinks.pg.sink import PgSink, storage_schema
 from . import inline
 from .driver import Intent, TransactionDriver
@@ -103,17 +103,21 @@ def commit_at_once(driver: TransactionDriver, ds: DatasetRecord, intent: Intent,
     try:
         failpoint("intent.after")
         n = batch.num_rows
-        ids = row_ids(intent.txn_id, 0, n, ROW_ID_TEXT)
+        id_block = RowIdBlock.mint()  # (``row_ids``'s, minted here: a small write's ids go as text)
         block = None
         if driver.settings.pg_row_blocks and n >= block_cache.MIN_BLOCK_ROWS:  # a small write has none (blocks.py)
+            ids = id_block.arrow(0, n)
             stamped = stamp(batch, intent.txn_id, 0, ds.next_row_index, tau, ROW_ID_TEXT)
             stamped = stamped.set_column(stamped.schema.get_field_index(ROW_ID), ROW_ID, ids)  # the ids the rows get
             block = next(block_slices(conform(stamped, with_identity(user_schema, ROW_ID_TEXT))), None)
+            texts = cast(list[str], ids.to_pylist())
+        else:
+            texts = id_block.texts(0, n)
         payload = PgAppendRows(
             gen=prior.gen,
             purge=_PURGED.get((ds.dataset_id, prior.seq)) is None,
-            ids=cast(list[str], ids.to_pylist()),
-            data=row_json(batch, user_schema),
+            ids=texts,
+            data=rows_json(batch, user_schema),
             block=None if block is None else block[2],
             schema=layout.schema_bytes,
         )

@@ -110,6 +110,16 @@ def test_numpy_generator_matches_the_sql_one_across_digit_carries() -> None:
             assert py == sql, (first, n)
 
 
+def test_the_small_write_texts_match_the_array_ones() -> None:
+    """``texts`` (a small pg append's ids, formatted in Python) are ``arrow``'s ids, across the
+    carries of the last group's words and at a block's last sequence numbers."""
+    from trident_resources.core.identity import SEQ_BITS, RowIdBlock
+
+    for block in (RowIdBlock.mint(), RowIdBlock(head=RowIdBlock.mint().head, low=0xFF << SEQ_BITS)):
+        for first, n in [(0, 10), (65530, 12), ((1 << 32) - 3, 6), ((1 << SEQ_BITS) - 4, 4)]:
+            assert block.texts(first, n) == block.arrow(first, n).to_pylist(), (first, n)
+
+
 def test_uuid_generators_match_the_text_ones() -> None:
     """16-byte ids (numpy ``uuid16``, DuckDB's UUID from ``sql(..., pa.uuid())``) are the very ids
     the text generators give, as values: a uuid table's ids read back as the same strings."""
