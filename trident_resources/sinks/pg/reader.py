@@ -275,7 +275,7 @@ def read_ranges(
 
 
 def _check_version(conn: psycopg.Connection[Any], dataset_id: uuid.UUID, seq: int) -> None:
-    row = conn.execute(q.PG_LATEST_SEQ, (dataset_id,)).fetchone()
+    row = conn.execute(q.PG_LATEST_SEQ, {"ds": dataset_id}).fetchone()
     now = None if row is None else (row["seq"] if isinstance(row, dict) else row[0])
     if now != seq:
         raise DatasetChangedError(

@@ -230,7 +230,7 @@ class PgSink(Sink):
 
     # -- state ------------------------------------------------------------------------------
     def _latest(self, conn: psycopg.Connection[Any], dataset_id: uuid.UUID) -> PgCommit | None:
-        return _commit_row(conn.execute(q.PG_LATEST_COMMIT, (dataset_id,)).fetchone())
+        return _commit_row(conn.execute(q.PG_LATEST_COMMIT, {"ds": dataset_id}).fetchone())
 
     def current_commit(self, ds: DatasetRecord) -> PgCommit | None:
         with self.control.connection() as conn:

@@ -1,11 +1,12 @@
-"""The statements that find a dataset's inlined tail read only that dataset's blocks, whatever plan
-Postgres picks.
+"""The statements that find a dataset's inlined tail, or its latest pg commit marker, read only
+that dataset's entries, whatever plan Postgres picks.
 
 A prepared statement (psycopg prepares a statement from its sixth run) and a plpgsql function's
 statements switch to a generic plan, planned without the dataset id. With a few datasets, one of
 them with a long tail, that plan walked the primary key (seq order) through every older block of
 every dataset: an inlined commit took 2.7 ms of server time instead of 0.6 with 6,700 blocks of
-another dataset before it (migrations/0015_tail_in_its_range.sql). Each statement is run here
+another dataset before it (migrations/0015_tail_in_its_range.sql); the pg sink's latest-marker
+lookups walked every newer marker the same way. Each statement is run here
 under ``plan_cache_mode = force_generic_plan`` on a database of its own (its statistics are this
 test's: one busy dataset, one quiet), and the buffers it touched are counted."""
 
@@ -104,3 +105,34 @@ def test_an_inlined_commit_finds_its_tail_in_its_own_range(tails: dict[str, Any]
     ds = tails["quiet"].dataset_id
     touched = _generic_buffers(tails["dsn"], "SELECT * FROM trident_oldest_unflushed($1)", ["uuid"], [f"'{ds}'"])
     assert touched < 40, f"the inlined commit's tail lookup touched {touched} buffers"
+
+
+@pytest.fixture
+def markers(own_database: str, trident_home: Path) -> dict[str, Any]:
+    """pg datasets: ``plan/quiet`` written first (2 commits), then ``plan/busy`` with BUSY_BLOCKS
+    one-call appends after it; analysed."""
+    s = make_settings(trident_home, own_database, inline_max_rows=100)
+    with Trident(s) as t:
+        for key in ("plan/quiet", "plan/busy"):
+            t.router.set_pin(key, "pg")
+        t.write("plan/quiet", rows(0, 10), mode="replace")
+        t.write("plan/quiet", rows(10, 10), mode="append")
+        t.write("plan/busy", rows(0, 10), mode="replace")
+        for i in range(BUSY_BLOCKS):
+            t.write("plan/busy", rows(10 + i * 10, 10), mode="append")
+        quiet = t.control.dataset(s.workspace, "plan/quiet")
+    assert quiet is not None
+    with psycopg.connect(own_database, autocommit=True) as conn:
+        conn.execute("analyze trident_pg_commits")
+    return {"dsn": own_database, "quiet": quiet}
+
+
+@pytest.mark.parametrize("name", ["PG_LATEST_COMMIT", "PG_LATEST_SEQ"])
+def test_a_pg_datasets_latest_commit_is_found_in_its_own_range(markers: dict[str, Any], name: str) -> None:
+    quiet = markers["quiet"]
+    sql = _positional(getattr(q, name), ["ds"])
+    touched = _generic_buffers(markers["dsn"], sql, ["uuid"], [f"'{quiet.dataset_id}'"])
+    assert touched < 40, f"{name} touched {touched} buffers (the busy dataset's markers)"
+    with psycopg.connect(markers["dsn"]) as conn:
+        got = conn.execute(getattr(q, name), {"ds": quiet.dataset_id}).fetchone()
+    assert got is not None and got[0] == quiet.snapshot_id
