@@ -8,7 +8,9 @@ every dataset: an inlined commit took 2.7 ms of server time instead of 0.6 with 
 another dataset before it (migrations/0015_tail_in_its_range.sql); the pg sink's latest-marker
 lookups walked every newer marker the same way. Each statement is run here
 under ``plan_cache_mode = force_generic_plan`` on a database of its own (its statistics are this
-test's: one busy dataset, one quiet), and the buffers it touched are counted."""
+test's: one busy dataset, one quiet), and the buffers it touched are counted. The pg sink's
+undo-log purge, which every pg write runs, is checked on its custom plan: it lacked an index by
+dataset (migrations/0016_undo_by_dataset.sql)."""
 
 from __future__ import annotations
 
@@ -72,14 +74,14 @@ def _positional(sql: str, names: list[str]) -> str:
     return re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", sql)
 
 
-def _generic_buffers(dsn: str, sql: str, types: list[str], args: list[str]) -> int:
-    """Shared buffers one run of ``sql`` touched, on its generic plan."""
+def _generic_buffers(dsn: str, sql: str, types: list[str], args: list[str], plan: str = "generic") -> int:
+    """Shared buffers one run of ``sql`` touched, on its generic plan (or its ``custom`` one)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("set plan_cache_mode = force_generic_plan")
+        conn.execute(f"set plan_cache_mode = force_{plan}_plan")
         conn.execute(f"prepare probe({', '.join(types)}) as {sql}")
-        plan = conn.execute(f"explain (analyze, buffers, format json) execute probe({', '.join(args)})").fetchone()
-    assert plan is not None
-    top = (plan[0] if isinstance(plan[0], list) else json.loads(plan[0]))[0]
+        got = conn.execute(f"explain (analyze, buffers, format json) execute probe({', '.join(args)})").fetchone()
+    assert got is not None
+    top = (got[0] if isinstance(got[0], list) else json.loads(got[0]))[0]
     return int(top["Plan"]["Shared Hit Blocks"]) + int(top["Plan"]["Shared Read Blocks"])
 
 
@@ -136,3 +138,33 @@ def test_a_pg_datasets_latest_commit_is_found_in_its_own_range(markers: dict[str
     with psycopg.connect(markers["dsn"]) as conn:
         got = conn.execute(getattr(q, name), {"ds": quiet.dataset_id}).fetchone()
     assert got is not None and got[0] == quiet.snapshot_id
+
+
+@pytest.fixture
+def undo(own_database: str, trident_home: Path) -> dict[str, Any]:
+    """pg datasets: ``plan/busy`` whose upsert replaced 5,000 rows (kept in the undo log until its
+    next write), and ``plan/quiet``; analysed."""
+    s = make_settings(trident_home, own_database)
+    with Trident(s) as t:
+        for key in ("plan/quiet", "plan/busy"):
+            t.router.set_pin(key, "pg")
+        t.write("plan/quiet", rows(0, 10), mode="replace")
+        t.write("plan/busy", rows(0, 5000), mode="replace")
+        changed = rows(0, 5000).set_column(1, "v", pa.array([f"changed {i}" for i in range(5000)]))
+        t.write("plan/busy", changed, mode="upsert", keys=["id"])
+        quiet = t.control.dataset(s.workspace, "plan/quiet")
+    assert quiet is not None
+    with psycopg.connect(own_database, autocommit=True) as conn:
+        kept = conn.execute("select count(*) from trident_rows_undo").fetchone()
+        conn.execute("analyze trident_rows_undo")
+    assert kept is not None and kept[0] >= 5000
+    return {"dsn": own_database, "quiet": quiet}
+
+
+def test_a_pg_write_purges_its_undo_log_without_reading_the_others(undo: dict[str, Any]) -> None:
+    """(On its custom plan: a generic one costs the whole log, so Postgres keeps custom plans
+    for it; without an index by dataset even those read the whole log.)"""
+    quiet = undo["quiet"]
+    sql = q.PG_PURGE_UNDO.replace("%s", "$1")
+    touched = _generic_buffers(undo["dsn"], sql, ["uuid"], [f"'{quiet.dataset_id}'"], plan="custom")
+    assert touched < 40, f"purging a quiet dataset's undo log touched {touched} buffers (the busy one's undo rows)"
