@@ -172,10 +172,11 @@ DELETE_PIN = "DELETE FROM trident_dataset_pins WHERE workspace = %s AND key = %s
 # is: "dataset_id = $1 ORDER BY seq DESC" let a generic plan (a prepared statement's, from its
 # sixth run) walk the primary key backwards through every newer marker of every dataset; the
 # primary key cannot give this order, so any plan reads from the dataset's own range.
-PG_LATEST_COMMIT = """SELECT seq, gen, arrow_schema, outcome, txn_id FROM trident_pg_commits
-    WHERE dataset_id >= %(ds)s AND dataset_id <= %(ds)s ORDER BY dataset_id, seq DESC LIMIT 1"""
-PG_LATEST_SEQ = """SELECT seq FROM trident_pg_commits
-    WHERE dataset_id >= %(ds)s AND dataset_id <= %(ds)s ORDER BY dataset_id, seq DESC LIMIT 1"""
+_LATEST_MARKER = (
+    "FROM trident_pg_commits WHERE dataset_id >= %(ds)s AND dataset_id <= %(ds)s ORDER BY dataset_id, seq DESC LIMIT 1"
+)
+PG_LATEST_COMMIT = f"SELECT seq, gen, arrow_schema, outcome, txn_id {_LATEST_MARKER}"
+PG_LATEST_SEQ = f"SELECT seq {_LATEST_MARKER}"
 PG_COMMIT_OF_TXN = "SELECT seq, gen, arrow_schema, outcome, txn_id FROM trident_pg_commits WHERE txn_id = %s"
 PG_NEXT_SEQ = "SELECT nextval(pg_get_serial_sequence('trident_pg_commits', 'seq')) AS seq"
 PG_INSERT_COMMIT = """INSERT INTO trident_pg_commits (seq, dataset_id, txn_id, gen, arrow_schema, outcome)
