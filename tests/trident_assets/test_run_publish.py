@@ -304,3 +304,29 @@ def test_the_reconciler_sensor_settles_a_run_that_ended_without_its_last_step_do
         else:
             assert _ids(trident, "rp/src") == [1, 2] and _ids(trident, "rp/derived") == [1, 2]
             assert set(_materializations(instance, result.run_id)) == {"rp/src", "rp/derived", "rp/probe"}
+
+
+def test_a_run_in_an_environment_publishes_into_it_at_once_and_production_sees_nothing(
+    settings: TridentSettings, trident: Trident
+) -> None:
+    prod = trident
+    prod.write("rp/src", pa.table({"id": [1]}))
+    in_env = settings.model_copy(update={"environment": "pr-run"})
+    assert run_publish_tags(in_env.environment) == run_publish_tags()  # an environment's runs publish once too
+    with dg.instance_for_test() as instance, Trident(in_env) as env:
+        seen: list[Any] = []
+        ok = _job(in_env, _nodes([4, 5], seen)).execute_in_process(instance=instance, raise_on_error=False)
+        assert ok.success, step_errors(ok)
+        # a reader of the environment outside the run saw production's version until the run ended
+        assert seen == [{"outside": [1], "input": [4, 5]}]
+        assert _ids(env, "rp/src") == [4, 5] and _ids(env, "rp/derived") == [4, 5] and env.staged() == []
+        heads = env.control.env_heads(env.workspace, "pr-run")
+        assert len({h.committed_at for h in heads.values()}) == 1 and len(heads) == 3  # one publish
+        assert {env.history(k)[0].group_id for k in ("rp/src", "rp/derived", "rp/probe")} == {run_group_id(ok.run_id)}
+        assert _materializations(instance, ok.run_id)["rp/src"]["trident/environment"] == "pr-run"
+        before = {h.dataset_id: h.snapshot_id for h in heads.values()}
+        bad = _job(in_env, _nodes([7, 7], [])).execute_in_process(instance=instance, raise_on_error=False)
+        assert not bad.success  # unique(id) failed: nothing of the run reaches the environment
+        after = env.control.env_heads(env.workspace, "pr-run")
+        assert {h.dataset_id: h.snapshot_id for h in after.values()} == before and env.staged() == []
+    assert _ids(prod, "rp/src") == [1] and not prod.exists("rp/derived")  # production never saw either run

@@ -27,7 +27,16 @@ from psycopg.rows import DictRow
 from ..core.errors import ConcurrentWriteError, InvalidArgumentError, StagedVersionConflictError
 from ..core.failpoints import failpoint
 from . import queries as q
-from .plane import PARTITION_META, ControlPlane, DatasetRecord, LedgerEntry, WatermarkRow, outcome_of_staged
+from .plane import (
+    PARTITION_META,
+    PRODUCTION,
+    ControlPlane,
+    DatasetRecord,
+    LedgerEntry,
+    WatermarkRow,
+    entry_environment,
+    outcome_of_staged,
+)
 
 log = logging.getLogger("trident")
 
@@ -207,13 +216,19 @@ def publish(
             r["dataset_id"]: r
             for r in conn.execute(q.GET_DATASETS_BY_IDS_FOR_UPDATE, ([m.entry.dataset_id for m in to_publish],))
         }
+        heads = _env_head_snapshots(conn, group["workspace"], to_publish)
         for member in to_publish:
             entry = member.entry
             row = rows[entry.dataset_id]
-            if row["snapshot_id"] != entry.base_snapshot_id:
+            env = entry_environment(entry)
+            # an environment's member builds on its head there (none yet: on the version it forks,
+            # which a production commit since does not invalidate, as a single publish there)
+            now = row["snapshot_id"] if env == PRODUCTION else heads.get(entry.dataset_id, entry.base_snapshot_id)
+            if now != entry.base_snapshot_id:
+                where = "" if env == PRODUCTION else f" in environment {env!r}"
                 raise StagedVersionConflictError(
-                    f"{row['key']!r} changed since transaction {entry.txn_id} of group {group_id} was staged "
-                    f"(published version {row['snapshot_id']}, staged on {entry.base_snapshot_id}); publishing would "
+                    f"{row['key']!r} changed{where} since transaction {entry.txn_id} of group {group_id} was staged "
+                    f"(published version {now}, staged on {entry.base_snapshot_id}); publishing would "
                     f"lose that change. The group publishes nothing: discard it (`trident discard {group_id}`) and run again"
                 )
         done: list[LedgerEntry] = []
@@ -234,3 +249,19 @@ def publish(
     for e in done:
         e.ref_pending = True
     return done
+
+
+def _env_head_snapshots(
+    conn: psycopg.Connection[Any], workspace: str, to_publish: Sequence[Member]
+) -> dict[uuid.UUID, int | None]:
+    """The live environment head's snapshot of every member written in an environment (a group's
+    members are all of one environment: the environment of the ``Trident`` that wrote them)."""
+    envs = {entry_environment(m.entry) for m in to_publish} - {PRODUCTION}
+    if not envs:
+        return {}
+    ids = [m.entry.dataset_id for m in to_publish]
+    out: dict[uuid.UUID, int | None] = {}
+    for env in envs:
+        for r in conn.execute(q.ENV_HEADS_OF_FOR_UPDATE, (workspace, env, ids)):
+            out[r["dataset_id"]] = r["snapshot_id"]
+    return out

@@ -388,6 +388,9 @@ ENV_HEADS = f"""SELECT {_HEAD_COLS} FROM trident_env_heads WHERE workspace = %s 
     AND (promoted_at IS NULL OR %s)"""
 ENV_HEADS_OF = f"""SELECT {_HEAD_COLS} FROM trident_env_heads
     WHERE workspace = %s AND environment = %s AND dataset_id = ANY(%s) AND promoted_at IS NULL"""
+ENV_HEADS_OF_FOR_UPDATE = """SELECT dataset_id, snapshot_id FROM trident_env_heads
+    WHERE workspace = %s AND environment = %s AND dataset_id = ANY(%s) AND promoted_at IS NULL
+    ORDER BY dataset_id FOR UPDATE"""
 MARK_HEADS_PROMOTED = """UPDATE trident_env_heads SET promoted_at = now()
     WHERE workspace = %s AND environment = %s AND dataset_id = ANY(%s)"""
 # an environment write that forks again (its earlier head was promoted): the old row goes first

@@ -69,12 +69,10 @@ _ENDED = {DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED, DagsterRunStatus.
 def run_publish_tags(environment: str = PRODUCTION) -> dict[str, str]:
     """The tags that make a job's runs publish once, at their end: put them on a job
     (``define_asset_job(..., tags=run_publish_tags(settings.environment))``) or on one run (the
-    launchpad). None for a code location in an environment (``TRIDENT_ENVIRONMENT``): there the
-    environment is the staging area, each output publishes into it as written, and promotion
-    publishes the whole environment at once (a run tagged anyway is refused by its first write,
-    ``EnvironmentUnsupportedError``)."""
-    if environment != PRODUCTION:
-        return {}
+    launchpad). The same in an environment (``TRIDENT_ENVIRONMENT``): there the run's outputs
+    are staged on the environment's versions and its publish moves every environment head at once,
+    production untouched (``environment`` is kept for callers that name it)."""
+    del environment  # a run publishes once in production and in every environment alike
     return {RUN_PUBLISH_TAG: RUN_PUBLISH, DEFER_ASSET_EVENTS_TAG: "true"}
 
 

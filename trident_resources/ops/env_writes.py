@@ -4,7 +4,6 @@ version it forks) and the ledger metadata that routes its COMMIT to the environm
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -17,21 +16,6 @@ from ..transaction import inline
 from .flush import flushed_first
 
 KEYS_META = "trident.keys"  # an environment write's key columns (what diff and promote match rows by)
-
-
-def refuse_write(engine: Engine, key: str, *, group: uuid.UUID | None) -> None:
-    """Refuse, before anything is touched, a write an environment cannot take yet.
-
-    Raises:
-        EnvironmentUnsupportedError: a transaction group's write in an environment (a staged
-            write is staged in the environment: see publish_in_environment).
-    """
-    if group is not None:
-        raise EnvironmentUnsupportedError(
-            f"a transaction group's write of {key!r} in environment {engine.environment!r} is not supported: an "
-            "environment is itself the staging area (write the datasets there, check them, then `trident env promote "
-            f"{engine.environment}`)"
-        )
 
 
 def refuse_repartition(engine: Engine, ds: DatasetRecord, partition: PartitionFilter) -> None:

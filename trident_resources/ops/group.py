@@ -22,7 +22,15 @@ from typing import Any
 
 from ..control import groups
 from ..control.groups import EXTERNAL_OWNER, EXTERNAL_OWNER_META, GroupRecord, Member
-from ..control.plane import PARTITION_META, DatasetRecord, LedgerEntry, outcome_of_staged
+from ..control.plane import (
+    ENV_LEDGER_META,
+    PARTITION_META,
+    PRODUCTION,
+    DatasetRecord,
+    LedgerEntry,
+    entry_environment,
+    outcome_of_staged,
+)
 from ..control.router import RouteDecision
 from ..core.errors import TransactionGroupError
 from ..core.failpoints import failpoint
@@ -66,7 +74,11 @@ class TransactionGroup:
         self.group_id = group_id or uuid.uuid4()
         self.label = label
         self.external = external
-        self._metadata = {**dict(metadata or {}), **({EXTERNAL_OWNER_META: EXTERNAL_OWNER} if external else {})}
+        self._metadata = {
+            **dict(metadata or {}),
+            **({EXTERNAL_OWNER_META: EXTERNAL_OWNER} if external else {}),
+            **({ENV_LEDGER_META: engine.environment} if engine.environment != PRODUCTION else {}),
+        }
         self._keys: dict[str, uuid.UUID] = {}
         self._lock: Any = None
         self._state = "new"
@@ -215,8 +227,13 @@ def find(engine: Engine, group_id: uuid.UUID | str) -> GroupRecord:
     """
     text = str(group_id).strip().lower()
     found = groups.by_prefix(engine.control, engine.workspace, text) if _ID_PREFIX.fullmatch(text) else None
+    if found is not None and str(found.metadata.get(ENV_LEDGER_META) or PRODUCTION) != engine.environment:
+        found = None  # another environment's group (or production's, seen from an environment) is not ours to decide
     if found is None:
-        raise TransactionGroupError(f"no transaction group {text!r} in workspace {engine.workspace!r} (see `trident staged`)")
+        where = "" if engine.environment == PRODUCTION else f" environment {engine.environment!r} of"
+        raise TransactionGroupError(
+            f"no transaction group {text!r} in{where} workspace {engine.workspace!r} (see `trident staged`)"
+        )
     return found
 
 
@@ -344,7 +361,9 @@ def _rebased(engine: Engine, staged: Sequence[LedgerEntry], now: Mapping[uuid.UU
     partition writes do. A member whose own partition changed stays a conflict (raised)."""
     return [
         engine.driver.rebase_staged(now[e.dataset_id], e)
-        if PARTITION_META in e.metadata and now[e.dataset_id].snapshot_id != e.base_snapshot_id
+        if PARTITION_META in e.metadata
+        and entry_environment(e) == PRODUCTION  # an environment's partition writer held the whole dataset
+        and now[e.dataset_id].snapshot_id != e.base_snapshot_id
         else e
         for e in staged
     ]

@@ -83,8 +83,6 @@ def write(
         fast, reader = _inline_now(engine, key, writer, reader, txn, refs, metadata)
         if fast is not None:
             return fast
-    if in_env:  # refused before anything is touched (no dataset record, no ledger row)
-        environments.refuse_write(engine, key, group=group)
     existing = engine.control.dataset(engine.workspace, key)
     if mode == "delete" and (existing is None or not existing.exists):
         raise DatasetNotFoundError(key, engine.workspace)

@@ -39,12 +39,14 @@ from ..control import groups
 from ..control.plane import (
     ENV_LEDGER_META,
     PARTITION_META,
+    PRODUCTION,
     ControlPlane,
     DatasetRecord,
     InlineBlock,
     LedgerEntry,
     Outcome,
     WatermarkRow,
+    entry_environment,
 )
 from ..control.range_locks import LockItem
 from ..control.router import RouteDecision
@@ -346,11 +348,8 @@ class TransactionDriver:
             batches.setdefault((e.sink, e.group_id), []).append(e)
         moved = True
         for (sink, group), batch in batches.items():
-            moves = [
-                RefMove(datasets[e.dataset_id], e.txn_id, e.snapshot_id, main=datasets[e.dataset_id].last_txn_id == e.txn_id)
-                for e in batch
-                if e.snapshot_id is not None
-            ]
+            seen = [(e, self._as_written(datasets[e.dataset_id], e)) for e in batch if e.snapshot_id is not None]
+            moves = [RefMove(ds, e.txn_id, cast(int, e.snapshot_id), main=ds.last_txn_id == e.txn_id) for e, ds in seen]
             try:
                 self.sink(sink).move_refs(moves, str(group or batch[0].txn_id))
                 groups.refs_moved(self.control, [e.txn_id for e in batch])
@@ -367,6 +366,16 @@ class TransactionDriver:
                     exc,
                 )
         return moved
+
+    def _as_written(self, ds: DatasetRecord, entry: LedgerEntry) -> DatasetRecord:
+        """Production's record ``ds`` as the environment ``entry`` was written in sees it: its
+        head there (whose branch a published member's ref move moves, never ``main``), or, with
+        no live head, production's version on that environment's branch."""
+        env = entry_environment(entry)
+        if env == PRODUCTION:
+            return ds
+        head = self.control.env_heads(ds.workspace, env, [ds.dataset_id]).get(ds.dataset_id)
+        return head.over(ds) if head is not None else replace(ds, environment=env)
 
     def roll_forward_staged(self, ds: DatasetRecord, entry: LedgerEntry) -> bool:
         """Record committed a staged version whose publish moved the sink but died before the

@@ -419,9 +419,6 @@ def test_env_writes_that_cannot_be_isolated_are_refused_up_front(trident: Triden
         with pytest.raises(EnvironmentUnsupportedError, match="pg"):
             env.write(pg_key, pa.table({"id": [1]}))
         assert env.control.dataset(env.workspace, pg_key) is None  # refused before a record was made
-        with pytest.raises(EnvironmentUnsupportedError, match="group"):
-            with env.transaction() as tx:
-                tx.write("env/ice", pa.table({"id": [2]}))
         with pytest.raises(EnvironmentUnsupportedError, match="from production"):
             env.environments.promote("pr-pg")
     assert _ids(prod, "env/ice") == [1]

@@ -1,7 +1,8 @@
 """The Iceberg ``main`` refs of a published transaction group: after the control plane published the
 group (what Trident's readers go by), each member table's ``main`` moves to the member's staged
 snapshot and its audit branch goes, so that other engines reading the tables through the catalog
-see the group too.
+see the group too. A group written in an environment moves that environment's branch of each
+table instead (``target_ref``); ``main`` stays production's.
 
 On a REST catalog that serves ``transactions/commit``, every table's change goes in ONE catalog
 call with an idempotency key (derived from the group id and the changes), and on the SQL catalog in
@@ -25,9 +26,17 @@ from pyiceberg.table.refs import MAIN_BRANCH, SnapshotRefType
 from pyiceberg.table.update import AssertRefSnapshotId, AssertTableUUID, RemoveSnapshotRefUpdate, SetSnapshotRefUpdate
 
 from ...core.failpoints import failpoint
-from ...core.pyiceberg_compat import SqlCatalogReusingMetadata, commit_tables, commits_tables_at_once, manage_snapshots
+from ...core.pyiceberg_compat import (
+    SqlCatalogReusingMetadata,
+    commit_tables,
+    commits_tables_at_once,
+    manage_snapshots,
+    move_branch_in,
+    remove_branch_in,
+    transaction,
+)
 from ..contract import RefMove
-from .snapshots import audit_branch, same_data_version
+from .snapshots import audit_branch, env_branch, same_data_version
 from .tables import IcebergTables
 
 log = logging.getLogger("trident")
@@ -100,17 +109,36 @@ def call_key(group: str, changes: Sequence[CommitTableRequest]) -> str:
     return str(uuid.uuid5(space, "\n".join(sorted(c.model_dump_json() for c in changes))))
 
 
+def target_ref(move: RefMove) -> str:
+    """The ref a member's publish moves: ``main``, or for a member written in an environment
+    (``move.ds.environment``) that environment's branch (created when missing), never ``main``."""
+    return env_branch(move.ds.environment) if move.ds.environment is not None else MAIN_BRANCH
+
+
+def _at(table: Table, ref: str) -> int | None:
+    """The snapshot ``ref`` points at in ``table`` (None: no such ref)."""
+    found = table.metadata.refs.get(ref)
+    return found.snapshot_id if found is not None else None
+
+
+def _there(table: Table, move: RefMove) -> bool:
+    """Is the member's ref already at its version (or superseded, so it must not move)?"""
+    head = _at(table, target_ref(move))
+    return not move.main or (head is not None and same_data_version(table, head, move.snapshot_id))
+
+
 def _change(table: Table, move: RefMove) -> CommitTableRequest | None:
-    """One table's part of a multi-table commit: main to the member's snapshot (required to still
-    be where it is now) and the audit branch removed; ``None`` when nothing is left to do."""
-    head = table.current_snapshot()
+    """One table's part of a multi-table commit: the member's ref (``target_ref``) to its snapshot
+    (required to still be where it is now) and the audit branch removed; ``None`` when nothing is
+    left to do."""
+    ref = target_ref(move)
+    head = _at(table, ref)
     branch = audit_branch(move.txn_id)
-    there = not move.main or (head is not None and same_data_version(table, head.snapshot_id, move.snapshot_id))
     updates: list[SetSnapshotRefUpdate | RemoveSnapshotRefUpdate] = []
-    if not there:
+    if not _there(table, move):
         updates.append(
             SetSnapshotRefUpdate(
-                ref_name=MAIN_BRANCH,
+                ref_name=ref,
                 type=SnapshotRefType.BRANCH,
                 snapshot_id=move.snapshot_id,
                 max_ref_age_ms=None,
@@ -127,7 +155,7 @@ def _change(table: Table, move: RefMove) -> CommitTableRequest | None:
         identifier=TableIdentifier(namespace=tuple(ident[:-1]), name=ident[-1]),
         requirements=(
             AssertTableUUID(uuid=table.metadata.table_uuid),
-            AssertRefSnapshotId(ref=MAIN_BRANCH, snapshot_id=head.snapshot_id if head is not None else None),
+            AssertRefSnapshotId(ref=ref, snapshot_id=head),
         ),
         updates=tuple(updates),
     )
@@ -150,11 +178,18 @@ def _move_one(tables: IcebergTables, move: RefMove) -> int:
 
 
 def _commit_move(tables: IcebergTables, move: RefMove, table: Table) -> int:
-    head = table.current_snapshot()
     branch = audit_branch(move.txn_id)
-    there = not move.main or (head is not None and same_data_version(table, head.snapshot_id, move.snapshot_id))
+    there = _there(table, move)
     if there and branch not in table.metadata.refs:
         return 0
+    if move.ds.environment is not None:  # the environment's branch, in one transaction with the audit branch's removal
+        txn = transaction(table)
+        if not there:
+            move_branch_in(txn, target_ref(move), move.snapshot_id)
+        if branch in table.metadata.refs:
+            remove_branch_in(txn, branch)
+        tables.remember_committed(move.ds, txn.commit_transaction())
+        return 1
     update = manage_snapshots(table)
     if not there:
         update = update.set_current_snapshot(move.snapshot_id)
