@@ -81,10 +81,16 @@ COMMIT_LEDGER = f"""UPDATE trident_ledger SET status = 'committed',
     committed_at = coalesce(%s::timestamptz, date_trunc('microseconds', clock_timestamp())), ended_at = clock_timestamp(),
     rows_written = %s, row_count = %s, skipped = %s, preserved = %s, snapshot_id = %s, schema_version = %s
     WHERE txn_id = %s AND status IN ('open', 'staged') RETURNING {_LEDGER_COLS}"""
-STAGE_LEDGER = f"""UPDATE trident_ledger SET status = 'staged', staged_at = clock_timestamp(),
+# a version staged in an environment makes the environment exist (listed, dropped) as a commit does
+STAGE_LEDGER = f"""WITH staged AS (UPDATE trident_ledger SET status = 'staged', staged_at = clock_timestamp(),
     rows_written = %s, row_count = %s, skipped = %s, preserved = %s, snapshot_id = %s, base_snapshot_id = %s,
     staged_outcome = %s::jsonb, group_id = %s
-    WHERE txn_id = %s AND status = 'open' RETURNING {_LEDGER_COLS}"""
+    WHERE txn_id = %s AND status = 'open' RETURNING {_LEDGER_COLS}),
+  touched AS (INSERT INTO trident_environments (workspace, name)
+    SELECT d.workspace, s.metadata->>'{ENV_LEDGER_META}' FROM staged s JOIN trident_datasets d ON d.dataset_id = s.dataset_id
+    WHERE s.metadata->>'{ENV_LEDGER_META}' IS NOT NULL
+    ON CONFLICT (workspace, name) DO UPDATE SET last_used_at = now())
+SELECT {_LEDGER_COLS} FROM staged"""
 # a staged partition member re-based onto other partitions' commits: its new version and base
 RESTAGE_LEDGER = f"""UPDATE trident_ledger SET rows_written = %s, row_count = %s, skipped = %s, preserved = %s,
     snapshot_id = %s, base_snapshot_id = %s, staged_outcome = %s::jsonb

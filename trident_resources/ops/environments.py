@@ -30,6 +30,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..control import groups
 from ..control.plane import (
     ENV_FORK_META,
     ENV_LEDGER_META,
@@ -39,6 +40,7 @@ from ..control.plane import (
     EnvHead,
     EnvironmentRecord,
     LedgerEntry,
+    entry_environment,
 )
 from ..core.errors import (
     EnvironmentConflictError,
@@ -544,9 +546,11 @@ def drop(engine: Engine, name: str) -> DropResult:
     rec = _record(engine, name)
     deleted = 0
     dropped: list[str] = []
+    _abort_groups(engine, rec.name)
     heads = _heads(engine, rec.name, promoted=True)
-    for head, prod in heads:
-        n, gone = _release_branch(engine, head, prod, rec.name)
+    staged_only = [p for p in _with_staged(engine, rec.name) if p.dataset_id not in {h.dataset_id for h, _ in heads}]
+    for prod in [p for _, p in heads] + staged_only:
+        n, gone = _release_branch(engine, prod, rec.name)
         deleted += n
         if gone:
             dropped.append(prod.key)
@@ -555,16 +559,35 @@ def drop(engine: Engine, name: str) -> DropResult:
     return DropResult(rec.name, len(heads), deleted, dropped)
 
 
-def _release_branch(engine: Engine, head: EnvHead, prod: DatasetRecord, name: str) -> tuple[int, bool]:
-    """Remove the environment's branch of one dataset and what only it used, then its head; a
-    dataset born in it that nothing else has goes entirely (table and record). Returns (files
-    deleted, whether the dataset went)."""
+def _abort_groups(engine: Engine, name: str) -> None:
+    """Abort the environment's open transaction groups: none of them may publish into it after
+    its drop (their staged members are discarded with the environment's other staged versions)."""
+    for g in groups.open_groups(engine.control, engine.workspace):
+        if g.metadata.get(ENV_LEDGER_META) == name:
+            groups.abort(engine.control, g.group_id, f"its environment {name!r} was dropped")
+
+
+def _with_staged(engine: Engine, name: str) -> list[DatasetRecord]:
+    """Production's records of the datasets the environment holds a staged version of."""
+    ids = {e.dataset_id for e in engine.control.staged_entries() if e.metadata.get(ENV_LEDGER_META) == name}
+    found = groups.datasets_by_ids(engine.control, list(ids))
+    return sorted((d for d in found.values() if d.workspace == engine.workspace), key=lambda d: d.key)
+
+
+def _release_branch(engine: Engine, prod: DatasetRecord, name: str) -> tuple[int, bool]:
+    """Discard the environment's staged versions of one dataset, remove its branch and what only
+    it used, then its head; a dataset born in it that nothing else has goes entirely (table and
+    record). Returns (files deleted, whether the dataset went)."""
     sink = engine.sink(prod.sink)
     with engine.driver.locked(prod) as now:
-        others = [h for h in engine.control.heads_of_dataset(head.dataset_id) if h.environment != name]
-        txns = {e.txn_id for e in _env_entries(engine, head, committed_only=False)}
-        deleted, gone = sink.drop_branch(now, name, txns, remove_table=not now.exists and not others)
-        engine.control.forget_env_heads(engine.workspace, name, [head.dataset_id])
+        mine = [e for e in engine.control.history_in(prod.dataset_id, name) if e.metadata.get(ENV_LEDGER_META) == name]
+        for entry in mine:
+            if entry.status == "staged":
+                engine.driver.discard_staged(now, entry, f"its environment {name!r} was dropped")
+        others = [h.environment for h in engine.control.heads_of_dataset(prod.dataset_id) if h.environment != name]
+        others += [entry_environment(e) for e in engine.control.staged_entries(prod.dataset_id)]  # not ours: discarded above
+        deleted, gone = sink.drop_branch(now, name, {e.txn_id for e in mine}, remove_table=not now.exists and not others)
+        engine.control.forget_env_heads(engine.workspace, name, [prod.dataset_id])
         if gone:
             engine.control.delete_dataset(prod.dataset_id)
     return deleted, gone

@@ -191,3 +191,42 @@ def test_an_environments_group_is_decided_only_in_that_environment(trident: Trid
         assert _ids(env, KEYS[0]) == [1]
         tx.publish()
         assert _ids(env, KEYS[0]) == [1, 2] and _ids(other, KEYS[0]) == [1] and _ids(prod, KEYS[0]) == [1]
+
+
+def test_drop_discards_the_environments_staged_versions_and_open_groups(trident: Trident, settings: TridentSettings) -> None:
+    """Staged versions of an environment (alone, or in a group still open) are its state too: a
+    drop discards them (ledger ``rejected``, audit branches and files gone), so nothing of the
+    dropped environment can be published afterwards, and a table born staged there goes with it."""
+    prod = trident
+    _seed(prod)
+    with in_env(settings) as env:
+        alone = env.write(KEYS[0], pa.table({"id": [2]}), mode="append", stage=True)  # no head there: a staged first write
+        born = env.write(KEYS[2], pa.table({"id": [30]}), stage=True)  # born staged in the environment
+        tx = env.transaction().open()
+        member = tx.write(KEYS[1], pa.table({"id": [12]}), mode="append")
+        prod_files = {k: _refs(prod, k)["main"] for k in KEYS[:2]}
+        prod.environments.drop(ENV)
+        for key, txn in ((KEYS[0], alone.txn_id), (KEYS[1], member.txn_id)):
+            entry = next(e for e in prod.control.history_in(prod.dataset_record(key).dataset_id, ENV) if e.txn_id == txn)
+            assert entry.status == "rejected", (key, entry.status)
+            assert set(_refs(prod, key)) == {"main"}, _refs(prod, key)  # no audit branch left
+        assert prod.control.dataset(prod.workspace, KEYS[2]) is None  # the table born staged went with it
+        assert env.transaction_group(tx.group_id).status == "aborted"
+        with pytest.raises(TransactionGroupError):
+            tx.publish()
+        assert env.staged() == [] and not env.exists(KEYS[2])
+        assert born.txn_id not in {e.txn_id for _, e in prod.staged()}
+    assert {k: _refs(prod, k)["main"] for k in KEYS[:2]} == prod_files
+    assert _ids(prod, KEYS[0]) == [1] and _ids(prod, KEYS[1]) == [10]
+    for key in KEYS[:2]:  # every file any ref reads is still there, and no file of the staged versions is
+        table = _table(prod, key)
+        table.scan(snapshot_id=_refs(prod, key)["main"]).to_arrow()  # type: ignore[attr-defined]
+        folder = Path(table.location().removeprefix("file://")) / "data"  # type: ignore[attr-defined]
+        on_disk = {str(p) for p in folder.rglob("*.parquet")}
+        read = {f.removeprefix("file://") for s in table.snapshots() for f in _data_files(prod, table, s.snapshot_id)}  # type: ignore[attr-defined]
+        assert on_disk <= read, sorted(on_disk - read)
+
+
+def _data_files(t: Trident, table: object, snapshot_id: int) -> list[str]:
+    sink = t.engine.sink("iceberg_native")
+    return [f.file_path for f in sink.tables.data_files(table, snapshot_id=snapshot_id)]  # type: ignore[attr-defined]

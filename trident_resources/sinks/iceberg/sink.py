@@ -893,10 +893,11 @@ class IcebergSink(Sink):
         no remaining ref reaches, then delete the files the table's metadata once referenced and
         no retained snapshot reads (``purge.unreferenced_files``: production's and other
         environments' files stay). ``remove_table``: the table was born in this environment and
-        nothing else has it: it is dropped with every file. The caller holds the writer lock."""
+        nothing else has it: it is dropped with every file (no table at all: nothing is left of the
+        dataset either). The caller holds the writer lock."""
         table = self.tables.table(ds)
         if table is None:
-            return 0, False
+            return 0, remove_table
         branch = env_branch(environment)
         if remove_table and all(name == branch for name in table.metadata.refs):
             head = table.metadata.refs.get(branch)
