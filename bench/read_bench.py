@@ -29,6 +29,7 @@ import resource
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -139,19 +140,32 @@ def one_shot_cli(t: Trident, ours_sql: str, direct_sql: str, repeat: int) -> Non
     env["TRIDENT_PG_DSN"] = t.settings.pg_dsn.get_secret_value() if t.settings.pg_dsn else ""
     ours_cmd = [trident_cli, "sql", ours_sql, "--format", "csv"]
     duck_cmd = [sys.executable, "-c", f"import duckdb; duckdb.sql({direct_sql!r}).fetchall()"]
-    ours, duck = [], []
-    for _ in range(repeat):
-        ours.append(_timed_process(ours_cmd, env))
-        duck.append(_timed_process(duck_cmd, env))
-    (o_wall, o_rss), (d_wall, d_rss) = (sorted(ours)[len(ours) // 2], sorted(duck)[len(duck) // 2])
-    print(
-        row(
-            "Q1, one shot: `trident sql` vs python+duckdb",
-            o_wall,
-            d_wall,
-            f"fresh processes, medians; RSS {o_rss:.0f} vs {d_rss:.0f} MiB",
-        )
-    )
+    with tempfile.TemporaryDirectory() as runtime:
+        os.chmod(runtime, 0o700)
+        env["XDG_RUNTIME_DIR"] = runtime  # this bench's own server folder: no other server answers
+        for label, mode in (("cold", "off"), ("warm server", "on")):
+            env["TRIDENT_SQL_SERVER"] = mode
+            if mode == "on":
+                subprocess.run([trident_cli, "sql-server", "start"], env=env, check=True, capture_output=True)
+                subprocess.run(ours_cmd, env=env, check=True, capture_output=True)  # its first query
+            ours, duck = [], []
+            for _ in range(repeat):
+                ours.append(_timed_process(ours_cmd, env))
+                duck.append(_timed_process(duck_cmd, env))
+            (o_wall, o_rss), (d_wall, d_rss) = (sorted(ours)[len(ours) // 2], sorted(duck)[len(duck) // 2])
+            print(
+                row(
+                    f"Q1 one-shot `trident sql`, {label}",
+                    o_wall,
+                    d_wall,
+                    f"fresh processes, medians; RSS {o_rss:.0f} vs {d_rss:.0f} MiB",
+                )
+            )
+        served = subprocess.run([trident_cli, "sql-server", "status"], env=env, capture_output=True, text=True).stdout
+        pid = served.split("pid ")[1].split(",")[0]
+        hwm = next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("VmHWM"))
+        print(f"  {served.strip()}; the server's peak RSS {int(hwm.split()[1]) / 1024:.0f} MiB")
+        subprocess.run([trident_cli, "sql-server", "stop"], env=env, capture_output=True)
 
 
 # -- the stream() RSS child ----------------------------------------------------------------------
@@ -494,7 +508,6 @@ def pg_read(t: Trident, path: Path, n: int, home: Path, dsn: str, repeat: int, b
     """pg-sink read rows/s: the readers at ``baseline_rev`` and ``previous_rev`` (exported with
     ``git archive``, no checkout of this tree) vs this tree's, on the same dataset in the same
     Postgres, alternating."""
-    import tempfile
 
     f = pq.ParquetFile(path)
     data = pa.Table.from_batches(list(f.iter_batches(batch_size=131_072)), schema=f.schema_arrow).slice(0, n)

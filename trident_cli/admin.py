@@ -29,9 +29,23 @@ from trident_resources.control.router import SINK_NAMES, WRITERS
 from trident_resources.core.settings import settings_from_env
 
 from .home import announce_new_home, where
+from .launch import SERVER_VARIABLE
 from .options import JSON_OPTION, limit_option
 from .render import console, entry_json, json_block, new_table, plain, print_json, print_table, when, write_rows
 from .txn import resolve_staged
+
+_warm: list[Trident] = []  # the client a warm sql server keeps open across its requests (``warm``)
+
+
+@contextmanager
+def warm(t: Trident) -> Iterator[None]:
+    """Commands run inside this block use ``t`` (open, not closed by them) instead of opening
+    their own: the warm sql server's requests (``sql_server.py``)."""
+    _warm.append(t)
+    try:
+        yield
+    finally:
+        _warm.remove(t)
 
 
 @contextmanager
@@ -39,6 +53,9 @@ def open_trident() -> Iterator[Trident]:
     """The ``Trident`` of this command's environment, closed when the command ends (every
     command module opens it the same way). A command that creates the home says so, with where
     it was found, on stderr (stdout may be a script's JSON)."""
+    if _warm:
+        yield _warm[-1]
+        return
     settings = settings_from_env()
     fresh = where(settings) if settings.pg_dsn is None and not settings.home.exists() else None
     with Trident(settings) as t:
@@ -274,6 +291,10 @@ def sql(query: str, limit: int | None, fmt: str, staged: tuple[str, ...]) -> Non
             print_table(result, limit=SQL_TABLE_ROWS if limit is None else limit)
         else:
             write_rows(result, fmt, limit=limit or 0)
+    if not _warm and os.environ.get(SERVER_VARIABLE, "").lower() == "auto":
+        from .sql_server import start_detached
+
+        start_detached(wait=False)  # the next `trident sql` of this context is answered warm
 
 
 @click.command("export")

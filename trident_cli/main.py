@@ -58,9 +58,9 @@ def cli(verbose: bool) -> None:
 
 
 def _register() -> None:
-    from . import admin, check, demo, env, pg, ui, wap
+    from . import admin, check, demo, env, pg, sql_server, ui, wap
 
-    for module in (demo, check, admin, pg, ui, wap, env):
+    for module in (demo, check, admin, pg, ui, wap, env, sql_server):
         for command in module.COMMANDS:
             cli.add_command(command)
 

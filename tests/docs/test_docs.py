@@ -17,7 +17,8 @@ from trident_resources import Trident, TridentSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = sorted((ROOT / "docs").glob("*.md"))
-NOT_SETTINGS = {"TRIDENT_DAGSTER_PG_URL"}  # read by Dagster from dagster.yaml, not by TridentSettings
+# read by Dagster from dagster.yaml, and by the console script (trident_cli/launch.py), not by TridentSettings
+NOT_SETTINGS = {"TRIDENT_DAGSTER_PG_URL", "TRIDENT_SQL_SERVER"}
 
 
 def _configuration_rows() -> dict[str, str]:
