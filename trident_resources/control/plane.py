@@ -834,6 +834,21 @@ class ControlPlane:
         assert row is not None
         return int(row["first"])
 
+    def reserve_env_row_indexes(self, ds: DatasetRecord, n: int) -> int:
+        """Reserve ``n`` consecutive ``__row_index`` values in the head of environment
+        ``ds.environment`` (the writer's version of the dataset there); returns the first.
+
+        Raises:
+            StagedVersionConflictError: the environment has no live head of the dataset any more.
+        """
+        with self.tx() as conn:
+            row = conn.execute(q.RESERVE_ENV_ROW_INDEX, (n, ds.workspace, ds.environment, ds.dataset_id, n)).fetchone()
+        if row is None:
+            raise StagedVersionConflictError(
+                f"environment {ds.environment!r} no longer has a version of {ds.key!r} (promoted or dropped meanwhile): write again"
+            )
+        return int(row["first"])
+
     def check_lock(self, lock: psycopg.Connection[Any], dataset: DatasetRecord) -> None:
         """Fence: the lock's session must still be alive (a session lock lives exactly as long)."""
         try:

@@ -36,6 +36,11 @@ UPDATE_DATASET_STATS_PARTITION = """UPDATE trident_datasets SET row_count = %s,
 RESERVE_ROW_INDEX = """UPDATE trident_datasets SET next_row_index = next_row_index + %s WHERE dataset_id = %s
     RETURNING next_row_index - %s AS first"""
 DELETE_DATASET = "DELETE FROM trident_datasets WHERE dataset_id = %s"
+# an environment's partition write numbers its rows from a range reserved in the environment's head
+# (runs of one environment staged side by side, re-based at their publish, never share an index)
+RESERVE_ENV_ROW_INDEX = """UPDATE trident_env_heads SET next_row_index = next_row_index + %s
+    WHERE workspace = %s AND environment = %s AND dataset_id = %s AND promoted_at IS NULL
+    RETURNING next_row_index - %s AS first"""
 
 _LEDGER_COLS = """txn_id, dataset_id, status, mode, writer, sink, requested_sink, clamped, route_reason, started_at,
     committed_at, ended_at, rows_written, row_count, skipped, preserved, snapshot_id, schema_version, source_refs,
@@ -416,7 +421,8 @@ UPSERT_ENV_HEAD = """INSERT INTO trident_env_heads (workspace, environment, data
     VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s::jsonb)
     ON CONFLICT (workspace, environment, dataset_id) DO UPDATE SET row_count = EXCLUDED.row_count,
         watermarks = EXCLUDED.watermarks,
-        next_row_index = EXCLUDED.next_row_index, schema = EXCLUDED.schema, schema_version = EXCLUDED.schema_version,
+        -- only ever grows: partition writes of the environment reserve past it (RESERVE_ENV_ROW_INDEX)
+        next_row_index = GREATEST(trident_env_heads.next_row_index, EXCLUDED.next_row_index), schema = EXCLUDED.schema, schema_version = EXCLUDED.schema_version,
         snapshot_id = EXCLUDED.snapshot_id, last_txn_id = EXCLUDED.last_txn_id, committed_at = EXCLUDED.committed_at,
         updated_at = now()"""
 # every dataset record of a workspace, also those production never committed (born in an environment)

@@ -23,6 +23,7 @@ from typing import Any
 from ..control import groups
 from ..control.groups import EXTERNAL_OWNER, EXTERNAL_OWNER_META, GroupRecord, Member
 from ..control.plane import (
+    ENV_FORK_META,
     ENV_LEDGER_META,
     PARTITION_META,
     PRODUCTION,
@@ -359,14 +360,16 @@ def _rebased(engine: Engine, staged: Sequence[LedgerEntry], now: Mapping[uuid.UU
     was staged re-based onto that (the publish holds the commit locks): a backfill of one
     partition per run, each run a group, publishes every run, as single publishes of staged
     partition writes do. A member whose own partition changed stays a conflict (raised)."""
-    return [
-        engine.driver.rebase_staged(now[e.dataset_id], e)
-        if PARTITION_META in e.metadata
-        and entry_environment(e) == PRODUCTION  # an environment's partition writer held the whole dataset
-        and now[e.dataset_id].snapshot_id != e.base_snapshot_id
-        else e
-        for e in staged
-    ]
+    out = []
+    for e in staged:
+        seen = engine.driver.as_written(now[e.dataset_id], e)
+        # in an environment, only onto the environment's own head: a member staged on the version
+        # its environment forks (no head yet) builds on that fork, as its single publish would
+        onto = PARTITION_META in e.metadata and (
+            entry_environment(e) == PRODUCTION or (ENV_FORK_META not in e.metadata and seen.environment is not None)
+        )
+        out.append(engine.driver.rebase_staged(seen, e) if onto and seen.snapshot_id != e.base_snapshot_id else e)
+    return out
 
 
 def _member(engine: Engine, entry: LedgerEntry) -> Member:

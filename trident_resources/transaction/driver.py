@@ -37,6 +37,7 @@ import sqlalchemy.exc
 
 from ..control import groups
 from ..control.plane import (
+    ENV_FORK_META,
     ENV_LEDGER_META,
     PARTITION_META,
     PRODUCTION,
@@ -348,7 +349,7 @@ class TransactionDriver:
             batches.setdefault((e.sink, e.group_id), []).append(e)
         moved = True
         for (sink, group), batch in batches.items():
-            seen = [(e, self._as_written(datasets[e.dataset_id], e)) for e in batch if e.snapshot_id is not None]
+            seen = [(e, self.as_written(datasets[e.dataset_id], e)) for e in batch if e.snapshot_id is not None]
             moves = [RefMove(ds, e.txn_id, cast(int, e.snapshot_id), main=ds.last_txn_id == e.txn_id) for e, ds in seen]
             try:
                 self.sink(sink).move_refs(moves, str(group or batch[0].txn_id))
@@ -367,7 +368,7 @@ class TransactionDriver:
                 )
         return moved
 
-    def _as_written(self, ds: DatasetRecord, entry: LedgerEntry) -> DatasetRecord:
+    def as_written(self, ds: DatasetRecord, entry: LedgerEntry) -> DatasetRecord:
         """Production's record ``ds`` as the environment ``entry`` was written in sees it: its
         head there (whose branch a published member's ref move moves, never ``main``), or, with
         no live head, production's version on that environment's branch."""
@@ -661,6 +662,8 @@ class Transaction:
             self.driver.control.release_commit_lock(self.lock, self.ds)
 
     def _reserve(self, n: int) -> int:
+        if self.ds.environment is not None:
+            return self.driver.control.reserve_env_row_indexes(self.ds, n)
         return self.driver.control.reserve_row_indexes(self.ds.dataset_id, n)
 
     @property
@@ -698,8 +701,10 @@ class Transaction:
                     stage=stage,
                     partition=partition,
                     # partition writers side by side reserve their row indexes in production's
-                    # record; an environment's write holds its dataset's whole lock and numbers from its head
-                    reserve_rows=self._reserve if partition is not None and self.ds.environment is None else None,
+                    # record, an environment's in its head there (its runs may stage side by side and
+                    # be re-based at their publish); an environment's first write of the dataset
+                    # numbers from the version it forks (a member staged so is never re-based)
+                    reserve_rows=self._reserve if partition is not None and ENV_FORK_META not in self.entry.metadata else None,
                 ),
             )
         except BaseException as exc:

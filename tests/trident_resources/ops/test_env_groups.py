@@ -230,3 +230,57 @@ def test_drop_discards_the_environments_staged_versions_and_open_groups(trident:
 def _data_files(t: Trident, table: object, snapshot_id: int) -> list[str]:
     sink = t.engine.sink("iceberg_native")
     return [f.file_path for f in sink.tables.data_files(table, snapshot_id=snapshot_id)]  # type: ignore[attr-defined]
+
+
+def test_concurrent_partition_runs_in_an_environment_each_publish_their_partition(
+    trident: Trident, settings: TridentSettings
+) -> None:
+    """Two runs of a partitioned asset in an environment (each an external group, as a Dagster run
+    that publishes once) staged on the same environment version; the second to publish is
+    re-based onto the first's, as in production, on the environment's branch: both partitions land
+    there, identity unique, production untouched. A change to a member's own partition since it
+    was staged is still a conflict that publishes nothing."""
+    import uuid
+    from datetime import date, timedelta
+
+    from trident_resources import PartitionFilter
+
+    d0 = date(2024, 1, 1)
+
+    def day(n: int, v: int) -> pa.Table:
+        return pa.table({"d": [d0 + timedelta(days=n)] * 2, "v": [v, v]})
+
+    def window(n: int) -> PartitionFilter:
+        return PartitionFilter.time_window("d", d0 + timedelta(days=n), d0 + timedelta(days=n + 1), "day")
+
+    prod = trident
+    prod.write(
+        "envgrp/days",
+        pa.concat_tables([day(0, 0), day(1, 1)]),
+        partition=PartitionFilter.time_window("d", d0, d0 + timedelta(days=3), "day"),
+    )
+    main_before = _refs(prod, "envgrp/days")["main"]
+    with in_env(settings) as env:
+        env.write("envgrp/days", day(0, 100), partition=window(0))  # the environment has a head
+        runs = [uuid.uuid4(), uuid.uuid4()]
+        for run, (n, v) in zip(runs, ((1, 11), (2, 22)), strict=True):
+            with env.transaction(group_id=run, external=True) as tx:
+                tx.write("envgrp/days", day(n, v), partition=window(n))
+        env.publish_group(runs[0])
+        env.publish_group(runs[1])  # staged on the version before runs[0] published: re-based
+        got = env.read("envgrp/days")
+        assert sorted(got.column("v").to_pylist()) == [11, 11, 22, 22, 100, 100]
+        assert got.num_rows == len(set(got.column("__row_id").to_pylist())) == len(set(got.column("__row_index").to_pylist()))
+        assert _refs(prod, "envgrp/days")[env_branch(ENV)] == env.describe("envgrp/days").snapshot_id
+        # a run whose own partition another write changed since it was staged publishes nothing
+        late = uuid.uuid4()
+        with env.transaction(group_id=late, external=True) as tx:
+            tx.write("envgrp/days", day(1, 33), partition=window(1))
+        env.write("envgrp/days", day(1, 44), partition=window(1))
+        before = env.describe("envgrp/days").snapshot_id
+        with pytest.raises(StagedVersionConflictError):
+            env.publish_group(late)
+        assert env.describe("envgrp/days").snapshot_id == before
+        assert sorted(env.read("envgrp/days").column("v").to_pylist()) == [22, 22, 44, 44, 100, 100]
+    assert _refs(prod, "envgrp/days")["main"] == main_before
+    assert sorted(prod.read("envgrp/days").column("v").to_pylist()) == [0, 0, 1, 1]

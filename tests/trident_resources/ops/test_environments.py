@@ -727,3 +727,31 @@ def test_maintain_in_an_environment_compacts_its_own_files_on_its_branch_only(
         assert _ids(env, "env/cmp") == [*expected, 99]
         assert prod.environments.promote("pr-cmp").promoted == {"env/cmp": "fast"}
         assert _ids(prod, "env/cmp") == [*expected, 99]
+
+
+def test_an_environment_replaces_a_partition_it_already_replaced(trident: Trident, settings: TridentSettings) -> None:
+    """The second replace of one partition in an environment replaces the environment's files of
+    it (its version's), not production's: those are not on the environment's branch any more."""
+    from datetime import date, timedelta
+
+    d0 = date(2024, 1, 1)
+
+    def day(n: int, v: int) -> pa.Table:
+        return pa.table({"d": [d0 + timedelta(days=n)] * 2, "v": [v, v]})
+
+    def window(n: int) -> PartitionFilter:
+        return PartitionFilter.time_window("d", d0 + timedelta(days=n), d0 + timedelta(days=n + 1), "day")
+
+    prod = trident
+    prod.write(
+        "env/parts2",
+        pa.concat_tables([day(0, 0), day(1, 1)]),
+        partition=PartitionFilter.time_window("d", d0, d0 + timedelta(days=2), "day"),
+    )
+    with in_env(settings, "pr-parts2") as env:
+        for v in (10, 20, 30):
+            env.write("env/parts2", day(1, v), partition=window(1))
+            assert sorted(env.read("env/parts2").column("v").to_pylist()) == [0, 0, v, v]
+        staged = env.write("env/parts2", day(1, 40), partition=window(1), stage=True)
+        assert sorted(env.read("env/parts2", staged=staged.txn_id).column("v").to_pylist()) == [0, 0, 40, 40]
+    assert sorted(prod.read("env/parts2").column("v").to_pylist()) == [0, 0, 1, 1]

@@ -261,10 +261,15 @@ class IcebergVersion(StoredVersion):
         listed this version's files yet, ``files`` becomes just those: a partition write never
         plans (nor reads the manifest entries of) the whole table."""
         assert self.table is not None
+        # production's partition writers scope on main (they re-base onto it at their commit); an
+        # environment's write on its own version, which main is not
+        at = self.snapshot_id if self.ds.environment is not None else None
+        if self.ds.environment is not None and at is None:
+            return []  # born in the environment: no version of it yet
         if self._files is None:
-            self._files = self.sink.tables.partition_scope(self.table, bound)
+            self._files = self.sink.tables.partition_scope(self.table, bound, at)
             return list(range(len(self._files)))
-        scope = {f.file_path for f in self.sink.tables.partition_scope(self.table, bound)}
+        scope = {f.file_path for f in self.sink.tables.partition_scope(self.table, bound, at)}
         return [i for i, f in enumerate(self._files) if f.file_path in scope]
 
 

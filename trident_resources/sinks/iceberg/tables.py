@@ -135,15 +135,16 @@ class IcebergTables:
         scan = table.scan(snapshot_id=snapshot_id, row_filter=row_filter if row_filter is not None else AlwaysTrue())
         return [task.file for task in plan_live_files(scan)]  # manifests of only removed files unread
 
-    def partition_scope(self, table: Table, bound: BoundPartition) -> list[DataFile]:
-        """The current data files a write of one partition (or range) can touch: those that may
-        hold its rows (pyiceberg prunes manifests by their partition summaries, then entries by
-        partition and column statistics), plus every file of another partitioning, which such a
-        write rewrites whole (see ``IcebergVersion.partition_files``)."""
-        files = self.data_files(table, row_filter=iceberg_expr(bound))
+    def partition_scope(self, table: Table, bound: BoundPartition, snapshot_id: int | None = None) -> list[DataFile]:
+        """The data files of the current (or ``snapshot_id``'s: an environment's) version that a
+        write of one partition (or range) can touch: those that may hold its rows (pyiceberg
+        prunes manifests by their partition summaries, then entries by partition and column
+        statistics), plus every file of another partitioning, which such a write rewrites whole
+        (see ``IcebergVersion.partition_files``)."""
+        files = self.data_files(table, snapshot_id, row_filter=iceberg_expr(bound))
         schema = table.schema()
         foreign = {i for i, spec in table.specs().items() if not matches_spec(spec, schema, bound.filter.spec)}
-        snap = table.current_snapshot()
+        snap = table.snapshot_by_id(snapshot_id) if snapshot_id is not None else table.current_snapshot()
         if foreign and snap is not None:
             seen = {f.file_path for f in files}
             for m in snap.manifests(table.io):

@@ -174,7 +174,8 @@ def _publish_rebased(
     expr = iceberg_expr(partition.bind(snapshot_schema(table, staged.snapshot_id)))
     parent = {f.file_path: f for f in tables.data_files(table, staged.parent_snapshot_id)}
     mine = {f.file_path: f for f in tables.data_files(table, staged.snapshot_id)}
-    head = table.current_snapshot()
+    # the version it re-bases onto: main's head, or in an environment the environment's version
+    head = table.snapshot_by_id(ds.snapshot_id) if ds.environment is not None and ds.snapshot_id else table.current_snapshot()
     assert head is not None
     was = {f.file_path for f in tables.data_files(table, staged.parent_snapshot_id, row_filter=expr)}
     now_files = {f.file_path: f for f in tables.data_files(table, head.snapshot_id, row_filter=expr)}
