@@ -72,6 +72,9 @@ class WritePlanner:
             # ids are minted (or carried) straight in the table's own __row_id type: 16 bytes for
             # a uuid table, text for one created before uuid ids; never text cast afterwards
             row_id_type = target.field(ROW_ID).type
+            # the user's columns in the types the files are written from (text as views: no copy of
+            # an engine's strings, see ``files.file_schema``), so the second conform casts nothing
+            users = user_fields(target)
             bound = part.bind(target) if part is not None else None
             for batch in batches:
                 if req.preserve_identity:
@@ -79,7 +82,7 @@ class WritePlanner:
                 else:
                     index = req.reserve_rows(batch.num_rows) if req.reserve_rows is not None else first + seq
                     top[0] = max(top[0], index + batch.num_rows - 1)
-                    out = stamp(conform(batch, user_fields(user_schema)), req.txn_id, seq, index, req.tau, row_id_type)
+                    out = stamp(conform(batch, users), req.txn_id, seq, index, req.tau, row_id_type)
                 seq += batch.num_rows
                 out = conform(out, target)
                 if bound is not None:

@@ -287,7 +287,7 @@ class IcebergWrite(SinkWrite):
         self.to_delete: list[DataFile] = list(version.files) if replace and req.partition is None else []
         self.partial: list[DataFile] = []
         if replace and req.partition is not None:  # replace exactly the partition's rows
-            self.bound = req.partition.bind(without_metadata(self.arrow_schema))
+            self.bound = req.partition.bind(without_metadata(self.writer.table_schema))
             self.to_delete, self.partial = version.partition_files(self.bound)
 
     def put(self, batches: Iterable[pa.RecordBatch], *, clustered: bool = False) -> int:
@@ -348,7 +348,7 @@ class IcebergWrite(SinkWrite):
             props,
             base_snapshot_id=base_id,
         )
-        return summary_outcome(snap, without_metadata(self.arrow_schema))
+        return summary_outcome(snap, without_metadata(self.writer.table_schema))
 
     def discard(self) -> None:
         self.writer.discard()

@@ -206,3 +206,36 @@ def test_integer_columns_without_a_dictionary_are_delta_encoded_and_read_back_th
         for name in delta:
             assert "DELTA_BINARY_PACKED" in encodings[name] and "PLAIN" not in encodings[name], (name, encodings[name])
         assert t.read("enc/ints").sort_by("__row_index").select([*delta, "bucket"]).equals(read)
+
+
+def test_text_of_any_arrow_type_is_written_as_is_and_read_back_as_the_tables_type(trident: Trident) -> None:
+    """Text reaches a write as ``string_view`` (DuckDB, Polars, tpchgen-cli's files), ``string`` or
+    ``large_string``, one kind after another in one write; the files are encoded from views (no
+    copy of the strings into ``large_string`` first) and keep no Arrow schema of their own, so
+    Trident reads the table's type (``large_string``), pyarrow alone Parquet's ``string``, and
+    every value is what was written, for polars and DuckDB too."""
+    import duckdb
+
+    values = [f"row {i} {'x' * (i % 40)}" for i in range(3000)]
+    kinds = [pa.string_view(), pa.string(), pa.large_string()]
+    batches = [
+        pa.record_batch(
+            {"id": pa.array(range(i * 1000, (i + 1) * 1000), pa.int64()), "s": pa.array(values[i * 1000 : (i + 1) * 1000], kind)}
+        )
+        for i, kind in enumerate(kinds)
+    ]
+    trident.write("enc/text", pa.Table.from_batches([batches[0]]))
+    for b in batches[1:]:  # one input has one schema: each kind arrives as its own write
+        trident.write("enc/text", pa.Table.from_batches([b]), mode="append")
+    trident.write("enc/text", pa.table({"id": [9000], "s": pa.array(["tail"], pa.string_view())}), mode="append")
+    got = trident.read("enc/text").sort_by("id")
+    assert got.schema.field("s").type == pa.large_string()
+    assert got.column("s").to_pylist() == [*values, "tail"]
+    paths, _ = _trident_files(trident, "enc/text")
+    for path, _size in paths:
+        local = path.removeprefix("file://")
+        assert pq.ParquetFile(local).metadata.metadata is None or b"ARROW:schema" not in pq.ParquetFile(local).metadata.metadata
+        assert pq.read_table(local).schema.field("s").type == pa.string()
+    files = [p.removeprefix("file://") for p, _ in paths]
+    assert sorted(pl.read_parquet(files)["s"].to_list()) == sorted([*values, "tail"])
+    assert sorted(r[0] for r in duckdb.sql(f"select s from read_parquet({files})").fetchall()) == sorted([*values, "tail"])
