@@ -238,4 +238,5 @@ def test_text_of_any_arrow_type_is_written_as_is_and_read_back_as_the_tables_typ
         assert pq.read_table(local).schema.field("s").type == pa.string()
     files = [p.removeprefix("file://") for p, _ in paths]
     assert sorted(pl.read_parquet(files)["s"].to_list()) == sorted([*values, "tail"])
-    assert sorted(r[0] for r in duckdb.sql(f"select s from read_parquet({files})").fetchall()) == sorted([*values, "tail"])
+    rel = duckdb.sql(f"select s from read_parquet({files})")
+    assert rel is not None and sorted(r[0] for r in rel.fetchall()) == sorted([*values, "tail"])
