@@ -162,6 +162,7 @@ class _Server:
                     return
                 code, out, err = self._run(header)
                 self.served += 1
+                conn.settimeout(300.0)  # a large answer to a slow reader; a client gone fails at once
                 launch.send(conn, {"status": "done", "code": code, "stdout": len(out)}, out + err)
         except (OSError, ValueError) as exc:
             log.warning("trident sql-server: a request failed: %s: %s", type(exc).__name__, exc)
