@@ -160,7 +160,11 @@ class _Server:
                 if refused is not None:
                     launch.send(conn, {"status": refused})
                     return
-                code, out, err = self._run(header)
+                ran = self._run(header)
+                if ran is None:  # failed as click does not report: the client runs it, and shows it, itself
+                    launch.send(conn, {"status": "failed"})
+                    return
+                code, out, err = ran
                 self.served += 1
                 conn.settimeout(300.0)  # a large answer to a slow reader; a client gone fails at once
                 launch.send(conn, {"status": "done", "code": code, "stdout": len(out)}, out + err)
@@ -193,9 +197,10 @@ class _Server:
             return "another home"  # the home was found from the client's folder, not the server's
         return None
 
-    def _run(self, request: Mapping[str, Any]) -> tuple[int, bytes, bytes]:
+    def _run(self, request: Mapping[str, Any]) -> tuple[int, bytes, bytes] | None:
         """Run the request's ``sql`` command as the CLI would, on the warm client: its exit status,
-        stdout and stderr."""
+        stdout and stderr; None when it failed in a way the CLI reports with a traceback (the
+        client then runs the read-only command itself, so the user sees exactly that)."""
         from .main import cli
 
         out, err = io.StringIO(), io.StringIO()
@@ -207,10 +212,9 @@ class _Server:
                 code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
                 if isinstance(exc.code, str):
                     print(exc.code, file=sys.stderr)
-            except Exception as exc:  # a failure click does not report: what a fresh process shows as a traceback
-                log.warning("trident sql-server: %s: %s", type(exc).__name__, exc)
-                print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
-                code = 1
+            except Exception:  # not a TridentError (click's group reports those): a bug a fresh process shows as a traceback
+                log.exception("trident sql-server: a request failed; the client runs it itself")
+                return None
         return code, out.getvalue().encode(), err.getvalue().encode()
 
 
