@@ -12,7 +12,7 @@ import logging
 import uuid
 from abc import ABC, abstractmethod
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import IO, Any, cast
 
@@ -35,7 +35,7 @@ from .partition_spec import Partitioner
 from .stats import FileStats
 
 
-def file_schema(table_schema: pa.Schema) -> pa.Schema:
+def file_schema(table_schema: pa.Schema, keep: Collection[str] = ()) -> pa.Schema:
     """The Arrow schema a write's batches are encoded from: the table's, its text columns as
     ``string_view``. Parquet stores text one way (BYTE_ARRAY, UTF8) whatever the Arrow type it came
     from, and the engines Trident's nodes run (DuckDB, Polars, tpchgen-cli's files) produce views:
@@ -43,11 +43,13 @@ def file_schema(table_schema: pa.Schema) -> pa.Schema:
     6.7 s at SF1), while a ``large_string`` input becomes views without copying its bytes. The
     files keep no Arrow schema of their own (``store_schema=False``): readers take a column's
     type from the table's schema, which still says ``large_string``. ``__row_id`` keeps its type
-    (the identity code mints it in the table's own type)."""
+    (the identity code mints it in the table's own type), and so do the columns in ``keep``: a
+    partitioned table's partition columns, which the partition checks and the split by partition
+    compute on (``is_in`` and the hash kernels take no views)."""
     return pa.schema(
         [
             f.with_type(pa.string_view())
-            if f.name != ROW_ID and (pa.types.is_large_string(f.type) or pa.types.is_string(f.type))
+            if f.name != ROW_ID and f.name not in keep and (pa.types.is_large_string(f.type) or pa.types.is_string(f.type))
             else f
             for f in table_schema
         ],
@@ -585,6 +587,7 @@ class PartitionedDataFileWriter(_TxnFileWriter):
             parallelism=parallelism,
         )
         self._partitioner = partitioner
+        self.arrow_schema = file_schema(self.table_schema, keep={c for c, _ in partitioner.fields})
         self._buffer_bytes = 4 * row_group_bytes
         self._parallelism = max(1, parallelism)
         self._max_open = max(1, max_open)
