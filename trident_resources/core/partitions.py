@@ -268,7 +268,7 @@ class BoundPartition:
         """Refuse a batch holding any row outside the slice (a null partition column is outside)."""
         if all(d.all_inside(batch.column(d.column)) for d in self.dims):
             return
-        table = pa.Table.from_batches([batch])
+        table = pa.Table.from_batches([batch]).select(self.columns)  # (other columns may be views, which filter takes not)
         inside = pc.fill_null(_evaluate(table, self.arrow_expr()), False)
         if pc.all(inside).as_py() is not False:
             return

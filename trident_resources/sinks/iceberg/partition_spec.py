@@ -105,8 +105,19 @@ def _split(table: pa.Table, keys: list[pa.Array]) -> Iterator[tuple[tuple[Any, .
     cuts = np.flatnonzero(np.diff(ordered)) + 1
     starts = np.concatenate([[0], cuts])
     ends = np.concatenate([cuts, [len(ordered)]])
+    takeable = _without_views(table)
     for s, e in zip(starts, ends, strict=True):
-        yield key_of(int(ordered[s])), table.take(pa.array(order[s:e]))
+        piece = takeable.take(pa.array(order[s:e]))
+        yield key_of(int(ordered[s])), piece if takeable is table else piece.cast(table.schema)
+
+
+def _without_views(table: pa.Table) -> pa.Table:
+    """``table`` with its ``string_view`` columns (how a write's text reaches its files,
+    ``files.file_schema``) as ``large_string``: pyarrow's ``take`` has no kernel for views. Cast
+    once per split, and each piece back to views (which copies no bytes)."""
+    if not any(pa.types.is_string_view(f.type) for f in table.schema):
+        return table
+    return table.cast(pa.schema([f.with_type(pa.large_string()) if pa.types.is_string_view(f.type) else f for f in table.schema]))
 
 
 class Partitioner:
