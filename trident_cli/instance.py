@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING
 
 from trident_resources.core.settings import TridentSettings
 
+from .environ import temporarily
+
 if TYPE_CHECKING:
     import dagster as dg
 
@@ -38,17 +40,9 @@ def command_instance(settings: TridentSettings) -> Iterator[tuple[dg.DagsterInst
     home = dagster_home(settings)
     config = write_instance_config(home)
     url, origin = instance_storage_url(settings)
-    saved = {k: os.environ.get(k) for k in ("DAGSTER_HOME", URL_VARIABLE)}
-    os.environ["DAGSTER_HOME"], os.environ[URL_VARIABLE] = str(home), url
-    try:
-        with (
-            keepalive(url) if origin.startswith("the embedded") else contextlib.nullcontext(),
-            dg.DagsterInstance.from_config(str(home)) as instance,
-        ):
-            yield instance, f"the Dagster instance of trident ui ({config}; storage: {origin})"
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    with (
+        temporarily({"DAGSTER_HOME": str(home), URL_VARIABLE: url}),
+        keepalive(url) if origin.startswith("the embedded") else contextlib.nullcontext(),
+        dg.DagsterInstance.from_config(str(home)) as instance,
+    ):
+        yield instance, f"the Dagster instance of trident ui ({config}; storage: {origin})"

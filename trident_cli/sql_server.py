@@ -34,6 +34,7 @@ from trident_resources.core.home import find_home
 from trident_resources.core.settings import settings_from_env
 
 from . import admin, launch, render
+from .environ import temporarily
 
 log = logging.getLogger("trident")
 DEFAULT_IDLE_MINUTES = 30.0
@@ -222,24 +223,17 @@ class _Server:
 def _client_terminal(request: Mapping[str, Any]) -> Iterator[None]:
     """The console laid out for the client's stdout (a terminal of its width, or a pipe), with its
     ``COLUMNS`` and ``NO_COLOR``, for the length of one request."""
-    saved = {k: os.environ.get(k) for k in ("COLUMNS", "NO_COLOR")}
-    for k, v in (("COLUMNS", request.get("columns")), ("NO_COLOR", request.get("no_color"))):
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = str(v)
     terminal = bool(request.get("terminal"))
     width = request.get("width")
-    render.console.__init__(force_terminal=terminal, width=int(width) if terminal and width else None)  # type: ignore[misc]
+    client = {
+        k: None if request.get(f) is None else str(request.get(f)) for k, f in (("COLUMNS", "columns"), ("NO_COLOR", "no_color"))
+    }
     try:
-        yield
+        with temporarily(client):
+            render.console.__init__(force_terminal=terminal, width=int(width) if terminal and width else None)  # type: ignore[misc]
+            yield
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        render.console.__init__()  # type: ignore[misc]
+        render.console.__init__()  # type: ignore[misc]  # with the server's own variables back
 
 
 def _same_user(conn: socket.socket) -> bool:

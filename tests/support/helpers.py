@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ import pyarrow as pa
 from pydantic import SecretStr
 from pyiceberg.table import Table
 
-from trident_resources import Trident, TridentSettings
+from trident_resources import PartitionFilter, Trident, TridentSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -143,3 +144,16 @@ def writers_take_turns(a: Trident, b: Trident, key: str, first: int, turns: int 
         total += n
         assert r.row_count == total and r.snapshot_id == a.describe(key, storage=False).snapshot_id
     return total
+
+
+DAY0 = date(2024, 1, 1)  # the first day of the daily-partition tests' datasets
+
+
+def day_rows(n: int, v: int) -> pa.Table:
+    """Two rows of day ``DAY0 + n``, both ``v``: one daily partition's content."""
+    return pa.table({"d": [DAY0 + timedelta(days=n)] * 2, "v": [v, v]})
+
+
+def day_window(n: int, days: int = 1) -> PartitionFilter:
+    """The daily partitions ``DAY0 + n`` (and the ``days - 1`` after it) of column ``d``."""
+    return PartitionFilter.time_window("d", DAY0 + timedelta(days=n), DAY0 + timedelta(days=n + days), "day")

@@ -16,6 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from tests.support.helpers import day_rows, day_window
 from trident_resources import Trident, TridentSettings
 from trident_resources.core.errors import StagedVersionConflictError, TransactionGroupError
 from trident_resources.sinks.iceberg.snapshots import env_branch
@@ -241,23 +242,14 @@ def test_concurrent_partition_runs_in_an_environment_each_publish_their_partitio
     there, identity unique, production untouched. A change to a member's own partition since it
     was staged is still a conflict that publishes nothing."""
     import uuid
-    from datetime import date, timedelta
 
-    from trident_resources import PartitionFilter
-
-    d0 = date(2024, 1, 1)
-
-    def day(n: int, v: int) -> pa.Table:
-        return pa.table({"d": [d0 + timedelta(days=n)] * 2, "v": [v, v]})
-
-    def window(n: int) -> PartitionFilter:
-        return PartitionFilter.time_window("d", d0 + timedelta(days=n), d0 + timedelta(days=n + 1), "day")
+    day, window = day_rows, day_window
 
     prod = trident
     prod.write(
         "envgrp/days",
         pa.concat_tables([day(0, 0), day(1, 1)]),
-        partition=PartitionFilter.time_window("d", d0, d0 + timedelta(days=3), "day"),
+        partition=day_window(0, 3),
     )
     main_before = _refs(prod, "envgrp/days")["main"]
     with in_env(settings) as env:

@@ -19,6 +19,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from tests.support.helpers import day_rows, day_window
 from trident_resources import DatasetNotFoundError, Trident, TridentSettings
 from trident_resources.core.errors import (
     EnvironmentConflictError,
@@ -732,21 +733,13 @@ def test_maintain_in_an_environment_compacts_its_own_files_on_its_branch_only(
 def test_an_environment_replaces_a_partition_it_already_replaced(trident: Trident, settings: TridentSettings) -> None:
     """The second replace of one partition in an environment replaces the environment's files of
     it (its version's), not production's: those are not on the environment's branch any more."""
-    from datetime import date, timedelta
-
-    d0 = date(2024, 1, 1)
-
-    def day(n: int, v: int) -> pa.Table:
-        return pa.table({"d": [d0 + timedelta(days=n)] * 2, "v": [v, v]})
-
-    def window(n: int) -> PartitionFilter:
-        return PartitionFilter.time_window("d", d0 + timedelta(days=n), d0 + timedelta(days=n + 1), "day")
+    day, window = day_rows, day_window
 
     prod = trident
     prod.write(
         "env/parts2",
         pa.concat_tables([day(0, 0), day(1, 1)]),
-        partition=PartitionFilter.time_window("d", d0, d0 + timedelta(days=2), "day"),
+        partition=day_window(0, 2),
     )
     with in_env(settings, "pr-parts2") as env:
         for v in (10, 20, 30):

@@ -15,7 +15,7 @@ from urllib.parse import unquote, urlparse
 import pyarrow as pa
 import pytest
 
-from tests.support.helpers import iceberg_table
+from tests.support.helpers import day_rows, day_window, iceberg_table
 from trident_resources import (
     StagedVersionConflictError,
     TransactionGroupError,
@@ -283,23 +283,13 @@ def test_a_groups_partition_member_is_rebased_onto_other_partitions_commits(trid
     publish of a staged partition write does) instead of refusing: both days land, identity
     unique, and the table's main holds both. A change to the member's OWN partition is still a
     conflict that publishes nothing."""
-    from datetime import date, timedelta
-
-    from trident_resources import PartitionFilter
-
     t = trident
-    d0 = date(2024, 1, 1)
-
-    def day(n: int, v: int) -> pa.Table:
-        return pa.table({"d": [d0 + timedelta(days=n)] * 2, "v": [v, v]})
-
-    def window(n: int) -> PartitionFilter:
-        return PartitionFilter.time_window("d", d0 + timedelta(days=n), d0 + timedelta(days=n + 1), "day")
+    day, window = day_rows, day_window
 
     t.write(
         "grp/days",
         pa.concat_tables([day(0, 0), day(1, 1)]),
-        partition=PartitionFilter.time_window("d", d0, d0 + timedelta(days=2), "day"),
+        partition=day_window(0, 2),
     )
     t.write("grp/other", pa.table({"v": [1]}))
     group = uuid.uuid4()
