@@ -16,7 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from tests.support.helpers import day_rows, day_window
+from tests.support.helpers import day_rows, day_window, settings_env
 from trident_resources import Trident, TridentSettings
 from trident_resources.core.errors import StagedVersionConflictError, TransactionGroupError
 from trident_resources.sinks.iceberg.snapshots import env_branch
@@ -138,14 +138,8 @@ with Trident() as t:
 
 def _killed_after_publish(settings: TridentSettings) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRIDENT_")}
-    env |= {
-        "TRIDENT_HOME": str(settings.home),
-        "TRIDENT_PG_DSN": settings.pg_dsn.get_secret_value() if settings.pg_dsn else "",
-        "TRIDENT_WORKSPACE": settings.workspace,
-        "TRIDENT_ENVIRONMENT": ENV,
-        "TRIDENT_FAILPOINTS": "group.after_publish=kill",
-        "PYTHONPATH": str(REPO),
-    }
+    env |= settings_env(settings.model_copy(update={"environment": ENV}))
+    env |= {"TRIDENT_FAILPOINTS": "group.after_publish=kill", "PYTHONPATH": str(REPO)}
     code = textwrap.dedent(_CHILD.format(a=KEYS[0], b=KEYS[1]))
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=180)
 
