@@ -237,21 +237,19 @@ def test_concurrent_partition_runs_in_an_environment_each_publish_their_partitio
     was staged is still a conflict that publishes nothing."""
     import uuid
 
-    day, window = day_rows, day_window
-
     prod = trident
     prod.write(
         "envgrp/days",
-        pa.concat_tables([day(0, 0), day(1, 1)]),
+        pa.concat_tables([day_rows(0, 0), day_rows(1, 1)]),
         partition=day_window(0, 3),
     )
     main_before = _refs(prod, "envgrp/days")["main"]
     with in_env(settings) as env:
-        env.write("envgrp/days", day(0, 100), partition=window(0))  # the environment has a head
+        env.write("envgrp/days", day_rows(0, 100), partition=day_window(0))  # the environment has a head
         runs = [uuid.uuid4(), uuid.uuid4()]
         for run, (n, v) in zip(runs, ((1, 11), (2, 22)), strict=True):
             with env.transaction(group_id=run, external=True) as tx:
-                tx.write("envgrp/days", day(n, v), partition=window(n))
+                tx.write("envgrp/days", day_rows(n, v), partition=day_window(n))
         env.publish_group(runs[0])
         env.publish_group(runs[1])  # staged on the version before runs[0] published: re-based
         got = env.read("envgrp/days")
@@ -261,8 +259,8 @@ def test_concurrent_partition_runs_in_an_environment_each_publish_their_partitio
         # a run whose own partition another write changed since it was staged publishes nothing
         late = uuid.uuid4()
         with env.transaction(group_id=late, external=True) as tx:
-            tx.write("envgrp/days", day(1, 33), partition=window(1))
-        env.write("envgrp/days", day(1, 44), partition=window(1))
+            tx.write("envgrp/days", day_rows(1, 33), partition=day_window(1))
+        env.write("envgrp/days", day_rows(1, 44), partition=day_window(1))
         before = env.describe("envgrp/days").snapshot_id
         with pytest.raises(StagedVersionConflictError):
             env.publish_group(late)

@@ -733,18 +733,16 @@ def test_maintain_in_an_environment_compacts_its_own_files_on_its_branch_only(
 def test_an_environment_replaces_a_partition_it_already_replaced(trident: Trident, settings: TridentSettings) -> None:
     """The second replace of one partition in an environment replaces the environment's files of
     it (its version's), not production's: those are not on the environment's branch any more."""
-    day, window = day_rows, day_window
-
     prod = trident
     prod.write(
         "env/parts2",
-        pa.concat_tables([day(0, 0), day(1, 1)]),
+        pa.concat_tables([day_rows(0, 0), day_rows(1, 1)]),
         partition=day_window(0, 2),
     )
     with in_env(settings, "pr-parts2") as env:
         for v in (10, 20, 30):
-            env.write("env/parts2", day(1, v), partition=window(1))
+            env.write("env/parts2", day_rows(1, v), partition=day_window(1))
             assert sorted(env.read("env/parts2").column("v").to_pylist()) == [0, 0, v, v]
-        staged = env.write("env/parts2", day(1, 40), partition=window(1), stage=True)
+        staged = env.write("env/parts2", day_rows(1, 40), partition=day_window(1), stage=True)
         assert sorted(env.read("env/parts2", staged=staged.txn_id).column("v").to_pylist()) == [0, 0, 40, 40]
     assert sorted(prod.read("env/parts2").column("v").to_pylist()) == [0, 0, 1, 1]

@@ -284,21 +284,19 @@ def test_a_groups_partition_member_is_rebased_onto_other_partitions_commits(trid
     unique, and the table's main holds both. A change to the member's OWN partition is still a
     conflict that publishes nothing."""
     t = trident
-    day, window = day_rows, day_window
-
     t.write(
         "grp/days",
-        pa.concat_tables([day(0, 0), day(1, 1)]),
+        pa.concat_tables([day_rows(0, 0), day_rows(1, 1)]),
         partition=day_window(0, 2),
     )
     t.write("grp/other", pa.table({"v": [1]}))
     group = uuid.uuid4()
     with t.transaction(group_id=group, external=True) as tx:
-        staged = tx.write("grp/days", day(1, 11), partition=window(1))
+        staged = tx.write("grp/days", day_rows(1, 11), partition=day_window(1))
         tx.write("grp/other", pa.table({"v": [2]}))
     # the member replaced its partition, not the dataset
     assert sorted(t.read("grp/days", staged=staged.txn_id).column("v").to_pylist()) == [0, 0, 11, 11]
-    t.write("grp/days", day(2, 22), partition=window(2))  # another run's partition, committed meanwhile
+    t.write("grp/days", day_rows(2, 22), partition=day_window(2))  # another run's partition, committed meanwhile
     done = t.publish_group(group)
     assert set(done.results) == {"grp/days", "grp/other"}
     got = t.read("grp/days")
@@ -314,9 +312,9 @@ def test_a_groups_partition_member_is_rebased_onto_other_partitions_commits(trid
     # the member's own partition changed meanwhile: nothing of the group publishes
     clash = uuid.uuid4()
     with t.transaction(group_id=clash, external=True) as tx:
-        tx.write("grp/days", day(1, 111), partition=window(1))
+        tx.write("grp/days", day_rows(1, 111), partition=day_window(1))
         tx.write("grp/other", pa.table({"v": [3]}))
-    t.write("grp/days", day(1, 99), partition=window(1))
+    t.write("grp/days", day_rows(1, 99), partition=day_window(1))
     with pytest.raises(StagedVersionConflictError, match="grp/days"):
         t.publish_group(clash)
     assert sorted(t.read("grp/days").column("v").to_pylist()) == [0, 0, 22, 22, 99, 99]
